@@ -1,0 +1,17 @@
+"""Vanilla autoregressive decoding: proposes nothing, so every step emits the target's own token (τ = 1)."""
+from __future__ import annotations
+
+from specbench.draft import DecodeContext, Draft, Drafter
+from specbench.registry import BuildContext, MethodInfo
+
+
+class VanillaDrafter(Drafter):
+    def propose(self, ctx: DecodeContext) -> Draft:
+        return Draft()
+
+
+def build(_: BuildContext) -> Drafter:
+    return VanillaDrafter()
+
+
+METHODS = [MethodInfo("vanilla", "autoregressive decoding, one target forward per token (the baseline)", True, build)]

@@ -1,0 +1,5 @@
+import sys
+
+from specbench.cli import main
+
+sys.exit(main())

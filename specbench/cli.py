@@ -1,0 +1,161 @@
+"""python -m specbench run | report | check | list | bench"""
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from specbench.errors import SpecbenchError
+from specbench.target import DEFAULT_TARGET
+from specbench.tasks import SOURCES
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _temperatures(text: str) -> list[float]:
+    try:
+        return [float(t) for t in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+
+
+def _options(pairs: list[str]) -> dict[str, str]:
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SpecbenchError(f"--opt {pair!r}: expected key=value")
+        options[key] = value
+    return options
+
+
+def _add_question_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tasks", type=_csv, default=["all"], help="comma-separated task names, or all (default)")
+    p.add_argument("--limit", type=int, help="at most this many questions per task")
+    p.add_argument("--max-new-tokens", type=int, help="new tokens per turn (default: each task's own)")
+    p.add_argument("--question-dir", type=Path, help="a directory of <task>/question.jsonl files")
+    p.add_argument("--source", choices=SOURCES, default="auto",
+                   help="where questions come from; auto = --question-dir if given, else the embedded sample")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default=DEFAULT_TARGET, help="HF model id, local folder, .gguf, or a short name")
+    p.add_argument("--device", default="auto", help="auto (GPU when present), cpu, cuda, cuda:1 ...")
+    p.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16/fp16 on GPU), float32, bfloat16 ...")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="specbench", description="Benchmark harness for speculative decoding")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="decode tasks with methods and write records")
+    run.add_argument("--methods", type=_csv, default=["vanilla", "pld"], help="comma-separated method names")
+    _add_question_args(run)
+    run.add_argument("--temperatures", type=_temperatures, default=[0.0, 1.0], help="comma-separated, default 0,1")
+    run.add_argument("--top-p", type=float, default=1.0)
+    run.add_argument("--top-k", type=int, default=0)
+    _add_model_args(run)
+    run.add_argument("--draft", help="draft model for methods that use one (sps)")
+    run.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                     help="method option, e.g. --opt gamma=5 (repeatable)")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--out", type=Path, help="run directory (default results/<timestamp>); reuse it to resume")
+    run.add_argument("--report-dir", type=Path, help="where the tables go (default reports/<run name>)")
+
+    report = sub.add_parser("report", help="speedup and τ tables from a run directory")
+    report.add_argument("run_dir", type=Path)
+    report.add_argument("--out", type=Path, help="default reports/<run name>")
+
+    check = sub.add_parser("check", help="T=0: do lossless methods emit exactly vanilla's tokens?")
+    check.add_argument("run_dir", type=Path)
+
+    sub.add_parser("list", help="methods and tasks")
+
+    bench = sub.add_parser("bench", help="our vanilla and pld against HF generate, interleaved")
+    _add_question_args(bench)
+    _add_model_args(bench)
+    bench.set_defaults(limit=2, max_new_tokens=128)
+    return top
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from specbench.report import build_report
+    from specbench.runner import RunConfig, run
+
+    out = args.out or Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    cfg = RunConfig(
+        out=out, methods=args.methods, tasks=args.tasks, temperatures=args.temperatures, top_p=args.top_p,
+        top_k=args.top_k, limit=args.limit, max_new_tokens=args.max_new_tokens, source=args.source,
+        question_dir=args.question_dir, target=args.target, draft=args.draft, options=_options(args.opt),
+        seed=args.seed, device=args.device, dtype=args.dtype,
+    )
+    run(cfg)
+    report_dir = args.report_dir or Path("reports") / out.name
+    print(build_report(out, report_dir))
+    print(f"\nrecords: {out}\ntables:  {report_dir}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from specbench.report import build_report
+
+    out = args.out or Path("reports") / args.run_dir.resolve().name
+    print(build_report(args.run_dir, out))
+    print(f"\ntables: {out}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from specbench.check import check_run
+
+    summary, ok = check_run(args.run_dir)
+    print(summary)
+    return 0 if ok else 1
+
+
+def cmd_list(_: argparse.Namespace) -> int:
+    from specbench.registry import available_methods
+    from specbench.tasks import available_tasks
+
+    print("methods:")
+    for m in available_methods().values():
+        print(f"  {m.name:<16} {'lossless' if m.lossless else 'LOSSY':<9} {m.description}")
+    print("tasks:")
+    for t in available_tasks().values():
+        print(f"  {t.name:<18} {t.description} (default {t.max_new_tokens} new tokens)")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from specbench.bench import benchmark
+    from specbench.target import chat_prompt, load_model
+    from specbench.tasks import load_questions, select_tasks
+
+    if args.max_new_tokens <= 0:
+        raise SpecbenchError(f"--max-new-tokens must be > 0, got {args.max_new_tokens}")
+    tasks = select_tasks(args.tasks)
+    questions = [q for t in tasks for q in load_questions(t, args.source, args.question_dir, args.limit)]
+    target = load_model(args.target, args.device, args.dtype)
+    prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": q.turns[0]}]) for q in questions]
+    print(f"{len(prompts)} prompts, {args.max_new_tokens} new tokens, target {args.target} on {target.model.device}")
+    print(benchmark(target, prompts, args.max_new_tokens))
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "report": cmd_report, "check": cmd_check, "list": cmd_list, "bench": cmd_bench}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except SpecbenchError as exc:
+        print(f"specbench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("specbench: interrupted (finished records are kept; rerun with the same --out to resume)",
+              file=sys.stderr)
+        return 130

@@ -1,0 +1,104 @@
+"""The Drafter contract: what a method proposes and what it is told back.
+
+A drafter proposes a token tree for the current context; the engine verifies it with the target and then tells the
+drafter what was accepted. A drafter never touches the target's KV cache, the verification rule or the stop rule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from specbench.sampling import Sampling
+
+ROOT = -1  # parent index of nodes hanging directly under the last emitted token
+
+
+@dataclass
+class Draft:
+    """A token tree. Nodes are in topological order: a node's parent comes before it (or is ROOT).
+
+    q[i] is the draft distribution node i was drawn from (at its parent, before removing siblings drawn earlier);
+    None when candidates are deterministic (PLD, n-grams, top-k picks), which verification treats as one-hot.
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    q: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.tokens) != len(self.parents):
+            raise ValueError("a draft needs one parent per token")
+        for i, parent in enumerate(self.parents):
+            if not ROOT <= parent < i:
+                raise ValueError(f"draft node {i} has parent {parent}: parents must precede their children")
+
+    @staticmethod
+    def chain(tokens: list[int], q: torch.Tensor | None = None) -> "Draft":
+        return Draft(list(tokens), list(range(-1, len(tokens) - 1)), q)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def is_chain(self) -> bool:
+        return all(parent == i - 1 for i, parent in enumerate(self.parents))
+
+    def depths(self) -> list[int]:
+        """Depth of each node; the root's children have depth 1."""
+        depth: list[int] = []
+        for parent in self.parents:
+            depth.append(1 if parent == ROOT else depth[parent] + 1)
+        return depth
+
+    def children(self) -> list[list[int]]:
+        """children[0] lists the root's children, children[i + 1] those of node i, in proposal order."""
+        kids: list[list[int]] = [[] for _ in range(len(self.tokens) + 1)]
+        for i, parent in enumerate(self.parents):
+            kids[parent + 1].append(i)
+        return kids
+
+    def limited(self, max_depth: int) -> "Draft":
+        """The same tree without nodes deeper than max_depth (no point drafting past the token budget)."""
+        if max_depth <= 0:
+            return Draft()
+        depth = self.depths()
+        keep = [i for i in range(len(self.tokens)) if depth[i] <= max_depth]
+        if len(keep) == len(self.tokens):
+            return self
+        new_index = {old: new for new, old in enumerate(keep)}
+        return Draft(
+            tokens=[self.tokens[i] for i in keep],
+            parents=[ROOT if self.parents[i] == ROOT else new_index[self.parents[i]] for i in keep],
+            q=None if self.q is None else self.q[keep],
+        )
+
+
+@dataclass
+class DecodeContext:
+    """What a drafter may see. The engine owns it and updates it after every step."""
+
+    token_ids: list[int]  # prompt + emitted tokens; the last one is not yet in the target's cache
+    prompt_len: int
+    sampling: Sampling
+    generator: torch.Generator | None
+    # Target hidden states (after the final norm, i.e. the lm_head input) for the positions the last forward added
+    # to the target's cache, in order; filled only for drafters with needs_hidden.
+    new_hidden: torch.Tensor | None = None
+
+
+class Drafter:
+    """Base class of every method. Subclasses override propose and, when they keep state, begin and accepted."""
+
+    needs_hidden: bool = False
+    # A verification rule other than the engine's lossless one (e.g. Medusa typical acceptance); None = lossless.
+    verifier: Callable | None = None
+
+    def begin(self, ctx: DecodeContext) -> None:
+        """A new sequence starts (ctx.token_ids is the prompt). Reset per-sequence state."""
+
+    def propose(self, ctx: DecodeContext) -> Draft:
+        raise NotImplementedError
+
+    def accepted(self, ctx: DecodeContext, n_new: int) -> None:
+        """The last n_new entries of ctx.token_ids were just emitted (accepted draft tokens, then the bonus)."""

@@ -1,0 +1,153 @@
+"""The one decode loop. Every method, vanilla included, runs through `generate`.
+
+Each step: the drafter proposes a tree; ONE target forward scores the tokens not yet in the cache (the last emitted
+token, plus the whole prompt on the first step) followed by the tree, under a 4D mask in which each tree node sees
+the context and its ancestors; verification picks the accepted path and a bonus token; the KV cache keeps the
+accepted path only. The bonus token is not yet in the cache: it is the root of the next step.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from specbench.draft import DecodeContext, Draft, Drafter
+from specbench.kv import compact_cache
+from specbench.sampling import Sampling
+from specbench.verify import VerifyFn, verify_lossless
+
+
+@dataclass
+class Generation:
+    token_ids: list[int]  # new tokens only
+    accept_lengths: list[int]  # tokens emitted per target forward (bonus included)
+    draft_times: list[float]  # seconds per step spent in the drafter
+    verify_times: list[float]  # seconds per step in the target forward, verification and cache compaction
+    wall_time: float  # whole generation, prefill included
+    stop_reason: str  # "eos", "length" or "context"
+
+
+@dataclass
+class TreeInputs:
+    input_ids: torch.Tensor  # [1, P + n]
+    position_ids: torch.Tensor  # [1, P + n]
+    attention_mask: torch.Tensor | None  # [1, 1, P + n, L + P + n] additive, or None for a plain causal forward
+
+
+def tree_inputs(
+    pending: list[int], draft: Draft, cache_len: int, dtype: torch.dtype, device: torch.device
+) -> TreeInputs:
+    """Inputs for scoring `pending` (tokens not yet cached, causal) followed by the draft tree."""
+    n_pending, n = len(pending), len(draft)
+    input_ids = torch.tensor([pending + draft.tokens], dtype=torch.long, device=device)
+    if draft.is_chain():
+        # A chain is an ordinary causal continuation: let the model build its own (fast) mask.
+        positions = torch.arange(cache_len, cache_len + n_pending + n, device=device)
+        return TreeInputs(input_ids, positions.unsqueeze(0), None)
+    depth = torch.tensor(draft.depths(), device=device)
+    positions = torch.cat(
+        [torch.arange(cache_len, cache_len + n_pending, device=device), cache_len + n_pending - 1 + depth]
+    )
+    ancestor = torch.eye(n, dtype=torch.bool)
+    for i, parent in enumerate(draft.parents):
+        if parent >= 0:
+            ancestor[i] |= ancestor[parent]
+    allowed = torch.zeros(n_pending + n, cache_len + n_pending + n, dtype=torch.bool)
+    allowed[:, :cache_len] = True
+    allowed[:n_pending, cache_len : cache_len + n_pending] = torch.ones(n_pending, n_pending, dtype=torch.bool).tril()
+    allowed[n_pending:, cache_len : cache_len + n_pending] = True
+    allowed[n_pending:, cache_len + n_pending :] = ancestor
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    return TreeInputs(input_ids, positions.unsqueeze(0), mask[None, None].to(device))
+
+
+def context_limit(model: PreTrainedModel) -> int:
+    return int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+
+
+@torch.inference_mode()
+def generate(
+    model: PreTrainedModel,
+    prompt_ids: list[int],
+    drafter: Drafter,
+    sampling: Sampling,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    generator: torch.Generator | None = None,
+    verify: VerifyFn | None = None,
+) -> Generation:
+    """Decode up to max_new_tokens after prompt_ids with the drafter's proposals, losslessly unless the drafter
+    brings its own verifier. Stops after the first stop id (kept in the output), at max_new_tokens, or when the
+    model's context is full: the same rule for every method."""
+    if not prompt_ids:
+        raise ValueError("empty prompt")
+    if max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
+    limit = context_limit(model)
+    if len(prompt_ids) >= limit:
+        raise ValueError(f"prompt of {len(prompt_ids)} tokens does not fit the model's context of {limit}")
+    verify = verify or drafter.verifier or verify_lossless
+    device = model.device
+    dtype = model.dtype
+    started = time.perf_counter()
+    cache = DynamicCache(config=model.config)
+    ctx = DecodeContext(list(prompt_ids), len(prompt_ids), sampling, generator)
+    cache_len = 0
+    budget = min(max_new_tokens, limit - len(prompt_ids))
+    new: list[int] = []
+    accept_lengths: list[int] = []
+    draft_times: list[float] = []
+    verify_times: list[float] = []
+    stop_reason = "length" if budget == max_new_tokens else "context"
+
+    t0 = time.perf_counter()
+    drafter.begin(ctx)
+    begin_time = time.perf_counter() - t0
+    while len(new) < budget:
+        t0 = time.perf_counter()
+        remaining = budget - len(new)
+        draft = drafter.propose(ctx).limited(remaining - 1) if remaining > 1 else Draft()
+        t1 = time.perf_counter()
+
+        pending = ctx.token_ids[cache_len:]
+        inputs = tree_inputs(pending, draft, cache_len, dtype, device)
+        out = model(
+            input_ids=inputs.input_ids,
+            position_ids=inputs.position_ids,
+            attention_mask=inputs.attention_mask,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=len(draft) + 1,
+            output_hidden_states=drafter.needs_hidden,
+        )
+        verdict = verify(draft, out.logits[0].float(), sampling, generator)
+        kept = cache_len + len(pending)
+        if draft:
+            compact_cache(cache, kept, [kept + i for i in verdict.path])
+        emitted = [draft.tokens[i] for i in verdict.path] + [verdict.bonus]
+        for j, token in enumerate(emitted):
+            if token in stop_ids:
+                emitted = emitted[: j + 1]
+                stop_reason = "eos"
+                break
+        emitted = emitted[:remaining]
+        if drafter.needs_hidden:
+            hidden = out.hidden_states[-1][0]
+            rows = list(range(len(pending))) + [len(pending) + i for i in verdict.path]
+            ctx.new_hidden = hidden[rows]
+        cache_len = kept + len(verdict.path)
+        ctx.token_ids.extend(emitted)
+        new.extend(emitted)
+        t2 = time.perf_counter()
+        if stop_reason != "eos":
+            drafter.accepted(ctx, len(emitted))
+        t3 = time.perf_counter()
+        draft_times.append(t1 - t0 + t3 - t2 + begin_time)
+        verify_times.append(t2 - t1)
+        accept_lengths.append(len(emitted))
+        begin_time = 0.0
+        if stop_reason == "eos":
+            break
+    return Generation(new, accept_lengths, draft_times, verify_times, time.perf_counter() - started, stop_reason)

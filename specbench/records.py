@@ -1,0 +1,127 @@
+"""Run records: one JSONL line per finished question and method, plus run.json with settings and environment.
+
+A line is appended (and flushed to disk) only when a question is complete, so a killed run loses at most the
+question in flight, and a restart with the same --out skips what is done.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from specbench.errors import SpecbenchError
+
+RECORDS = "records.jsonl"
+RUN_INFO = "run.json"
+
+
+def record_key(record: dict[str, Any]) -> tuple:
+    return (record["method"], record["task"], float(record["temperature"]), str(record["question_id"]))
+
+
+def read_records(out: Path) -> list[dict[str, Any]]:
+    path = out / RECORDS
+    if not path.is_file():
+        raise SpecbenchError(f"{out}: no {RECORDS} (not a specbench run directory)")
+    return list(_complete_lines(path))
+
+
+def _complete_lines(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.endswith("\n"):
+                return  # a line cut by a kill: not a finished record
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise SpecbenchError(f"{path}:{number}: invalid JSON ({exc.msg})") from None
+
+
+class RecordWriter:
+    """Appends finished records; knows which keys are already done."""
+
+    def __init__(self, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        self.path = out / RECORDS
+        if self.path.is_file():
+            self._drop_cut_tail()
+            self.done = {record_key(r) for r in _complete_lines(self.path)}
+        else:
+            self.done = set()
+
+    def _drop_cut_tail(self) -> None:
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            with self.path.open("r+b") as handle:
+                handle.truncate(data.rfind(b"\n") + 1)
+
+    def write(self, record: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.done.add(record_key(record))
+
+
+def environment(device: str, dtype: str) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": device,
+        "dtype": dtype,
+        "cuda_device": torch.cuda.get_device_name() if device.startswith("cuda") else None,
+        "git_commit": git_commit(),
+    }
+
+
+def git_commit() -> str | None:
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() or None
+
+
+def write_run_info(out: Path, settings: dict[str, Any], env: dict[str, Any]) -> None:
+    """Create run.json, or check that a resumed run uses the same settings (methods, tasks, limit may grow)."""
+    path = out / RUN_INFO
+    if path.is_file():
+        previous = json.loads(path.read_text(encoding="utf-8"))
+        fixed = ("target", "max_new_tokens", "seed", "top_p", "top_k", "source", "draft", "options", "dtype")
+        changed = [k for k in fixed if previous["settings"].get(k) != settings.get(k)]
+        if changed:
+            detail = ", ".join(f"{k}: {previous['settings'].get(k)!r} -> {settings.get(k)!r}" for k in changed)
+            raise SpecbenchError(f"{out} holds a run with other settings ({detail}); use another --out")
+        previous.setdefault("resumed", []).append(_now())
+        path.write_text(json.dumps(previous, indent=2), encoding="utf-8")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    info = {"command": " ".join([Path(sys.executable).name, "-m", "specbench", *sys.argv[1:]]), "started": _now(),
+            "settings": settings, "environment": env}
+    path.write_text(json.dumps(info, indent=2), encoding="utf-8")
+
+
+def read_run_info(out: Path) -> dict[str, Any]:
+    path = out / RUN_INFO
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

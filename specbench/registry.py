@@ -1,0 +1,63 @@
+"""Method discovery: every module in the top-level `methods` package lists its methods in `METHODS`.
+
+New methods appear in the CLI, records and reports by adding a file to methods/; nothing here names a method.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Callable
+
+from specbench.draft import Drafter
+from specbench.errors import SpecbenchError
+from specbench.target import LoadedModel
+
+
+@dataclass
+class BuildContext:
+    """What a method's builder gets: the loaded target, --draft, and its --opt key=value options."""
+
+    target: LoadedModel
+    draft: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+    device: str | None = None
+    dtype: str | None = None
+
+    def option(self, key: str, default: int | float | str):
+        """An option converted to the type of its default; a bad value is a SpecbenchError."""
+        if key not in self.options:
+            return default
+        raw = self.options[key]
+        try:
+            return type(default)(raw)
+        except ValueError:
+            raise SpecbenchError(f"option {key}={raw!r}: expected {type(default).__name__}") from None
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    name: str
+    description: str
+    lossless: bool
+    build: Callable[[BuildContext], Drafter]
+
+
+def available_methods() -> dict[str, MethodInfo]:
+    import methods
+
+    found: dict[str, MethodInfo] = {}
+    for module in pkgutil.iter_modules(methods.__path__):
+        for info in getattr(importlib.import_module(f"methods.{module.name}"), "METHODS", []):
+            if info.name in found:
+                raise RuntimeError(f"method {info.name!r} is defined twice")
+            found[info.name] = info
+    return dict(sorted(found.items(), key=lambda kv: (kv[0] != "vanilla", kv[0])))
+
+
+def select_methods(names: list[str]) -> list[MethodInfo]:
+    known = available_methods()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SpecbenchError(f"unknown method {', '.join(unknown)}; valid: {', '.join(known)}")
+    return [known[n] for n in names]

@@ -1,0 +1,142 @@
+"""`specbench run`: every (temperature, task, question) is decoded by every method in turn, so machine drift
+hits all methods alike, and each finished question is recorded at once."""
+from __future__ import annotations
+
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from specbench.draft import Drafter
+from specbench.engine import context_limit, generate
+from specbench.errors import SpecbenchError
+from specbench.records import RecordWriter, record_key, environment, write_run_info
+from specbench.registry import BuildContext, MethodInfo, select_methods
+from specbench.sampling import Sampling
+from specbench.target import DEFAULT_TARGET, LoadedModel, chat_prompt, load_model
+from specbench.tasks import Question, Task, load_questions, select_tasks
+
+
+@dataclass
+class RunConfig:
+    out: Path
+    methods: list[str] = field(default_factory=lambda: ["vanilla", "pld"])
+    tasks: list[str] = field(default_factory=lambda: ["all"])
+    temperatures: list[float] = field(default_factory=lambda: [0.0, 1.0])
+    top_p: float = 1.0
+    top_k: int = 0
+    limit: int | None = None
+    max_new_tokens: int | None = None  # None: each task's default
+    source: str = "auto"
+    question_dir: Path | None = None
+    target: str = DEFAULT_TARGET
+    draft: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+    seed: int = 0
+    device: str | None = None
+    dtype: str | None = None
+    progress: bool = True
+
+    def settings(self) -> dict[str, Any]:
+        values = asdict(self)
+        values.pop("progress")
+        return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
+
+
+def validate(cfg: RunConfig) -> tuple[list[MethodInfo], list[Task]]:
+    """Everything that can be checked before loading a model."""
+    methods = select_methods(cfg.methods)
+    tasks = select_tasks(cfg.tasks)
+    if cfg.max_new_tokens is not None and cfg.max_new_tokens <= 0:
+        raise SpecbenchError(f"--max-new-tokens must be > 0, got {cfg.max_new_tokens}")
+    if cfg.limit is not None and cfg.limit <= 0:
+        raise SpecbenchError(f"--limit must be > 0, got {cfg.limit}")
+    for t in cfg.temperatures:
+        try:
+            Sampling(t, cfg.top_p, cfg.top_k)
+        except ValueError as exc:
+            raise SpecbenchError(str(exc)) from None
+    if cfg.question_dir is not None and not cfg.question_dir.is_dir():
+        raise SpecbenchError(f"--question-dir {cfg.question_dir}: no such directory")
+    return methods, tasks
+
+
+def question_seed(seed: int, task: str, question_id: Any, turn: int) -> int:
+    """The same per-turn seed for every method, independent of run order and process."""
+    return zlib.crc32(f"{seed}/{task}/{question_id}/{turn}".encode())
+
+
+def answer_question(
+    target: LoadedModel, drafter: Drafter, question: Question, task: str, sampling: Sampling,
+    max_new_tokens: int, seed: int,
+) -> dict[str, Any]:
+    """Decode every turn of a question; later turns see the earlier answers."""
+    messages: list[dict[str, str]] = []
+    choice: dict[str, list] = {k: [] for k in (
+        "turns", "new_tokens", "wall_time", "accept_lengths", "decoding_steps", "token_ids",
+        "draft_time", "verify_time", "stop_reason")}
+    for turn, text in enumerate(question.turns):
+        messages.append({"role": "user", "content": text})
+        prompt = chat_prompt(target.tokenizer, messages)
+        generator = None
+        if not sampling.greedy:
+            generator = torch.Generator(device=target.model.device)
+            generator.manual_seed(question_seed(seed, task, question.question_id, turn))
+        result = generate(target.model, prompt, drafter, sampling, max_new_tokens, target.stop_ids, generator)
+        answer = target.tokenizer.decode(result.token_ids, skip_special_tokens=True)
+        messages.append({"role": "assistant", "content": answer})
+        choice["turns"].append(answer)
+        choice["new_tokens"].append(len(result.token_ids))
+        choice["wall_time"].append(round(result.wall_time, 6))
+        choice["accept_lengths"].append(result.accept_lengths)
+        choice["decoding_steps"].append(len(result.accept_lengths))
+        choice["token_ids"].append(result.token_ids)
+        choice["draft_time"].append(round(sum(result.draft_times), 6))
+        choice["verify_time"].append(round(sum(result.verify_times), 6))
+        choice["stop_reason"].append(result.stop_reason)
+    return choice
+
+
+def check_prompts_fit(target: LoadedModel, questions: dict[str, list[Question]], budgets: dict[str, int]) -> None:
+    limit = context_limit(target.model)
+    for task, qs in questions.items():
+        for q in qs:
+            length = len(chat_prompt(target.tokenizer, [{"role": "user", "content": q.turns[0]}]))
+            if length + budgets[task] > limit:
+                raise SpecbenchError(
+                    f"{task} question {q.question_id}: prompt of {length} tokens + {budgets[task]} new tokens "
+                    f"exceeds the model's context of {limit}"
+                )
+
+
+def run(cfg: RunConfig) -> Path:
+    methods, tasks = validate(cfg)
+    questions = {t.name: load_questions(t, cfg.source, cfg.question_dir, cfg.limit) for t in tasks}
+    budgets = {t.name: cfg.max_new_tokens or t.max_new_tokens for t in tasks}
+    target = load_model(cfg.target, cfg.device, cfg.dtype)
+    check_prompts_fit(target, questions, budgets)
+    build = BuildContext(target, cfg.draft, cfg.options, cfg.device, cfg.dtype)
+    drafters = {m.name: m.build(build) for m in methods}
+    env = environment(str(target.model.device), str(target.model.dtype).replace("torch.", ""))
+    write_run_info(cfg.out, cfg.settings(), env)
+    writer = RecordWriter(cfg.out)
+
+    jobs = [(t, task, q) for t in cfg.temperatures for task in tasks for q in questions[task.name]]
+    for temperature, task, question in tqdm(jobs, desc="questions", unit="q", disable=not cfg.progress):
+        sampling = Sampling(temperature, cfg.top_p, cfg.top_k)
+        for method in methods:
+            record = {
+                "method": method.name, "lossless": method.lossless, "task": task.name,
+                "temperature": temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
+                "question_id": question.question_id, "category": question.category, "target": cfg.target,
+                "seed": cfg.seed, "max_new_tokens": budgets[task.name],
+            }
+            if record_key(record) in writer.done:
+                continue
+            record["choices"] = [answer_question(
+                target, drafters[method.name], question, task.name, sampling, budgets[task.name], cfg.seed)]
+            writer.write(record)
+    return cfg.out
