@@ -1,0 +1,131 @@
+"""T=0 in fp32: every drafter must emit exactly vanilla's token ids; tree masks and cache compaction are exact."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from methods.pld import PromptLookupDrafter
+from methods.sps import DraftModelDrafter
+from methods.vanilla import VanillaDrafter
+from specbench.draft import Draft
+from specbench.engine import generate, tree_inputs
+from specbench.kv import compact_cache
+from specbench.sampling import Sampling
+from tests.conftest import tiny_llama
+from tests.drafters import ModelTreeDrafter, RandomTreeDrafter
+
+VOCAB = 48
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(VOCAB, seed=0, logit_scale=3.0)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = random.Random(0)
+    # Some prompts repeat a phrase so prompt lookup finds matches.
+    out = []
+    for i in range(12):
+        base = [rng.randrange(VOCAB) for _ in range(rng.randint(1, 20))]
+        out.append(base * (1 + i % 3))
+    return out
+
+
+def vanilla(target, prompt, n=40):
+    return generate(target, prompt, VanillaDrafter(), Sampling(), n, set()).token_ids
+
+
+def test_vanilla_matches_hf_generate(target, prompts):
+    for prompt in prompts[:4]:
+        ids = torch.tensor([prompt])
+        expected = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=30,
+                                   min_new_tokens=30, pad_token_id=0)[0, len(prompt):].tolist()
+        assert vanilla(target, prompt, 30) == expected
+
+
+@pytest.mark.parametrize("make", [
+    lambda t: PromptLookupDrafter(),
+    lambda t: DraftModelDrafter(tiny_llama(VOCAB, seed=5, logit_scale=3.0), gamma=4, vocab_size=VOCAB),
+    lambda t: DraftModelDrafter(t, gamma=3, vocab_size=VOCAB),  # the target as its own draft: all accepted
+    lambda t: ModelTreeDrafter(tiny_llama(VOCAB, seed=6, logit_scale=3.0), width=3),
+], ids=["pld", "sps", "sps-self", "model-tree"])
+def test_drafters_emit_vanillas_tokens(target, prompts, make):
+    drafter = make(target)
+    accepted_beyond_one = 0
+    for prompt in prompts:
+        result = generate(target, prompt, drafter, Sampling(), 40, set())
+        assert result.token_ids == vanilla(target, prompt)
+        accepted_beyond_one += sum(a > 1 for a in result.accept_lengths)
+    assert accepted_beyond_one > 0, "the drafter never got a token accepted: the test proves nothing"
+
+
+def test_random_trees_emit_vanillas_tokens(target, prompts):
+    longest = 0
+    for i, prompt in enumerate(prompts):
+        reference = vanilla(target, prompt)
+        for seed in range(3):
+            for ref in (reference, None):
+                result = generate(target, prompt, RandomTreeDrafter(VOCAB, 100 * i + seed, ref), Sampling(), 40, set())
+                assert result.token_ids == reference
+                longest = max(longest, max(result.accept_lengths))
+    assert longest >= 4
+
+
+def test_stop_token_ends_every_method_alike(target, prompts):
+    prompt = prompts[1]
+    reference = vanilla(target, prompt)
+    stop = reference[10]
+    expected = reference[: reference.index(stop) + 1]
+    for drafter in (VanillaDrafter(), RandomTreeDrafter(VOCAB, 1, reference), DraftModelDrafter(target, 4, VOCAB)):
+        result = generate(target, prompt, drafter, Sampling(), 40, {stop})
+        assert result.token_ids == expected and result.stop_reason == "eos"
+
+
+def test_tree_mask_gives_each_node_its_path_logits(target):
+    context = [3, 9, 4, 4, 17, 2]
+    draft = Draft(tokens=[5, 6, 7, 8, 9, 10], parents=[-1, -1, 0, 0, 1, 3])
+    cache = DynamicCache(config=target.config)
+    with torch.no_grad():
+        target(torch.tensor([context[:-1]]), past_key_values=cache, use_cache=True)
+        inputs = tree_inputs(context[-1:], draft, len(context) - 1, torch.float32, torch.device("cpu"))
+        tree_logits = target(input_ids=inputs.input_ids, position_ids=inputs.position_ids,
+                             attention_mask=inputs.attention_mask, past_key_values=cache).logits[0]
+        for node in range(len(draft)):
+            path, p = [], node
+            while p != -1:
+                path.insert(0, draft.tokens[p])
+                p = draft.parents[p]
+            alone = target(torch.tensor([context + path])).logits[0, -1]
+            torch.testing.assert_close(tree_logits[node + 1], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_compaction_keeps_the_accepted_path_only(target):
+    context = [1, 2, 3, 4, 5]
+    draft = Draft(tokens=[7, 8, 9, 10], parents=[-1, -1, 1, 2])  # accept nodes 1, 2, 3: a path with a gap
+    cache = DynamicCache(config=target.config)
+    with torch.no_grad():
+        inputs = tree_inputs(context, draft, 0, torch.float32, torch.device("cpu"))
+        target(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask,
+               past_key_values=cache)
+        compact_cache(cache, len(context), [len(context) + i for i in (1, 2, 3)])
+        assert cache.get_seq_length() == len(context) + 3
+        continued = target(torch.tensor([[11]]), past_key_values=cache).logits[0, -1]
+        fresh = target(torch.tensor([context + [8, 9, 10, 11]])).logits[0, -1]
+    torch.testing.assert_close(continued, fresh, atol=1e-5, rtol=1e-5)
+
+
+def test_draft_limited_drops_deep_nodes():
+    draft = Draft(tokens=[1, 2, 3, 4], parents=[-1, 0, -1, 1])
+    cut = draft.limited(2)
+    assert cut.tokens == [1, 2, 3] and cut.parents == [-1, 0, -1]
+    assert len(draft.limited(0)) == 0
+
+
+def test_bad_tree_is_rejected():
+    with pytest.raises(ValueError):
+        Draft(tokens=[1, 2], parents=[1, -1])
