@@ -99,22 +99,32 @@ def git_commit() -> str | None:
     return result.stdout.strip() or None
 
 
+FIXED_SETTINGS = ("target", "max_new_tokens", "seed", "top_p", "top_k", "source", "draft", "options", "dtype")
+
+
+def check_resumable(out: Path, settings: dict[str, Any]) -> None:
+    """A run directory may be resumed (methods, tasks, limit may grow) only with the same fixed settings."""
+    path = out / RUN_INFO
+    if not path.is_file():
+        return
+    previous = json.loads(path.read_text(encoding="utf-8"))["settings"]
+    changed = [k for k in FIXED_SETTINGS if previous.get(k) != settings.get(k)]
+    if changed:
+        detail = ", ".join(f"{k}: {previous.get(k)!r} -> {settings.get(k)!r}" for k in changed)
+        raise SpecbenchError(f"{out} holds a run with other settings ({detail}); use another --out")
+
+
 def write_run_info(out: Path, settings: dict[str, Any], env: dict[str, Any]) -> None:
-    """Create run.json, or check that a resumed run uses the same settings (methods, tasks, limit may grow)."""
+    """Create run.json, or note the resumption in it."""
+    check_resumable(out, settings)
     path = out / RUN_INFO
     if path.is_file():
-        previous = json.loads(path.read_text(encoding="utf-8"))
-        fixed = ("target", "max_new_tokens", "seed", "top_p", "top_k", "source", "draft", "options", "dtype")
-        changed = [k for k in fixed if previous["settings"].get(k) != settings.get(k)]
-        if changed:
-            detail = ", ".join(f"{k}: {previous['settings'].get(k)!r} -> {settings.get(k)!r}" for k in changed)
-            raise SpecbenchError(f"{out} holds a run with other settings ({detail}); use another --out")
-        previous.setdefault("resumed", []).append(_now())
-        path.write_text(json.dumps(previous, indent=2), encoding="utf-8")
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    info = {"command": " ".join([Path(sys.executable).name, "-m", "specbench", *sys.argv[1:]]), "started": _now(),
-            "settings": settings, "environment": env}
+        info = json.loads(path.read_text(encoding="utf-8"))
+        info.setdefault("resumed", []).append(_now())
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        info = {"command": " ".join([Path(sys.executable).name, "-m", "specbench", *sys.argv[1:]]),
+                "started": _now(), "settings": settings, "environment": env}
     path.write_text(json.dumps(info, indent=2), encoding="utf-8")
 
 

@@ -13,7 +13,7 @@ from tqdm import tqdm
 from specbench.draft import Drafter
 from specbench.engine import context_limit, generate
 from specbench.errors import SpecbenchError
-from specbench.records import RecordWriter, record_key, environment, write_run_info
+from specbench.records import RecordWriter, check_resumable, environment, record_key, write_run_info
 from specbench.registry import BuildContext, MethodInfo, select_methods
 from specbench.sampling import Sampling
 from specbench.target import DEFAULT_TARGET, LoadedModel, chat_prompt, load_model
@@ -116,6 +116,7 @@ def run(cfg: RunConfig) -> Path:
     methods, tasks = validate(cfg)
     questions = {t.name: load_questions(t, cfg.source, cfg.question_dir, cfg.limit) for t in tasks}
     budgets = {t.name: cfg.max_new_tokens or t.max_new_tokens for t in tasks}
+    check_resumable(cfg.out, cfg.settings())
     target = load_model(cfg.target, cfg.device, cfg.dtype)
     check_prompts_fit(target, questions, budgets)
     build = BuildContext(target, cfg.draft, cfg.options, cfg.device, cfg.dtype)

@@ -1,7 +1,12 @@
 """Tiny randomly initialised Llama models and a tiny tokenizer, built offline, for fast tests."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# No test may touch the network: every model and dataset here is built locally.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import pytest
 import torch

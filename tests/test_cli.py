@@ -1,0 +1,186 @@
+"""The CLI end to end on a tiny local model: run, resume, report, check, and every bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specbench.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_questions(folder: Path, task: str, lines: list[str]) -> Path:
+    (folder / task).mkdir(parents=True, exist_ok=True)
+    (folder / task / "question.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def run_args(target: Path, out: Path, *extra: str) -> list[str]:
+    return ["run", "--target", str(target), "--out", str(out), "--report-dir", str(out / "report"),
+            "--max-new-tokens", "12", *extra]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny_target_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "r"
+    code = main(run_args(tiny_target_dir, out, "--methods", "vanilla,pld", "--tasks", "mt_bench,gsm8k",
+                         "--limit", "3", "--temperatures", "0,1"))
+    assert code == 0
+    return out
+
+
+def test_run_writes_records_and_tables(finished_run):
+    records = [json.loads(line) for line in (finished_run / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 2 * 2 * 3 * 2  # methods x tasks x questions x temperatures
+    first = records[0]
+    for key in ("method", "task", "temperature", "question_id", "category", "target", "seed", "choices"):
+        assert key in first
+    choice = first["choices"][0]
+    for key in ("turns", "new_tokens", "wall_time", "accept_lengths", "decoding_steps", "token_ids"):
+        assert key in choice
+    mt = next(r for r in records if r["task"] == "mt_bench")
+    assert len(mt["choices"][0]["token_ids"]) == 2  # two turns
+    info = json.loads((finished_run / "run.json").read_text())
+    assert {"torch", "transformers", "device", "torch_threads"} <= set(info["environment"])
+    tables = sorted(p.name for p in (finished_run / "report").iterdir())
+    assert tables == [f"speedup_T{t}.{ext}" for t in (0, 1) for ext in ("csv", "md", "tex")]
+    markdown = (finished_run / "report" / "speedup_T0.md").read_text()
+    assert "vanilla" in markdown and "pld" in markdown and "1.00×" in markdown
+
+
+def test_check_passes_then_catches_a_tampered_record(finished_run, tmp_path, capsys):
+    assert main(["check", str(finished_run)]) == 0
+    tampered = tmp_path / "tampered"
+    tampered.mkdir()
+    lines = (finished_run / "records.jsonl").read_text().splitlines()
+    for i, line in enumerate(lines):
+        record = json.loads(line)
+        if record["method"] == "pld" and record["temperature"] == 0:
+            record["choices"][0]["token_ids"][0][3] += 1
+            lines[i] = json.dumps(record)
+            break
+    (tampered / "records.jsonl").write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["check", str(tampered)]) == 1
+    assert "first divergence at token 3" in capsys.readouterr().out
+
+
+def test_report_command(finished_run, tmp_path, capsys):
+    assert main(["report", str(finished_run), "--out", str(tmp_path)]) == 0
+    assert "T=0" in capsys.readouterr().out
+    assert (tmp_path / "speedup_T1.tex").read_text().count(r"\toprule") == 1
+
+
+def test_resume_skips_finished_questions_and_keeps_them(tiny_target_dir, tmp_path):
+    out = tmp_path / "r"
+    args = run_args(tiny_target_dir, out, "--methods", "vanilla,pld", "--tasks", "gsm8k", "--limit", "3",
+                    "--temperatures", "0")
+    assert main(args) == 0
+    path = out / "records.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    assert len(lines) == 6
+    # A kill during the last write leaves a cut line behind, and the last question unfinished.
+    path.write_text("".join(lines[:4]) + lines[4][:25])
+    assert main(args) == 0
+    after = path.read_text().splitlines(keepends=True)
+    assert after[:4] == lines[:4]
+    assert len(after) == 6
+    assert {json.loads(x)["question_id"] for x in after[4:]} == {json.loads(x)["question_id"] for x in lines[4:]}
+
+
+def bad_input(capsys, args: list[str]) -> str:
+    capsys.readouterr()
+    code = main(args)
+    err = capsys.readouterr().err.strip()
+    assert code != 0
+    # Library progress bars (model loading) may precede it; the error itself is one line, with no traceback.
+    errors = [line for line in err.splitlines() if line.startswith("specbench: error:")]
+    assert len(errors) == 1 and err.endswith(errors[0]) and "Traceback" not in err, err
+    return errors[0]
+
+
+@pytest.fixture
+def run_with_records(tiny_target_dir, tmp_path) -> tuple[Path, bytes]:
+    out = tmp_path / "done"
+    assert main(run_args(tiny_target_dir, out, "--methods", "vanilla", "--tasks", "gsm8k", "--limit", "2",
+                         "--temperatures", "0")) == 0
+    return out, (out / "records.jsonl").read_bytes()
+
+
+def test_bad_inputs_leave_finished_records_untouched(tiny_target_dir, other_tokenizer_dir, tmp_path, capsys,
+                                                       run_with_records):
+    out, before = run_with_records
+    base = ["--tasks", "gsm8k", "--limit", "2", "--temperatures", "0", "--max-new-tokens", "12"]
+    cases = {
+        "unknown method": (["--methods", "nope"] + base, "valid: vanilla"),
+        "unknown task": (["--methods", "vanilla", "--tasks", "nope", "--temperatures", "0"], "valid: all"),
+        "max new tokens": (["--methods", "vanilla", *base[:-2], "--max-new-tokens", "0"], "must be > 0"),
+        "other settings": (["--methods", "vanilla", *base, "--seed", "7"], "other settings"),
+        "no draft": (["--methods", "sps", *base], "needs a draft model"),
+        "bad temperature": (["--methods", "vanilla", "--tasks", "gsm8k", "--temperatures", "-1"], "temperature"),
+    }
+    for name, (extra, expected) in cases.items():
+        args = ["run", "--target", str(tiny_target_dir), "--out", str(out), "--report-dir", str(tmp_path / "rep"),
+                *extra]
+        if "--target" in extra:
+            args = ["run", "--out", str(out), *extra]
+        err = bad_input(capsys, args)
+        assert expected in err, (name, err)
+        assert (out / "records.jsonl").read_bytes() == before, name
+    err = bad_input(capsys, ["run", "--out", str(tmp_path / "fresh"), "--methods", "vanilla", *base,
+                             "--target", "no-such-model"])
+    assert "cannot resolve model" in err
+    # A draft with another tokenizer (a new run directory: the draft is a fixed setting of a run).
+    err = bad_input(capsys, run_args(tiny_target_dir, tmp_path / "fresh", "--methods", "sps", "--draft",
+                                     str(other_tokenizer_dir), *base))
+    assert "different tokenizer" in err
+
+
+def test_bad_question_files(tiny_target_dir, tmp_path, capsys):
+    cases = {
+        "missing": (None, "no such question file"),
+        "malformed": (['{"question_id": 1, "turns": ["ok"]}', '{"question_id": 2, "turns": [oops'], "question.jsonl:2"),
+        "empty prompt": (['{"question_id": 1, "turns": ["  "]}'], "empty prompt"),
+        "no turns": (['{"question_id": 1}'], "'turns'"),
+    }
+    for name, (lines, expected) in cases.items():
+        folder = tmp_path / name.replace(" ", "_")
+        folder.mkdir()
+        if lines is not None:
+            write_questions(folder, "gsm8k", lines)
+        err = bad_input(capsys, run_args(tiny_target_dir, tmp_path / "out", "--methods", "vanilla", "--tasks",
+                                         "gsm8k", "--question-dir", str(folder)))
+        assert expected in err, (name, err)
+
+
+def test_prompt_longer_than_context(tiny_target_dir, tmp_path, capsys):
+    long_prompt = "the quick brown fox " * 400
+    folder = write_questions(tmp_path / "q", "gsm8k", [json.dumps({"question_id": 1, "turns": [long_prompt]})])
+    err = bad_input(capsys, run_args(tiny_target_dir, tmp_path / "out", "--methods", "vanilla", "--tasks", "gsm8k",
+                                     "--question-dir", str(folder)))
+    assert "exceeds the model's context" in err
+
+
+def test_sps_with_a_matching_draft_runs(tiny_target_dir, tiny_draft_dir, tmp_path):
+    out = tmp_path / "sps"
+    assert main(run_args(tiny_target_dir, out, "--methods", "vanilla,sps", "--draft", str(tiny_draft_dir),
+                         "--tasks", "gsm8k", "--limit", "2", "--temperatures", "0", "--opt", "gamma=3")) == 0
+    assert main(["check", str(out)]) == 0
+
+
+def test_module_entry_point_exits_non_zero_without_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "specbench", "run", "--methods", "nope", "--out", str(tmp_path)],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "unknown method nope" in result.stderr
+
+
+def test_list_shows_methods_and_tasks(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("vanilla", "pld", "sps", "mt_bench", "natural_questions", "lossless"):
+        assert name in out
