@@ -73,10 +73,11 @@ def to_markdown(table: pd.DataFrame) -> str:
 def to_latex(table: pd.DataFrame, caption: str) -> str:
     text = format_table(table)
     text.columns = pd.MultiIndex.from_tuples(
-        [(task.replace("_", r"\_"), r"$\tau$" if stat == "τ" else stat) for task, stat in text.columns]
+        [(task.replace("_", r"\_"), stat) for task, stat in text.columns]
     )
     text.index = [m.replace("_", r"\_") for m in text.index]
-    return text.style.to_latex(hrules=True, multicol_align="c", caption=caption).replace("×", r"$\times$")
+    latex = text.style.to_latex(hrules=True, multicol_align="c", caption=caption, column_format="l" + "r" * text.shape[1])
+    return latex.replace("×", r"$\times$").replace("τ", r"$\tau$")
 
 
 def build_report(run_dir: Path, out_dir: Path) -> str:

