@@ -126,13 +126,12 @@ def generate(
         kept = cache_len + len(pending)
         if draft:
             compact_cache(cache, kept, [kept + i for i in verdict.path])
-        emitted = [draft.tokens[i] for i in verdict.path] + [verdict.bonus]
+        emitted = ([draft.tokens[i] for i in verdict.path] + [verdict.bonus])[:remaining]
         for j, token in enumerate(emitted):
             if token in stop_ids:
                 emitted = emitted[: j + 1]
                 stop_reason = "eos"
                 break
-        emitted = emitted[:remaining]
         if drafter.needs_hidden:
             hidden = out.hidden_states[-1][0]
             rows = list(range(len(pending))) + [len(pending) + i for i in verdict.path]
