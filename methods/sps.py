@@ -18,13 +18,15 @@ class DraftModelDrafter(Drafter):
         if gamma < 1:
             raise SpecbenchError(f"sps gamma must be >= 1, got {gamma}")
         self.model, self.gamma, self.vocab_size = model, gamma, vocab_size
-        self.cache = DynamicCache(config=model.config)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
         self.cached = 0  # how many of ctx.token_ids the draft cache holds
-        self.proposed = 0
+        self.proposed = 0  # tokens in the last proposal (a generation ending at EOS leaves it unreported)
 
     def begin(self, ctx: DecodeContext) -> None:
-        self.cache = DynamicCache(config=self.model.config)
-        self.cached = 0
+        self._reset()
 
     def _logits(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft logits on the target's vocabulary (the two may pad their embeddings differently)."""

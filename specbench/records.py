@@ -115,8 +115,7 @@ def check_resumable(out: Path, settings: dict[str, Any]) -> None:
 
 
 def write_run_info(out: Path, settings: dict[str, Any], env: dict[str, Any]) -> None:
-    """Create run.json, or note the resumption in it."""
-    check_resumable(out, settings)
+    """Create run.json, or note the resumption in it (the caller has run check_resumable)."""
     path = out / RUN_INFO
     if path.is_file():
         info = json.loads(path.read_text(encoding="utf-8"))

@@ -126,8 +126,6 @@ def test_bad_inputs_leave_finished_records_untouched(tiny_target_dir, other_toke
     for name, (extra, expected) in cases.items():
         args = ["run", "--target", str(tiny_target_dir), "--out", str(out), "--report-dir", str(tmp_path / "rep"),
                 *extra]
-        if "--target" in extra:
-            args = ["run", "--out", str(out), *extra]
         err = bad_input(capsys, args)
         assert expected in err, (name, err)
         assert (out / "records.jsonl").read_bytes() == before, name
