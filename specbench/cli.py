@@ -74,6 +74,26 @@ def parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="methods and tasks")
 
+    train = sub.add_parser("train", help="extract target features (cached, resumable) and train a drafter")
+    train.add_argument("method", help="what to train (see `list`): eagle, medusa, sps-draft")
+    train.add_argument("--data", type=Path, default=Path("../shared/data/train/prompts.jsonl"),
+                       help="training prompts, JSONL with turns and reference (default ../shared/data/train/prompts.jsonl)")
+    train.add_argument("--features", type=Path, help="feature cache dir (default results/features/<target>-<mode>)")
+    train.add_argument("--mode", choices=["fixed", "self"], default="fixed",
+                       help="replies: the prompts' references (fixed) or the target's own greedy replies (self)")
+    train.add_argument("--prompts", type=int, default=4096, help="conversations to extract features for")
+    train.add_argument("--max-len", type=int, default=512, help="tokens per conversation")
+    train.add_argument("--out", type=Path, required=True, help="where the trained weights, log and checkpoint go")
+    train.add_argument("--max-tokens", type=int, default=2_000_000, help="training positions to stop after")
+    train.add_argument("--hours", type=float, default=0.0, help="training time to stop after (0 = no limit)")
+    train.add_argument("--lr", type=float, default=3e-4)
+    train.add_argument("--batch-tokens", type=int, default=4096)
+    train.add_argument("--eval-every", type=int, default=200, help="steps between held-out evaluations")
+    train.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                       help="method option, e.g. --opt inputs=token (repeatable)")
+    train.add_argument("--seed", type=int, default=0)
+    _add_model_args(train)
+
     bench = sub.add_parser("bench", help="our vanilla and pld against HF generate, interleaved")
     _add_question_args(bench)
     _add_model_args(bench)
@@ -129,6 +149,29 @@ def cmd_list(_: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from specbench.features import ExtractConfig, extract
+    from specbench.registry import available_trainers
+    from specbench.target import load_model
+    from specbench.training import TrainConfig
+
+    trainers = available_trainers()
+    if args.method not in trainers:
+        raise SpecbenchError(f"nothing to train called {args.method!r}; valid: {', '.join(trainers)}")
+    if args.prompts <= 0 or args.max_tokens <= 0 or args.max_len < 2:
+        raise SpecbenchError("--prompts and --max-tokens must be > 0 and --max-len >= 2")
+    target = load_model(args.target, args.device, args.dtype)
+    features = args.features or Path("results/features") / f"{Path(args.target).name.lower()}-{args.mode}"
+    cache = extract(ExtractConfig(data=args.data, out=features, target=args.target, mode=args.mode,
+                                  max_prompts=args.prompts, max_len=args.max_len, seed=args.seed), target)
+    cfg = TrainConfig(out=args.out, lr=args.lr, batch_tokens=args.batch_tokens, max_tokens=args.max_tokens,
+                      max_hours=args.hours, eval_every=args.eval_every, seed=args.seed)
+    result = trainers[args.method](target, cache, cfg, _options(args.opt))
+    print("held-out: " + " ".join(f"{k}={v:.4f}" for k, v in result.items()))
+    print(f"trained weights: {args.out}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from specbench.bench import benchmark
     from specbench.target import chat_prompt, load_model
@@ -145,7 +188,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "report": cmd_report, "check": cmd_check, "list": cmd_list, "bench": cmd_bench}
+COMMANDS = {"run": cmd_run, "report": cmd_report, "check": cmd_check, "list": cmd_list, "bench": cmd_bench,
+            "train": cmd_train}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,6 +55,16 @@ def available_methods() -> dict[str, MethodInfo]:
     return dict(sorted(found.items(), key=lambda kv: (kv[0] != "vanilla", kv[0])))
 
 
+def available_trainers() -> dict[str, Callable]:
+    """Training entry points: `TRAINERS` dicts in methods/*.py, {name: train(target, cache, cfg, options)}."""
+    import methods
+
+    found: dict[str, Callable] = {}
+    for module in pkgutil.iter_modules(methods.__path__):
+        found.update(getattr(importlib.import_module(f"methods.{module.name}"), "TRAINERS", {}))
+    return found
+
+
 def select_methods(names: list[str]) -> list[MethodInfo]:
     known = available_methods()
     unknown = [n for n in names if n not in known]

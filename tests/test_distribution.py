@@ -8,6 +8,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
+from methods.eagle import EAGLE1_TREE, EagleDrafter, EagleHead, TreeSpec, head_config, parse_tree
 from methods.sps import DraftModelDrafter
 from methods.vanilla import VanillaDrafter
 from specbench.engine import generate
@@ -71,12 +72,23 @@ def goodness_of_fit(counts: np.ndarray, joint: np.ndarray) -> float:
     return float(chisquare(obs, exp).pvalue)
 
 
+def eagle_drafter(target, static: bool) -> EagleDrafter:
+    """A random EAGLE head: with 12 tokens its top-k trees still cover most of the target's mass."""
+    torch.manual_seed(5)
+    head = EagleHead(head_config(target.config))
+    head.embed_tokens.weight.data.copy_(target.get_input_embeddings().weight)
+    spec = TreeSpec(top_k=3, depth=3, total_tokens=6, static_paths=parse_tree(EAGLE1_TREE) if static else None)
+    return EagleDrafter(head, target.get_output_embeddings().weight, None, spec)
+
+
 DRAFTERS = {
     "vanilla": lambda t, d: VanillaDrafter(),
     "chain-with-q (sps)": lambda t, d: DraftModelDrafter(d, gamma=2, vocab_size=VOCAB),
     "tree-one-hot": lambda t, d: ModelTreeDrafter(d, width=2, sampled=False),
     "tree-sampled-q": lambda t, d: ModelTreeDrafter(d, width=2, sampled=True),
     "random-trees-one-hot": lambda t, d: RandomTreeDrafter(VOCAB, seed=3),
+    "eagle (dynamic tree)": lambda t, d: eagle_drafter(t, static=False),
+    "eagle1 (static tree)": lambda t, d: eagle_drafter(t, static=True),
 }
 
 

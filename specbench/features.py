@@ -1,0 +1,225 @@
+"""Target features for drafter training (EAGLE, Medusa): the target's final-norm hidden state at every position of
+training conversations, cached on disk in chunks so that extraction resumes after a stop and every head trained
+on the same target reuses it.
+
+A cache directory holds manifest.json (settings, to refuse mixing) and chunk_NNNNN.safetensors files, each with
+  tokens    int32 [N]     the conversations' token ids, concatenated
+  hidden    fp16  [N, H]  the target's lm_head input at each position
+  loss_mask uint8 [N]     1 where the NEXT token belongs to an assistant reply (the positions a drafter is trained on)
+  offsets   int64 [S+1]   where each conversation starts and ends in the arrays above
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from specbench.errors import SpecbenchError
+from specbench.target import LoadedModel
+
+MODES = ("fixed", "self")  # replies: the prompts' references, or written by the target itself (greedy)
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    data: Path  # a JSONL file of {"id", "turns": [...], "reference": [...]} (../shared/data/train/prompts.jsonl)
+    out: Path
+    target: str
+    mode: str = "fixed"
+    max_prompts: int = 4000  # conversations to extract (a shuffled prefix of the file, so any prefix is a sample)
+    max_len: int = 512  # tokens per conversation, longer ones are cut
+    batch_size: int = 8
+    chunk_size: int = 256  # conversations per chunk file
+    reply_tokens: int = 256  # self mode: new tokens per generated reply
+    seed: int = 0
+
+
+@dataclass
+class Conversation:
+    tokens: list[int]
+    loss_mask: list[int]
+
+
+def read_prompts(path: Path, seed: int) -> list[dict]:
+    if not path.is_file():
+        raise SpecbenchError(f"training prompts {path} not found")
+    rows = []
+    with path.open() as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SpecbenchError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("turns"), list) or not row["turns"]:
+                raise SpecbenchError(f"{path}:{number}: expected an object with a non-empty list 'turns'")
+            rows.append(row)
+    random.Random(seed).shuffle(rows)
+    return rows
+
+
+def conversation_tokens(tokenizer, turns: list[str], replies: list[str], max_len: int) -> Conversation:
+    """Chat-template tokens of user/assistant turns, with loss_mask[t] = 1 where token t+1 is part of a reply."""
+    messages: list[dict[str, str]] = []
+    tokens: list[int] = []
+    mask: list[int] = []
+    for user, reply in zip(turns, replies):
+        messages.append({"role": "user", "content": user})
+        prefix = _template(tokenizer, messages, generation_prompt=True)
+        messages.append({"role": "assistant", "content": reply})
+        full = _template(tokenizer, messages, generation_prompt=False)
+        if prefix[: len(tokens)] != tokens or full[: len(prefix)] != prefix:
+            break  # a template that rewrites earlier turns: keep what is consistent
+        mask += [0] * (len(prefix) - len(tokens))
+        mask += [1] * (len(full) - len(prefix))
+        tokens = full
+    tokens, mask = tokens[:max_len], mask[:max_len]
+    # mask marks reply tokens; shift it so that position t is trained when token t+1 is a reply token.
+    return Conversation(tokens, mask[1:] + [0])
+
+
+def _template(tokenizer, messages, generation_prompt: bool) -> list[int]:
+    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True)
+    return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+
+
+class FeatureCache:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.folder / "manifest.json"
+
+    def chunks(self) -> list[Path]:
+        return sorted(self.folder.glob("chunk_*.safetensors"))
+
+    def manifest(self) -> dict:
+        if not self.manifest_path.is_file():
+            raise SpecbenchError(f"{self.folder} is not a feature cache (no manifest.json): run the extraction first")
+        return json.loads(self.manifest_path.read_text())
+
+    def load(self, max_chunks: int | None = None) -> list[dict[str, torch.Tensor]]:
+        chunks = self.chunks()[:max_chunks]
+        if not chunks:
+            raise SpecbenchError(f"feature cache {self.folder} holds no chunks yet")
+        return [load_file(str(c)) for c in chunks]
+
+
+def _write_chunk(path: Path, convs: list[Conversation], hidden: list[torch.Tensor], rows: int) -> None:
+    offsets = [0]
+    for c in convs:
+        offsets.append(offsets[-1] + len(c.tokens))
+    tensors = {
+        "tokens": torch.tensor([t for c in convs for t in c.tokens], dtype=torch.int32),
+        "loss_mask": torch.tensor([m for c in convs for m in c.loss_mask], dtype=torch.uint8),
+        "hidden": torch.cat(hidden).to(torch.float16),
+        "offsets": torch.tensor(offsets, dtype=torch.int64),
+    }
+    tmp = path.with_suffix(".tmp")
+    save_file(tensors, str(tmp), metadata={"rows": str(rows)})
+    tmp.rename(path)  # a chunk is either whole or absent, whatever the moment of a stop
+
+
+def _text_length(row: dict) -> int:
+    return sum(len(t) for t in row["turns"] + (row.get("reference") or []))
+
+
+def _rows_in(chunk: Path) -> int:
+    with safe_open(str(chunk), "pt") as f:
+        return int((f.metadata() or {}).get("rows", 0))
+
+
+@torch.inference_mode()
+def target_features(target: LoadedModel, batch: list[list[int]]) -> list[torch.Tensor]:
+    """Final-norm hidden states [len, H] of each sequence, from one padded forward of the target's body."""
+    model = target.model
+    longest = max(len(s) for s in batch)
+    ids = torch.zeros(len(batch), longest, dtype=torch.long)
+    attention = torch.zeros(len(batch), longest, dtype=torch.long)
+    for row, seq in enumerate(batch):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        attention[row, : len(seq)] = 1
+    # The decoder body alone: its last_hidden_state is the lm_head input, and skipping the lm_head saves a third.
+    out = model.get_decoder()(input_ids=ids.to(model.device), attention_mask=attention.to(model.device))
+    hidden = out.last_hidden_state.float().cpu()
+    return [hidden[row, : len(seq)] for row, seq in enumerate(batch)]
+
+
+@torch.inference_mode()
+def self_replies(target: LoadedModel, turns: list[list[str]], max_new_tokens: int) -> list[str]:
+    """The target's own greedy replies to each conversation's first turn (batched, left padded)."""
+    tokenizer = target.tokenizer
+    prompts = [_template(tokenizer, [{"role": "user", "content": t[0]}], generation_prompt=True) for t in turns]
+    longest = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids = torch.tensor([[pad] * (longest - len(p)) + p for p in prompts])
+    attention = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts])
+    out = target.model.generate(
+        input_ids=ids.to(target.model.device), attention_mask=attention.to(target.model.device),
+        max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad,
+    )
+    stop = target.stop_ids
+    replies = []
+    for row in out[:, longest:].tolist():
+        cut = next((i for i, t in enumerate(row) if t in stop), len(row))
+        replies.append(tokenizer.decode(row[:cut], skip_special_tokens=True))
+    return replies
+
+
+def extract(cfg: ExtractConfig, target: LoadedModel) -> FeatureCache:
+    """Extract (or resume extracting) features for the first cfg.max_prompts usable prompts."""
+    if cfg.mode not in MODES:
+        raise SpecbenchError(f"unknown data mode {cfg.mode!r}; valid: {', '.join(MODES)}")
+    cache = FeatureCache(cfg.out)
+    settings = {k: str(v) for k, v in asdict(cfg).items() if k not in ("out", "max_prompts")}
+    if cache.manifest_path.is_file():
+        old = cache.manifest()["settings"]
+        if old != settings:
+            changed = sorted(k for k in settings if old.get(k) != settings[k])
+            raise SpecbenchError(f"{cfg.out} was extracted with other settings ({', '.join(changed)}): use another --features")
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    cache.manifest_path.write_text(json.dumps({"settings": settings, "hidden_size": target.model.config.hidden_size}))
+
+    rows = read_prompts(cfg.data, cfg.seed)
+    if cfg.mode == "fixed":
+        rows = [r for r in rows if isinstance(r.get("reference"), list) and len(r["reference"]) == len(r["turns"])]
+    rows = rows[: cfg.max_prompts]
+    chunks = cache.chunks()
+    if chunks and _rows_in(chunks[-1]) < cfg.chunk_size and len(rows) > (len(chunks) - 1) * cfg.chunk_size + _rows_in(chunks[-1]):
+        chunks.pop().unlink()  # a short last chunk from a smaller --max-prompts: redo it whole
+    start = len(chunks) * cfg.chunk_size
+    bar = tqdm(total=len(rows), initial=min(start, len(rows)), desc=f"features ({cfg.mode})", unit="conv")
+    for chunk_start in range(start, len(rows), cfg.chunk_size):
+        # Sorted by length within a chunk, so that batches carry little padding.
+        chunk_rows = sorted(rows[chunk_start : chunk_start + cfg.chunk_size], key=_text_length)
+        convs: list[Conversation] = []
+        hidden: list[torch.Tensor] = []
+        t0, n_tokens = time.perf_counter(), 0
+        for i in range(0, len(chunk_rows), cfg.batch_size):
+            group = chunk_rows[i : i + cfg.batch_size]
+            if cfg.mode == "self":
+                replies = self_replies(target, [r["turns"] for r in group], cfg.reply_tokens)
+                dialogues = [([r["turns"][0]], [reply]) for r, reply in zip(group, replies)]
+            else:
+                dialogues = [(r["turns"], r["reference"]) for r in group]
+            batch = [conversation_tokens(target.tokenizer, t, rep, cfg.max_len) for t, rep in dialogues]
+            batch = [c for c in batch if sum(c.loss_mask) > 0]
+            if batch:
+                for conv, feats in zip(batch, target_features(target, [c.tokens for c in batch])):
+                    convs.append(conv)
+                    hidden.append(feats)
+                    n_tokens += len(conv.tokens)
+            bar.update(len(group))
+            bar.set_postfix(tok_s=f"{n_tokens / (time.perf_counter() - t0):.0f}")
+        _write_chunk(cfg.out / f"chunk_{chunk_start // cfg.chunk_size:05d}.safetensors", convs, hidden, len(chunk_rows))
+    bar.close()
+    return cache

@@ -1,0 +1,219 @@
+"""The one training loop for drafter heads over a feature cache: batching, AdamW, checkpoints, resume, held-out eval.
+
+A method supplies a `Trainable` (its module, a loss on a batch, how to save itself); this file knows nothing of
+EAGLE or Medusa. The loop is built for small machines that are stopped without warning: it checkpoints every few
+minutes (weights, optimizer, position in the data, elapsed time) and a rerun of the same command resumes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from tqdm import tqdm
+
+from specbench.errors import SpecbenchError
+from specbench.features import FeatureCache
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    out: Path
+    lr: float = 3e-4
+    batch_tokens: int = 4096  # padded tokens per batch
+    max_tokens: int = 2_000_000  # stop after this many training positions (non-padding tokens)
+    max_hours: float = 0.0  # and/or after this much training time (0 = no limit); counts across resumes
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1  # cosine decay from lr to lr * min_lr_ratio over max_tokens
+    eval_every: int = 200  # steps
+    save_minutes: float = 5.0
+    heldout: int = 64  # conversations of the first chunk kept out of training, the same ones as the cache grows
+    seed: int = 0
+
+
+@dataclass
+class Batch:
+    tokens: torch.Tensor  # [B, n] int64, 0 at padding
+    hidden: torch.Tensor  # [B, n, H] fp32
+    loss_mask: torch.Tensor  # [B, n] bool: train position t (token t+1 is a reply token)
+    valid: torch.Tensor  # [B, n] bool: not padding
+
+
+class Trainable(Protocol):
+    module: torch.nn.Module
+
+    def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        """Training loss and metrics (metrics are also what the held-out evaluation prints)."""
+
+    def save(self, folder: Path) -> None:
+        """Write the trained weights in the method's loadable format."""
+
+
+@dataclass
+class Conversations:
+    tokens: list[torch.Tensor]
+    hidden: list[torch.Tensor]
+    loss_mask: list[torch.Tensor]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def load_conversations(cache: FeatureCache) -> Conversations:
+    convs = Conversations([], [], [])
+    for chunk in cache.load():
+        offsets = chunk["offsets"].tolist()
+        for a, b in zip(offsets, offsets[1:]):
+            convs.tokens.append(chunk["tokens"][a:b])
+            convs.hidden.append(chunk["hidden"][a:b])
+            convs.loss_mask.append(chunk["loss_mask"][a:b])
+    return convs
+
+
+def make_batch(convs: Conversations, indices: list[int]) -> Batch:
+    longest = max(len(convs.tokens[i]) for i in indices)
+    hidden_size = convs.hidden[indices[0]].shape[-1]
+    batch = Batch(
+        tokens=torch.zeros(len(indices), longest, dtype=torch.long),
+        hidden=torch.zeros(len(indices), longest, hidden_size),
+        loss_mask=torch.zeros(len(indices), longest, dtype=torch.bool),
+        valid=torch.zeros(len(indices), longest, dtype=torch.bool),
+    )
+    for row, i in enumerate(indices):
+        n = len(convs.tokens[i])
+        batch.tokens[row, :n] = convs.tokens[i]
+        batch.hidden[row, :n] = convs.hidden[i].float()
+        batch.loss_mask[row, :n] = convs.loss_mask[i].bool()
+        batch.valid[row, :n] = True
+    return batch
+
+
+def epoch_batches(lengths: list[int], indices: list[int], batch_tokens: int, seed: int) -> list[list[int]]:
+    """Shuffled batches of similar-length conversations, each within batch_tokens once padded."""
+    gen = torch.Generator().manual_seed(seed)
+    order = [indices[i] for i in torch.randperm(len(indices), generator=gen).tolist()]
+    batches: list[list[int]] = []
+    for start in range(0, len(order), 64):  # sort within groups of 64: little padding, still shuffled
+        group = sorted(order[start : start + 64], key=lambda i: lengths[i])
+        current: list[int] = []
+        for i in group:
+            if current and (len(current) + 1) * max(lengths[j] for j in current + [i]) > batch_tokens:
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+    return [batches[i] for i in torch.randperm(len(batches), generator=gen).tolist()]
+
+
+def _lr_at(cfg: TrainConfig, step: int, tokens: int) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = min(1.0, tokens / cfg.max_tokens)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@torch.no_grad()
+def evaluate(trainable: Trainable, convs: Conversations, indices: list[int], batch_tokens: int) -> dict[str, float]:
+    trainable.module.eval()
+    totals: dict[str, float] = {}
+    weight = 0.0
+    for batch_indices in epoch_batches([len(t) for t in convs.tokens], indices, batch_tokens, seed=0):
+        batch = make_batch(convs, batch_indices)
+        _, metrics = trainable.loss(batch)
+        n = float(batch.loss_mask.sum())
+        weight += n
+        for k, v in metrics.items():
+            totals[k] = totals.get(k, 0.0) + v * n
+    trainable.module.train()
+    return {k: v / max(weight, 1.0) for k, v in totals.items()}
+
+
+def log_eval(log, state: dict, metrics: dict[str, float], final: bool = False) -> str:
+    """Append one point of the training curve to log.jsonl; returns it as a line for the terminal."""
+    record = {"step": state["step"], "tokens": state["tokens"], "hours": round(state["seconds"] / 3600, 4),
+              **({"final": True} if final else {}), **{f"heldout_{k}": round(v, 4) for k, v in metrics.items()}}
+    log.write(json.dumps(record) + "\n")
+    log.flush()
+    return " ".join(f"{k}={v}" for k, v in record.items())
+
+
+def fit(trainable: Trainable, cache: FeatureCache, cfg: TrainConfig) -> dict[str, float]:
+    """Train until max_tokens or max_hours; resume from cfg.out/checkpoint.pt when present. Returns the last eval."""
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    convs = load_conversations(cache)
+    heldout = list(range(min(cfg.heldout, len(convs) // 10)))
+    train = list(range(len(heldout), len(convs)))
+    if not train:
+        raise SpecbenchError(f"feature cache {cache.folder} has too few conversations to train on")
+    lengths = [len(t) for t in convs.tokens]
+    params = [p for p in trainable.module.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    state = {"step": 0, "epoch": 0, "batch": 0, "tokens": 0, "seconds": 0.0}
+    checkpoint = cfg.out / "checkpoint.pt"
+    settings = {k: str(v) for k, v in asdict(cfg).items() if k not in ("out", "max_tokens", "max_hours")}
+    if checkpoint.is_file():
+        saved = torch.load(checkpoint, weights_only=False)
+        if saved["settings"] != settings:
+            raise SpecbenchError(f"{checkpoint} was trained with other settings: use another --out or the same ones")
+        trainable.module.load_state_dict(saved["module"])
+        optimizer.load_state_dict(saved["optimizer"])
+        state = saved["state"]
+        print(f"resuming at step {state['step']}, {state['tokens']} tokens, {state['seconds'] / 3600:.2f} h")
+    log = (cfg.out / "log.jsonl").open("a")
+
+    def save() -> None:
+        tmp = checkpoint.with_suffix(".tmp")
+        torch.save({"module": trainable.module.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
+                    "settings": settings}, tmp)
+        tmp.rename(checkpoint)
+        trainable.save(cfg.out)
+
+    def done() -> bool:
+        over_time = cfg.max_hours > 0 and state["seconds"] >= cfg.max_hours * 3600
+        return state["tokens"] >= cfg.max_tokens or over_time
+
+    last_eval: dict[str, float] = {}
+    if state["step"] == 0:  # the curve starts from the untrained head
+        log_eval(log, state, evaluate(trainable, convs, heldout, cfg.batch_tokens))
+    last_save = time.monotonic()
+    bar = tqdm(total=cfg.max_tokens, initial=min(state["tokens"], cfg.max_tokens), desc="train", unit="tok",
+               unit_scale=True)
+    trainable.module.train()
+    while not done():
+        batches = epoch_batches(lengths, train, cfg.batch_tokens, cfg.seed + state["epoch"])
+        while state["batch"] < len(batches) and not done():
+            t0 = time.monotonic()
+            batch = make_batch(convs, batches[state["batch"]])
+            for group in optimizer.param_groups:
+                group["lr"] = _lr_at(cfg, state["step"], state["tokens"])
+            loss, metrics = trainable.loss(batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_value_(params, 0.5)
+            optimizer.step()
+            n_tokens = int(batch.valid.sum())
+            state["step"] += 1
+            state["batch"] += 1
+            state["tokens"] += n_tokens
+            state["seconds"] += time.monotonic() - t0
+            bar.update(n_tokens)
+            bar.set_postfix({k: f"{v:.3f}" for k, v in metrics.items()})
+            if state["step"] % cfg.eval_every == 0:
+                bar.write(log_eval(log, state, evaluate(trainable, convs, heldout, cfg.batch_tokens)))
+            if time.monotonic() - last_save > cfg.save_minutes * 60:
+                save()
+                last_save = time.monotonic()
+        if state["batch"] >= len(batches):
+            state["epoch"] += 1
+            state["batch"] = 0
+    bar.close()
+    last_eval = evaluate(trainable, convs, heldout, cfg.batch_tokens)
+    print(log_eval(log, state, last_eval, final=True))
+    log.close()
+    save()
+    return last_eval
