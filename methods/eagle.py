@@ -18,6 +18,8 @@ reply tokens in the training data, most frequent first: a reduced draft vocabula
 from __future__ import annotations
 
 import json
+import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from torch.nn import functional as F
 from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
+from specbench.costs import CostCurve, measure_verify_cost
 from specbench.draft import ROOT, DecodeContext, Draft, Drafter
 from specbench.errors import SpecbenchError
 from specbench.kv import truncate_cache
@@ -154,9 +157,11 @@ def load_head(folder: Path, target_embedding: torch.Tensor | None = None) -> tup
     return head, None if draft_vocab is None else torch.tensor(draft_vocab, dtype=torch.long)
 
 
-def find_head(target_name: str, inputs: str = "shifted") -> Path:
+def find_head(target_name: str, inputs: str = "shifted", ablation: bool = False) -> Path:
+    """The shipped head for a target: heads/eagle/<target>/shifted, or one of the four ablation heads (trained on
+    the same, smaller budget) in heads/eagle/<target>/ablation/<inputs>."""
     name = PACKAGED_HEADS.get(target_name.lower())
-    folder = HEADS_DIR / name / inputs if name else None
+    folder = HEADS_DIR / name / ("ablation" if ablation else "") / inputs if name else None
     if folder is None or not (folder / "config.json").is_file():
         raise SpecbenchError(
             f"no trained EAGLE head ({inputs}) ships for target {target_name!r}: pass --draft HEAD_FOLDER, or train "
@@ -194,6 +199,8 @@ class TreeSpec:
     depth: int = 5
     total_tokens: int = 12  # draft nodes kept (the root is the last emitted token, not counted)
     static_paths: list[tuple[int, ...]] | None = None  # set: EAGLE-1 static tree instead of the dynamic one
+    # Set: choose the tree size per step (at most total_tokens) from this machine's measured verification cost.
+    costs: CostCurve | None = None
 
 
 @dataclass
@@ -203,6 +210,9 @@ class _Node:
     depth: int
     score: float  # cumulative draft log-prob
     ancestors: frozenset[int]  # node indices on its path, itself included
+
+
+AUTO_MAX_TOKENS = 32  # total_tokens=auto chooses each tree's size up to this
 
 
 class EagleDrafter(Drafter):
@@ -216,6 +226,7 @@ class EagleDrafter(Drafter):
         self.lm_head = lm_head.detach()[self.vocab].to(device, head.fc.weight.dtype).contiguous()
         self.vocab_list = self.vocab.tolist()
         self.tree = tree
+        self.draft_seconds = 0.0  # running mean of a proposal's time, for sizing trees against verification cost
         self._reset()
 
     def _reset(self) -> None:
@@ -254,6 +265,7 @@ class EagleDrafter(Drafter):
     def propose(self, ctx: DecodeContext) -> Draft:
         if self.features is None:
             return Draft()  # the first step is the prefill: no features yet
+        started = time.perf_counter()
         root_feature = self._fill(ctx)
         nodes: list[_Node] = []
         expanded: list[int] = []  # node of each head cache entry after the filled context
@@ -304,9 +316,14 @@ class EagleDrafter(Drafter):
             else:
                 self._dynamic(expand, step, add, nodes)
                 order = sorted(range(len(nodes)), key=lambda i: (-nodes[i].score, nodes[i].depth))
-                keep = sorted(order[: self.tree.total_tokens], key=lambda i: (nodes[i].depth, -nodes[i].score))
+                size = self.tree.total_tokens
+                if self.tree.costs is not None:
+                    size = self._best_size([nodes[i].score for i in order[:size]])
+                keep = sorted(order[:size], key=lambda i: (nodes[i].depth, -nodes[i].score))
         finally:
             truncate_cache(self.cache, self.filled)
+        elapsed = time.perf_counter() - started
+        self.draft_seconds = elapsed if self.draft_seconds == 0 else 0.9 * self.draft_seconds + 0.1 * elapsed
         new_index = {old: new for new, old in enumerate(keep)}
         # The head's predicted feature under the root and each expanded draft node (for tests and analysis).
         self.tree_features = {new_index.get(i, ROOT): f for i, f in frontier_features.items() if i in new_index or i == ROOT}
@@ -314,6 +331,20 @@ class EagleDrafter(Drafter):
             tokens=[self.vocab_list[nodes[i].token] for i in keep],
             parents=[ROOT if nodes[i].parent == ROOT else new_index[nodes[i].parent] for i in keep],
         )
+
+    def _best_size(self, scores: list[float]) -> int:
+        """Nodes to keep (best first) for the most tokens per second. A node is on the accepted path with about
+        the probability exp(its cumulative draft log-prob) (EAGLE-2: the draft is well calibrated), so keeping n
+        nodes yields about 1 + sum of the first n of those per step, at the cost of drafting plus verifying n + 1
+        tokens."""
+        draft_seconds = self.draft_seconds
+        best, best_rate, expected = 1, 0.0, 1.0
+        for n, score in enumerate(scores, 1):
+            expected += math.exp(score)
+            rate = expected / (draft_seconds + self.tree.costs.at(n + 1))
+            if rate > best_rate:
+                best, best_rate = n, rate
+        return best
 
     def _dynamic(self, expand, step, add, nodes: list[_Node]) -> None:
         k = self.tree.top_k
@@ -323,7 +354,8 @@ class EagleDrafter(Drafter):
             step(frontier)
             logp, index = expand(frontier, k)
             scores = (torch.tensor([nodes[i].score for i in frontier]).unsqueeze(1) + logp.cpu()).flatten()
-            candidates = [add(frontier[j // k], int(index.flatten()[j]), float(scores[j])) for j in range(len(scores))]
+            tokens = index.flatten().tolist()
+            candidates = [add(frontier[j // k], tokens[j], score) for j, score in enumerate(scores.tolist())]
             best = scores.topk(min(k, len(candidates))).indices.tolist()
             frontier = [candidates[j] for j in best]
 
@@ -413,9 +445,9 @@ def frequent_tokens(tokens: list[torch.Tensor], loss_masks: list[torch.Tensor], 
 # ---------------------------------------------------------------------------------------------- methods
 
 
-def _build(ctx: BuildContext, inputs: str, static: bool) -> Drafter:
+def _build(ctx: BuildContext, inputs: str, static: bool, ablation: bool = False) -> Drafter:
     target = ctx.target.model
-    folder = Path(ctx.draft) if ctx.draft else find_head(ctx.target.name, inputs)
+    folder = Path(ctx.draft) if ctx.draft else find_head(ctx.target.name, inputs, ablation)
     head, draft_vocab = load_head(folder, target.get_input_embeddings().weight.detach())
     lm_head = target.get_output_embeddings().weight
     if head.config.hidden_size != lm_head.shape[1] or head.embed_tokens.weight.shape[0] != lm_head.shape[0]:
@@ -426,8 +458,11 @@ def _build(ctx: BuildContext, inputs: str, static: bool) -> Drafter:
     if vocab_size < 0:
         draft_vocab = None  # draft_vocab=-1: the full vocabulary
     head.to(target.device, target.dtype)
+    sizing = ctx.options.get("total_tokens", "auto")
     spec = TreeSpec(top_k=ctx.option("top_k", 4), depth=ctx.option("depth", 5),
-                    total_tokens=ctx.option("total_tokens", 12))
+                    total_tokens=AUTO_MAX_TOKENS if sizing == "auto" else ctx.option("total_tokens", 12))
+    if sizing == "auto" and not static:
+        spec.costs = measure_verify_cost(target, [1, 2, 4, 8, 12, 16, 24, 32])
     if static:
         spec.static_paths = parse_tree(ctx.option("tree", EAGLE1_TREE))
     if spec.top_k < 1 or spec.depth < 1 or spec.total_tokens < 1:
@@ -436,16 +471,16 @@ def _build(ctx: BuildContext, inputs: str, static: bool) -> Drafter:
 
 
 METHODS = [
-    MethodInfo("eagle", "EAGLE-2: feature-level draft head, dynamic tree (top_k=4, depth=5, total_tokens=12)", True,
+    MethodInfo("eagle", "EAGLE-2: feature-level draft head, dynamic tree (top_k=4, depth=5, total_tokens=auto: sized per step "
+               "from this machine's measured verification cost)", True,
                lambda ctx: _build(ctx, "shifted", static=False)),
     MethodInfo("eagle1", "EAGLE-1: the same head, static 25-node tree (--opt tree=JSON paths)", True,
                lambda ctx: _build(ctx, "shifted", static=True)),
-    MethodInfo("eagle-unshifted", "EAGLE ablation: feature + unshifted token, dynamic tree", True,
-               lambda ctx: _build(ctx, "unshifted", static=False)),
-    MethodInfo("eagle-feature", "EAGLE ablation: feature only, dynamic tree", True,
-               lambda ctx: _build(ctx, "feature", static=False)),
-    MethodInfo("eagle-token", "EAGLE ablation: token only, dynamic tree", True,
-               lambda ctx: _build(ctx, "token", static=False)),
+] + [
+    MethodInfo(f"eagle-{inputs}", f"EAGLE ablation head reading {what}, dynamic tree (the four ablation heads share "
+               "one training budget)", True, lambda ctx, inputs=inputs: _build(ctx, inputs, False, ablation=True))
+    for inputs, what in [("shifted", "feature + shifted token (EAGLE)"), ("unshifted", "feature + unshifted token"),
+                         ("feature", "feature only"), ("token", "token only")]
 ]
 
 

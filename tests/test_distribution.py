@@ -9,6 +9,8 @@ import torch
 from scipy.stats import chisquare
 
 from methods.eagle import EAGLE1_TREE, EagleDrafter, EagleHead, TreeSpec, head_config, parse_tree
+from methods.medusa import DEFAULT_TREE, MedusaDrafter, MedusaHeads
+from methods.medusa import parse_tree as medusa_tree
 from methods.sps import DraftModelDrafter
 from methods.vanilla import VanillaDrafter
 from specbench.engine import generate
@@ -81,14 +83,25 @@ def eagle_drafter(target, static: bool) -> EagleDrafter:
     return EagleDrafter(head, target.get_output_embeddings().weight, None, spec)
 
 
+def medusa_drafter(target) -> MedusaDrafter:
+    torch.manual_seed(6)
+    heads = MedusaHeads(target.config.hidden_size, 4)
+    for head in heads.heads:
+        torch.nn.init.normal_(head[0].linear.weight, std=0.3)
+    return MedusaDrafter(heads, target.get_output_embeddings().weight, None, medusa_tree(DEFAULT_TREE))
+
+
 DRAFTERS = {
     "vanilla": lambda t, d: VanillaDrafter(),
     "chain-with-q (sps)": lambda t, d: DraftModelDrafter(d, gamma=2, vocab_size=VOCAB),
+    "chain-with-q, reduced draft vocabulary (sps)": lambda t, d: DraftModelDrafter(
+        d, gamma=2, vocab_size=VOCAB, draft_vocab=torch.tensor([0, 2, 3, 5, 7, 8, 9])),
     "tree-one-hot": lambda t, d: ModelTreeDrafter(d, width=2, sampled=False),
     "tree-sampled-q": lambda t, d: ModelTreeDrafter(d, width=2, sampled=True),
     "random-trees-one-hot": lambda t, d: RandomTreeDrafter(VOCAB, seed=3),
     "eagle (dynamic tree)": lambda t, d: eagle_drafter(t, static=False),
     "eagle1 (static tree)": lambda t, d: eagle_drafter(t, static=True),
+    "medusa": lambda t, d: medusa_drafter(t),
 }
 
 

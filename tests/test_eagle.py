@@ -121,7 +121,7 @@ def decode(target, drafter, prompt: list[int], n: int = 40):
     return generate(target.model, prompt, drafter, Sampling(), n, set())
 
 
-@pytest.mark.parametrize("method", ["eagle", "eagle1", "eagle-unshifted", "eagle-feature", "eagle-token"])
+@pytest.mark.parametrize("method", ["eagle", "eagle1", "eagle-shifted", "eagle-unshifted", "eagle-feature", "eagle-token"])
 def test_eagle_emits_vanilla_tokens_at_t0(tiny_target, trained_heads, method):
     inputs = {"eagle": "shifted", "eagle1": "shifted"}.get(method, method.removeprefix("eagle-"))
     info = available_methods()[method]

@@ -1,0 +1,82 @@
+"""Medusa-style heads on a tiny target: training through the CLI, T=0 identity (lossless and typical), the tree
+built from each head's ranks, and typical acceptance flagged lossy."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from methods.medusa import MedusaDrafter, MedusaHeads, load_heads, parse_tree, typical_verifier
+from methods.vanilla import VanillaDrafter
+from specbench.cli import main
+from specbench.draft import Draft
+from specbench.engine import generate
+from specbench.registry import BuildContext, available_methods
+from specbench.sampling import Sampling
+from specbench.target import chat_prompt, load_model
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_target_dir, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("medusa_train")
+    prompts = folder / "prompts.jsonl"
+    with prompts.open("w") as f:
+        for i in range(24):
+            f.write(json.dumps({"id": str(i), "turns": [f"question {i} about the fox"]}) + "\n")
+    out = folder / "heads"
+    code = main(["train", "medusa", "--target", str(tiny_target_dir), "--data", str(prompts), "--mode", "self",
+                 "--prompts", "24", "--features", str(folder / "features"), "--out", str(out), "--max-tokens", "3000",
+                 "--lr", "1e-3", "--batch-tokens", "1024", "--opt", "draft_vocab=100"])
+    assert code == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_target(tiny_target_dir):
+    return load_model(str(tiny_target_dir))
+
+
+def test_training_writes_heads_and_per_head_accuracy(trained):
+    heads, vocab = load_heads(trained)
+    assert len(heads.heads) == 4 and len(vocab) <= 100
+    curve = [json.loads(line) for line in (trained / "log.jsonl").read_text().splitlines()]
+    assert {"heldout_top1_head1", "heldout_top1_head4"} <= set(curve[-1])
+
+
+@pytest.mark.parametrize("method", ["medusa", "medusa-typical"])
+def test_t0_identity(tiny_target, trained, method):
+    drafter = available_methods()[method].build(BuildContext(tiny_target, draft=str(trained)))
+    for i in range(4):
+        prompt = chat_prompt(tiny_target.tokenizer, [{"role": "user", "content": f"question {i} about the dog"}])
+        expected = generate(tiny_target.model, prompt, VanillaDrafter(), Sampling(), 30, set()).token_ids
+        assert generate(tiny_target.model, prompt, drafter, Sampling(), 30, set()).token_ids == expected
+
+
+def test_tree_comes_from_each_heads_ranks():
+    torch.manual_seed(0)
+    hidden, vocab = 8, 20
+    heads = MedusaHeads(hidden, 3)
+    for head in heads.heads:
+        torch.nn.init.normal_(head[0].linear.weight)
+    lm_head = torch.randn(vocab, hidden)
+    tree = parse_tree("[[0],[1],[0,0],[0,1],[1,0],[0,0,0]]")
+    drafter = MedusaDrafter(heads, lm_head, None, tree)
+    drafter.last_feature = torch.randn(hidden)
+    draft = drafter.propose(None)
+    ranked = (heads(drafter.last_feature) @ lm_head.T).topk(2, dim=-1).indices.tolist()
+    assert draft.parents == [-1, -1, 0, 0, 1, 2]
+    assert draft.tokens == [ranked[0][0], ranked[0][1], ranked[1][0], ranked[1][1], ranked[1][0], ranked[2][0]]
+
+
+def test_typical_acceptance_is_labelled_lossy_and_accepts_by_threshold():
+    assert available_methods()["medusa-typical"].lossless is False
+    assert available_methods()["medusa"].lossless is True
+    # Root row: token 1 has p = 0.6 (accepted), token 2 p = 0.001 (rejected); node 0's row: token 3 p ~ 1.
+    logits = torch.full((4, 5), -30.0)
+    logits[0, 1], logits[0, 2], logits[0, 0] = 0.0, -6.5, -0.4
+    logits[1, 3] = 10.0
+    draft = Draft([1, 2, 3], [-1, -1, 0])
+    verdict = typical_verifier(0.09, 0.3)(draft, logits, Sampling(temperature=1.0), torch.Generator().manual_seed(0))
+    assert verdict.path == [0, 2]

@@ -1,0 +1,49 @@
+"""The small SpS draft trained here: distillation through the CLI, the compact shared-embedding format, and T=0
+identity with vanilla when it drafts over a reduced vocabulary."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from methods.vanilla import VanillaDrafter
+from specbench.cli import main
+from specbench.engine import generate
+from specbench.registry import BuildContext, available_methods
+from specbench.sampling import Sampling
+from specbench.target import chat_prompt, load_model
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_target_dir, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("sps_train")
+    prompts = folder / "prompts.jsonl"
+    with prompts.open("w") as f:
+        for i in range(24):
+            f.write(json.dumps({"id": str(i), "turns": [f"tell me {i} things about the lazy dog"]}) + "\n")
+    out = folder / "draft"
+    code = main(["train", "sps-draft", "--target", str(tiny_target_dir), "--data", str(prompts), "--mode", "self",
+                 "--prompts", "24", "--features", str(folder / "features"), "--out", str(out), "--max-tokens", "3000",
+                 "--batch-tokens", "1024", "--opt", "layers=1", "--opt", "draft_vocab=120"])
+    assert code == 0
+    return out
+
+
+def test_saved_without_the_shared_embedding(trained):
+    keys = set(load_file(str(trained / "model.safetensors")))
+    assert "model.embed_tokens.weight" not in keys and "lm_head.weight" not in keys
+    assert "model.layers.0.self_attn.q_proj.weight" in keys
+    assert len(json.loads((trained / "config.json").read_text())["specbench_draft_vocab"]) <= 120
+
+
+@pytest.mark.parametrize("temperature", [0.0])
+def test_t0_identity_with_reduced_vocabulary(tiny_target_dir, trained, temperature):
+    target = load_model(str(tiny_target_dir))
+    drafter = available_methods()["sps"].build(BuildContext(target, draft=str(trained)))
+    assert drafter.draft_vocab is not None
+    for i in range(4):
+        prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": f"tell me {i} things about the fox"}])
+        expected = generate(target.model, prompt, VanillaDrafter(), Sampling(), 30, set()).token_ids
+        assert generate(target.model, prompt, drafter, Sampling(temperature), 30, set()).token_ids == expected
