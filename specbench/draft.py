@@ -16,6 +16,16 @@ ROOT = -1  # parent index of nodes hanging directly under the last emitted token
 
 
 @dataclass
+class Branch:
+    """Extra tokens a drafter wants scored in the same target forward but never verified or kept in the cache
+    (Lookahead's Jacobi window). Each sees the whole context, the root, and the branch tokens `allowed` lets it."""
+
+    tokens: list[int]
+    offsets: list[int]  # position of each token relative to the root (>= 1)
+    allowed: torch.Tensor  # [m, m] bool: which branch tokens each one attends to (itself included)
+
+
+@dataclass
 class Draft:
     """A token tree. Nodes are in topological order: a node's parent comes before it (or is ROOT).
 
@@ -26,6 +36,7 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     q: torch.Tensor | None = None
+    extra: Branch | None = None
 
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.parents):
@@ -61,7 +72,7 @@ class Draft:
     def limited(self, max_depth: int) -> "Draft":
         """The same tree without nodes deeper than max_depth (no point drafting past the token budget)."""
         if max_depth <= 0:
-            return Draft()
+            return Draft(extra=self.extra)
         depth = self.depths()
         keep = [i for i in range(len(self.tokens)) if depth[i] <= max_depth]
         if len(keep) == len(self.tokens):
@@ -71,6 +82,7 @@ class Draft:
             tokens=[self.tokens[i] for i in keep],
             parents=[ROOT if self.parents[i] == ROOT else new_index[self.parents[i]] for i in keep],
             q=None if self.q is None else self.q[keep],
+            extra=self.extra,
         )
 
 
@@ -85,12 +97,17 @@ class DecodeContext:
     # Target hidden states (after the final norm, i.e. the lm_head input) for the positions the last forward added
     # to the target's cache, in order; filled only for drafters with needs_hidden.
     new_hidden: torch.Tensor | None = None
+    # Logits [m, V] of the last draft's extra branch (Lookahead), from the same forward; None without one.
+    extra_logits: torch.Tensor | None = None
 
 
 class Drafter:
     """Base class of every method. Subclasses override propose and, when they keep state, begin and accepted."""
 
     needs_hidden: bool = False
+    # How long drafter state (caches, n-gram pools) lives; written into every record. begin() resets it for each
+    # generation (each turn of each question), so nothing carries over between questions.
+    state_scope: str = "generation"
     # A verification rule other than the engine's lossless one (e.g. Medusa typical acceptance); None = lossless.
     verifier: Callable | None = None
 

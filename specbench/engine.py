@@ -39,28 +39,33 @@ class TreeInputs:
 def tree_inputs(
     pending: list[int], draft: Draft, cache_len: int, dtype: torch.dtype, device: torch.device
 ) -> TreeInputs:
-    """Inputs for scoring `pending` (tokens not yet cached, causal) followed by the draft tree."""
+    """Inputs for scoring `pending` (tokens not yet cached, causal), then the draft tree, then its extra branch."""
     n_pending, n = len(pending), len(draft)
-    input_ids = torch.tensor([pending + draft.tokens], dtype=torch.long, device=device)
-    if draft.is_chain():
+    extra = draft.extra
+    m = len(extra.tokens) if extra else 0
+    input_ids = torch.tensor([pending + draft.tokens + (extra.tokens if extra else [])], dtype=torch.long, device=device)
+    if draft.is_chain() and not extra:
         # A chain is an ordinary causal continuation: let the model build its own (fast) mask.
         positions = torch.arange(cache_len, cache_len + n_pending + n, device=device)
         return TreeInputs(input_ids, positions.unsqueeze(0), None)
-    depth = torch.tensor(draft.depths(), device=device)
-    positions = torch.cat(
-        [torch.arange(cache_len, cache_len + n_pending, device=device), cache_len + n_pending - 1 + depth]
-    )
+    root = cache_len + n_pending - 1
+    depth = torch.tensor(draft.depths(), dtype=torch.long)
+    offsets = torch.tensor(extra.offsets if extra else [], dtype=torch.long)
+    positions = torch.cat([torch.arange(cache_len, cache_len + n_pending), root + depth, root + offsets])
     ancestor = torch.eye(n, dtype=torch.bool)
     for i, parent in enumerate(draft.parents):
         if parent >= 0:
             ancestor[i] |= ancestor[parent]
-    allowed = torch.zeros(n_pending + n, cache_len + n_pending + n, dtype=torch.bool)
+    total = n_pending + n + m
+    allowed = torch.zeros(total, cache_len + total, dtype=torch.bool)
     allowed[:, :cache_len] = True
     allowed[:n_pending, cache_len : cache_len + n_pending] = torch.ones(n_pending, n_pending, dtype=torch.bool).tril()
     allowed[n_pending:, cache_len : cache_len + n_pending] = True
-    allowed[n_pending:, cache_len + n_pending :] = ancestor
+    allowed[n_pending : n_pending + n, cache_len + n_pending : cache_len + n_pending + n] = ancestor
+    if extra:
+        allowed[n_pending + n :, cache_len + n_pending + n :] = extra.allowed
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    return TreeInputs(input_ids, positions.unsqueeze(0), mask[None, None].to(device))
+    return TreeInputs(input_ids, positions.unsqueeze(0).to(device), mask[None, None].to(device))
 
 
 def context_limit(model: PreTrainedModel) -> int:
@@ -112,6 +117,7 @@ def generate(
         t1 = time.perf_counter()
 
         pending = ctx.token_ids[cache_len:]
+        n_extra = len(draft.extra.tokens) if draft.extra else 0
         inputs = tree_inputs(pending, draft, cache_len, dtype, device)
         out = model(
             input_ids=inputs.input_ids,
@@ -119,12 +125,15 @@ def generate(
             attention_mask=inputs.attention_mask,
             past_key_values=cache,
             use_cache=True,
-            logits_to_keep=len(draft) + 1,
+            logits_to_keep=len(draft) + 1 + n_extra,
             output_hidden_states=drafter.needs_hidden,
         )
-        verdict = verify(draft, out.logits[0].float(), sampling, generator)
+        logits = out.logits[0].float()
+        if n_extra:
+            ctx.extra_logits, logits = logits[len(draft) + 1 :], logits[: len(draft) + 1]
+        verdict = verify(draft, logits, sampling, generator)
         kept = cache_len + len(pending)
-        if draft:
+        if draft or n_extra:
             compact_cache(cache, kept, [kept + i for i in verdict.path])
         emitted = ([draft.tokens[i] for i in verdict.path] + [verdict.bonus])[:remaining]
         for j, token in enumerate(emitted):

@@ -134,6 +134,7 @@ def run(cfg: RunConfig) -> Path:
                 "temperature": temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
                 "question_id": question.question_id, "category": question.category, "target": cfg.target,
                 "seed": cfg.seed, "max_new_tokens": budgets[task.name],
+                "drafter_state": drafters[method.name].state_scope,
             }
             if record_key(record) in writer.done:
                 continue

@@ -9,6 +9,7 @@ import torch
 from scipy.stats import chisquare
 
 from methods.eagle import EAGLE1_TREE, EagleDrafter, EagleHead, TreeSpec, head_config, parse_tree
+from methods.lookahead import LookaheadDrafter
 from methods.medusa import DEFAULT_TREE, MedusaDrafter, MedusaHeads
 from methods.medusa import parse_tree as medusa_tree
 from methods.sps import DraftModelDrafter
@@ -102,6 +103,7 @@ DRAFTERS = {
     "eagle (dynamic tree)": lambda t, d: eagle_drafter(t, static=False),
     "eagle1 (static tree)": lambda t, d: eagle_drafter(t, static=True),
     "medusa": lambda t, d: medusa_drafter(t),
+    "lookahead": lambda t, d: LookaheadDrafter(3, 3, 3),
 }
 
 

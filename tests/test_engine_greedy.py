@@ -129,3 +129,17 @@ def test_draft_limited_drops_deep_nodes():
 def test_bad_tree_is_rejected():
     with pytest.raises(ValueError):
         Draft(tokens=[1, 2], parents=[1, -1])
+
+
+@pytest.mark.parametrize("shape", [(5, 7, 7), (3, 4, 2), (2, 1, 0)])
+def test_lookahead_emits_vanilla_tokens(target, prompts, shape):
+    from methods.lookahead import LookaheadDrafter
+
+    drafter = LookaheadDrafter(*shape)
+    accepted_more_than_one = 0
+    for prompt in prompts:
+        got = generate(target, prompt, drafter, Sampling(), 40, set())
+        assert got.token_ids == vanilla(target, prompt)
+        accepted_more_than_one += sum(a > 1 for a in got.accept_lengths)
+    if shape[2] > 0:
+        assert accepted_more_than_one > 0  # the pool's guesses were used, so the trie and window were exercised

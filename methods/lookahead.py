@@ -1,0 +1,95 @@
+"""Lookahead decoding (Fu et al. 2024): no draft model. One target forward per step holds
+  - the verification branch: up to G n-grams from a pool, keyed by the last emitted token, merged into a trie;
+  - the lookahead branch: a Jacobi window of W columns x (N-1) levels, whose greedy outputs refine the window and
+    fill the pool with new n-grams.
+Cell (level l, column i) sits l + i + 1 positions after the root and attends to level 0's columns 0..i and to its
+own column's lower levels: the path it continues is root, level-0 tokens up to column i, then its column upwards.
+After the forward, each column read bottom to top plus its top output is an N-gram for the pool, and every cell
+takes the output that predicted its position (a Jacobi step).
+
+The n-gram pool and the window belong to one generation (one turn): nothing carries over between questions.
+Guesses are deterministic, so the engine verifies them losslessly at any temperature (one-hot candidates).
+"""
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+
+import torch
+
+from specbench.draft import ROOT, Branch, DecodeContext, Draft, Drafter
+from specbench.errors import SpecbenchError
+from specbench.registry import BuildContext, MethodInfo
+
+
+class LookaheadDrafter(Drafter):
+
+    def __init__(self, ngram: int = 5, window: int = 7, guesses: int = 7) -> None:
+        if ngram < 2 or window < 1 or guesses < 0:
+            raise SpecbenchError("lookahead needs N >= 2, W >= 1, G >= 0")
+        self.n, self.w, self.g = ngram, window, guesses
+        self.levels = ngram - 1
+        self.branch_shape = self._branch_shape()
+        self.window: list[list[int]] = []
+        self.pool: dict[int, OrderedDict[tuple[int, ...], None]] = {}
+
+    def _branch_shape(self) -> tuple[list[int], torch.Tensor]:
+        """Offsets and the attention pattern of the window, flattened level by level."""
+        cells = [(level, col) for level in range(self.levels) for col in range(self.w)]
+        index = {cell: k for k, cell in enumerate(cells)}
+        allowed = torch.zeros(len(cells), len(cells), dtype=torch.bool)
+        for k, (level, col) in enumerate(cells):
+            for c in range(col + 1):
+                allowed[k, index[(0, c)]] = True
+            for lower in range(level + 1):
+                allowed[k, index[(lower, col)]] = True
+        return [level + col + 1 for level, col in cells], allowed
+
+    def begin(self, ctx: DecodeContext) -> None:
+        # A fixed seed per prompt: the window starts from prompt tokens, the same way on every run.
+        rng = random.Random(len(ctx.token_ids) * 1_000_003 + sum(ctx.token_ids[-8:]))
+        prompt = ctx.token_ids
+        self.window = [[rng.choice(prompt) for _ in range(self.w)] for _ in range(self.levels)]
+        self.pool = {}
+
+    def propose(self, ctx: DecodeContext) -> Draft:
+        tokens: list[int] = []
+        parents: list[int] = []
+        children: dict[tuple[int, int], int] = {}  # (parent node, token) -> node: the guesses merged into a trie
+        for gram in reversed(self.pool.get(ctx.token_ids[-1], {})):  # the newest first
+            parent = ROOT
+            for token in gram:
+                node = children.get((parent, token))
+                if node is None:
+                    node = len(tokens)
+                    tokens.append(token)
+                    parents.append(parent)
+                    children[(parent, token)] = node
+                parent = node
+        offsets, allowed = self.branch_shape
+        window = [t for level in self.window for t in level]
+        return Draft(tokens, parents, extra=Branch(window, offsets, allowed))
+
+    def accepted(self, ctx: DecodeContext, n_new: int) -> None:
+        if ctx.extra_logits is None:
+            return
+        out = ctx.extra_logits.argmax(-1).view(self.levels, self.w).tolist()
+        ctx.extra_logits = None
+        for col in range(self.w):
+            gram = [self.window[level][col] for level in range(self.levels)] + [out[-1][col]]
+            guesses = self.pool.setdefault(gram[0], OrderedDict())
+            guesses.pop(tuple(gram[1:]), None)
+            guesses[tuple(gram[1:])] = None
+            while len(guesses) > self.g:
+                guesses.popitem(last=False)
+        # Jacobi step, each cell keeping its position: level l takes the predictions of level l-1 for the same
+        # positions, level 0 those of its own left neighbours (its first cell has none and keeps its token).
+        self.window = [self.window[0][:1] + out[0][:-1]] + [out[level - 1][:] for level in range(1, self.levels)]
+
+
+def build(ctx: BuildContext) -> Drafter:
+    return LookaheadDrafter(ctx.option("N", 5), ctx.option("W", 7), ctx.option("G", 7))
+
+
+METHODS = [MethodInfo("lookahead", "Lookahead decoding: Jacobi window (N=5, W=7) + n-gram pool (G=7), one forward "
+                      "per step; pool per generation", True, build)]
