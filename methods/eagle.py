@@ -226,7 +226,9 @@ class EagleDrafter(Drafter):
         self.lm_head = lm_head.detach()[self.vocab].to(device, head.fc.weight.dtype).contiguous()
         self.vocab_list = self.vocab.tolist()
         self.tree = tree
-        self.draft_seconds = 0.0  # running mean of a proposal's time, for sizing trees against verification cost
+        # Running means, for sizing trees against the measured verification cost: a whole proposal, one tree level.
+        self.draft_seconds = 0.0
+        self.level_seconds = 0.0
         self._reset()
 
     def _reset(self) -> None:
@@ -351,6 +353,13 @@ class EagleDrafter(Drafter):
         logp, index = expand([ROOT], k)
         frontier = [add(ROOT, int(t), float(s)) for s, t in zip(logp[0].tolist(), index[0].tolist())]
         for _ in range(self.tree.depth - 1):
+            # Auto sizing also stops early: a level can add at most the frontier's acceptance mass in expected
+            # tokens, worth one target forward each; skip it when that is less than what the level costs to draft.
+            if self.tree.costs is not None and self.level_seconds > 0:
+                mass = sum(math.exp(nodes[i].score) for i in frontier)
+                if mass * self.tree.costs.at(1) < self.level_seconds:
+                    break
+            started = time.perf_counter()
             step(frontier)
             logp, index = expand(frontier, k)
             scores = (torch.tensor([nodes[i].score for i in frontier]).unsqueeze(1) + logp.cpu()).flatten()
@@ -358,6 +367,8 @@ class EagleDrafter(Drafter):
             candidates = [add(frontier[j // k], tokens[j], score) for j, score in enumerate(scores.tolist())]
             best = scores.topk(min(k, len(candidates))).indices.tolist()
             frontier = [candidates[j] for j in best]
+            elapsed = time.perf_counter() - started
+            self.level_seconds = elapsed if self.level_seconds == 0 else 0.9 * self.level_seconds + 0.1 * elapsed
 
     def _static(self, expand, step, add, nodes: list[_Node]) -> None:
         paths = self.tree.static_paths

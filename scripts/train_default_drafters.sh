@@ -27,6 +27,6 @@ if [[ $what == all || $what == ablations ]]; then
   # The paper's ablation: four heads, same data and the same (smaller) budget, differing only in what they read.
   for inputs in shifted unshifted feature token; do
     python -m specbench train eagle "${COMMON[@]}" --out "$HEADS/ablation/$inputs" \
-      --max-tokens 600000 --lr 5e-4 --eval-every 100 --opt "inputs=$inputs"
+      --max-tokens 400000 --lr 5e-4 --eval-every 50 --opt "inputs=$inputs"
   done
 fi

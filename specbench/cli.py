@@ -52,7 +52,9 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="decode tasks with methods and write records")
-    run.add_argument("--methods", type=_csv, default=["vanilla", "pld"], help="comma-separated method names")
+    run.add_argument("--methods", type=_csv, default=["vanilla", "pld"],
+                     help="comma-separated method names, each optionally with its own options, as in "
+                          "eagle@total_tokens=8:top_k=3 (one row per variant: a sweep)")
     _add_question_args(run)
     run.add_argument("--temperatures", type=_temperatures, default=[0.0, 1.0], help="comma-separated, default 0,1")
     run.add_argument("--top-p", type=float, default=1.0)

@@ -65,9 +65,33 @@ def available_trainers() -> dict[str, Callable]:
     return found
 
 
+def variant(base: MethodInfo, spec: str, options: dict[str, str]) -> MethodInfo:
+    """The method with its own options on top of --opt: the rows of a sweep (e.g. eagle@total_tokens=8:top_k=3)."""
+
+    def build(ctx: BuildContext) -> Drafter:
+        return base.build(BuildContext(ctx.target, ctx.draft, {**ctx.options, **options}, ctx.device, ctx.dtype))
+
+    return MethodInfo(spec, f"{base.description} [{spec.partition('@')[2]}]", base.lossless, build)
+
+
 def select_methods(names: list[str]) -> list[MethodInfo]:
+    """Method names, each optionally with its own options: name@key=value:key=value."""
     known = available_methods()
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise SpecbenchError(f"unknown method {', '.join(unknown)}; valid: {', '.join(known)}")
-    return [known[n] for n in names]
+    selected = []
+    for spec in names:
+        name, _, opts = spec.partition("@")
+        if name not in known:
+            raise SpecbenchError(f"unknown method {name}; valid: {', '.join(known)}")
+        if not opts:
+            selected.append(known[name])
+            continue
+        options = {}
+        for pair in opts.split(":"):
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise SpecbenchError(f"method {spec!r}: options go as name@key=value:key=value")
+            options[key] = value
+        selected.append(variant(known[name], spec, options))
+    if len(set(names)) != len(names):
+        raise SpecbenchError("a method is listed twice in --methods")
+    return selected

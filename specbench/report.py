@@ -1,9 +1,12 @@
 """`specbench report`: speedup over vanilla and mean accepted length τ per method and task, one table per
-temperature, as Markdown, LaTeX (booktabs) and CSV.
+temperature in the EAGLE paper's layout (rows = methods; per task a Speedup and a τ column; then the mean; best
+per column in bold), as Markdown, LaTeX (booktabs) and CSV, plus plots.
 
-Speedup = (total new tokens / total wall time) of a method ÷ the same for vanilla in the same run and task.
+Speedup (our headline) = (total new tokens / total wall time) of a method ÷ the same for vanilla, per task.
+Speedup, Spec-Bench style (speedup_specbench_*) = mean over questions of the method's tokens/s ÷ the same mean for
+vanilla: a ratio of per-question means, which weighs short answers more.
 τ = total new tokens / total target forwards (bonus token included, so vanilla's τ is 1.00).
-The mean column averages the per-task values.
+The mean column averages the per-task values. Every file starts with the run's provenance.
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ def per_question_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
             "temperature": float(r["temperature"]), "question_id": str(r["question_id"]),
             "new_tokens": sum(choice["new_tokens"]), "wall_time": sum(choice["wall_time"]),
             "steps": sum(choice["decoding_steps"]),
+            "draft_time": sum(choice.get("draft_time", [0.0])), "verify_time": sum(choice.get("verify_time", [0.0])),
+            "accept_lengths": [a for turn in choice["accept_lengths"] for a in turn],
         })
     return pd.DataFrame(rows)
 
@@ -33,10 +38,12 @@ def method_label(method: str, lossless: bool) -> str:
     return method if lossless else f"{method} (lossy)"
 
 
-def speedup_table(frame: pd.DataFrame) -> pd.DataFrame:
+def speedup_table(frame: pd.DataFrame, per_question_means: bool = False) -> pd.DataFrame:
     """Rows = methods, columns = (task, Speedup | τ) then (Mean, ...), for one temperature."""
     sums = frame.groupby(["method", "task"])[["new_tokens", "wall_time", "steps"]].sum()
     rate = sums["new_tokens"] / sums["wall_time"]
+    if per_question_means:
+        rate = (frame["new_tokens"] / frame["wall_time"]).groupby([frame["method"], frame["task"]]).mean()
     tau = sums["new_tokens"] / sums["steps"]
     if "vanilla" in rate.index.get_level_values("method"):
         speedup = rate / rate.xs("vanilla", level="method")
@@ -56,11 +63,17 @@ def speedup_table(frame: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def format_table(table: pd.DataFrame) -> pd.DataFrame:
+def format_table(table: pd.DataFrame, bold: tuple[str, str] = ("**", "**")) -> pd.DataFrame:
+    """Two decimals, × on speedups, the best value of each column in bold (vanilla's row competes too)."""
     text = table.copy().astype(object)
     for column in table.columns:
         suffix = "×" if column[1] == "Speedup" else ""
-        text[column] = [("—" if pd.isna(v) else f"{v:.2f}{suffix}") for v in table[column]]
+        best = table[column].max()
+        text[column] = [
+            "—" if pd.isna(v) else (f"{bold[0]}{v:.2f}{suffix}{bold[1]}" if v == best and table[column].notna().sum() > 1
+                                   else f"{v:.2f}{suffix}")
+            for v in table[column]
+        ]
     return text
 
 
@@ -71,7 +84,7 @@ def to_markdown(table: pd.DataFrame) -> str:
 
 
 def to_latex(table: pd.DataFrame, caption: str) -> str:
-    text = format_table(table)
+    text = format_table(table, bold=(r"\textbf{", "}"))
     text.columns = pd.MultiIndex.from_tuples(
         [(task.replace("_", r"\_"), stat) for task, stat in text.columns]
     )
@@ -80,23 +93,56 @@ def to_latex(table: pd.DataFrame, caption: str) -> str:
     return latex.replace("×", r"$\times$").replace("τ", r"$\tau$")
 
 
-def build_report(run_dir: Path, out_dir: Path) -> str:
+def provenance(info: dict[str, Any]) -> list[str]:
+    """Lines saying where a table comes from: command, commit, target, device, versions, date."""
+    env, settings = info.get("environment", {}), info.get("settings", {})
+    return [
+        f"command: {info.get('command', '?')}",
+        f"git commit: {env.get('git_commit')}; started {info.get('started', '?')}"
+        + (f"; resumed {', '.join(info['resumed'])}" if info.get("resumed") else ""),
+        f"target: {settings.get('target', '?')} on {env.get('device', '?')} ({env.get('dtype', '?')}"
+        + (f", {env['cuda_device']}" if env.get("cuda_device") else "")
+        + f"); {env.get('cpu_count', '?')} CPUs, {env.get('torch_threads', '?')} torch threads",
+        f"python {env.get('python', '?')}, torch {env.get('torch', '?')}, transformers {env.get('transformers', '?')}; "
+        f"{env.get('platform', '?')}",
+    ]
+
+
+def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, origin: list[str]) -> str:
+    markdown = to_markdown(table)
+    header = "\n".join(f"<!-- {line} -->" for line in origin)
+    (out_dir / f"{stem}.md").write_text(f"{header}\n\n{caption}\n\n{markdown}\n", encoding="utf-8")
+    tex_header = "\n".join(f"% {line}" for line in origin)
+    (out_dir / f"{stem}.tex").write_text(f"{tex_header}\n{to_latex(table, caption)}", encoding="utf-8")
+    with (out_dir / f"{stem}.csv").open("w", encoding="utf-8") as f:
+        f.write("".join(f"# {line}\n" for line in origin))
+        table.to_csv(f)
+    return markdown
+
+
+def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
     records = read_records(run_dir)
     if not records:
         raise SpecbenchError(f"{run_dir}: no finished records yet")
     frame = per_question_frame(records)
     info = read_run_info(run_dir)
+    origin = provenance(info)
+    target = info.get("settings", {}).get("target", "")
     out_dir.mkdir(parents=True, exist_ok=True)
-    printed = []
+    printed = ["\n".join(origin)]
     for temperature, part in frame.groupby("temperature"):
-        table = speedup_table(part)
-        stem = f"speedup_T{temperature:g}"
-        caption = f"Speedup over vanilla and mean accepted length τ, T={temperature:g} ({info.get('settings', {}).get('target', '')})"
-        markdown = to_markdown(table)
-        (out_dir / f"{stem}.md").write_text(f"{caption}\n\n{markdown}\n", encoding="utf-8")
-        (out_dir / f"{stem}.tex").write_text(to_latex(table, caption), encoding="utf-8")
-        table.to_csv(out_dir / f"{stem}.csv")
-        printed.append(f"T={temperature:g}\n{markdown}")
+        t = f"{temperature:g}"
+        caption = (f"Speedup over vanilla (total tokens / total time) and mean accepted length τ, T={t}, {target}; "
+                   "(lossy) marks methods that do not reproduce the target's distribution")
+        markdown = write_table(speedup_table(part), out_dir, f"speedup_T{t}", caption, origin)
+        caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={t}, {target}"
+        write_table(speedup_table(part, per_question_means=True), out_dir, f"speedup_specbench_T{t}", caption, origin)
+        printed.append(f"T={t}\n{markdown}")
         if "vanilla" not in set(part["method"]):
             printed.append("(no vanilla records at this temperature: speedups cannot be computed)")
+    if plots:
+        from specbench.plots import make_plots
+
+        written = make_plots(frame, out_dir)
+        printed.append("plots: " + ", ".join(p.name for p in written))
     return "\n\n".join(printed)

