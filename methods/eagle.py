@@ -31,11 +31,11 @@ from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from specbench.costs import CostCurve, measure_verify_cost
-from specbench.draft import ROOT, DecodeContext, Draft, Drafter
+from specbench.draft import ROOT, DecodeContext, Draft, Drafter, parse_tree
 from specbench.errors import SpecbenchError
 from specbench.kv import truncate_cache
 from specbench.registry import BuildContext, MethodInfo
-from specbench.features import FeatureCache
+from specbench.features import FeatureCache, draft_vocabulary
 from specbench.target import LoadedModel
 from specbench.training import Batch, TrainConfig, fit
 
@@ -171,19 +171,6 @@ def find_head(target_name: str, inputs: str = "shifted", ablation: bool = False)
 
 
 # ---------------------------------------------------------------------------------------------- drafting
-
-
-def parse_tree(text: str) -> list[tuple[int, ...]]:
-    """An EAGLE-1/Medusa style static tree: a JSON list of paths of child ranks, e.g. [[0],[1],[0,0]]."""
-    try:
-        paths = [tuple(int(r) for r in p) for p in json.loads(text)]
-    except (ValueError, TypeError):
-        raise SpecbenchError(f"tree {text!r}: expected a JSON list of lists of ranks, e.g. [[0],[1],[0,0]]") from None
-    known = set(paths)
-    for p in paths:
-        if not p or min(p) < 0 or (len(p) > 1 and p[:-1] not in known):
-            raise SpecbenchError(f"tree path {list(p)} is empty, negative, or lacks its parent path")
-    return sorted(known, key=lambda p: (len(p), p))
 
 
 # Our CPU-sized default for eagle1: 25 nodes, depth 5 (the shape of EAGLE-1's default, our own choice of paths).
@@ -442,17 +429,6 @@ class EagleTrainable:
         save_head(self.head, folder, self.draft_vocab)
 
 
-def frequent_tokens(tokens: list[torch.Tensor], loss_masks: list[torch.Tensor], size: int, always: set[int]) -> torch.Tensor:
-    """The `size` most frequent reply tokens (the tokens a drafter must predict), most frequent first."""
-    targets = torch.cat([t[1:].long()[m[:-1].bool()] for t, m in zip(tokens, loss_masks)])
-    counts = torch.bincount(targets)
-    for t in always:
-        if t < len(counts):
-            counts[t] = counts.max() + 1
-    order = counts.argsort(descending=True)
-    return order[: min(size, int((counts > 0).sum()))]
-
-
 # ---------------------------------------------------------------------------------------------- methods
 
 
@@ -503,18 +479,7 @@ def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: d
     model = target.model
     head = EagleHead(head_config(model.config, inputs))
     head.embed_tokens.weight.data.copy_(model.get_input_embeddings().weight.detach().float())
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    vocab_file = cfg.out / "draft_vocab.pt"  # fixed at the first start, so that a resume trains the same vocabulary
-    size = int(options.get("draft_vocab", 8192))
-    if vocab_file.is_file():
-        draft_vocab = torch.load(vocab_file)
-    elif size > 0:
-        chunks = cache.load()
-        draft_vocab = frequent_tokens([c["tokens"] for c in chunks], [c["loss_mask"] for c in chunks], size,
-                                      target.stop_ids)
-        torch.save(draft_vocab, vocab_file)
-    else:
-        draft_vocab = None
+    draft_vocab = draft_vocabulary(cache, cfg.out, int(options.get("draft_vocab", 8192)), target.stop_ids)
     lm_head = model.get_output_embeddings().weight
     trainable = EagleTrainable(head, lm_head, draft_vocab, float(options.get("noise", 0.1)))
     return fit(trainable, cache, cfg)

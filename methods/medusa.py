@@ -20,9 +20,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn import functional as F
 
-from specbench.draft import ROOT, DecodeContext, Draft, Drafter
+from specbench.draft import ROOT, DecodeContext, Draft, Drafter, parse_tree
 from specbench.errors import SpecbenchError
-from specbench.features import FeatureCache
+from specbench.features import FeatureCache, draft_vocabulary
 from specbench.registry import BuildContext, MethodInfo
 from specbench.sampling import Sampling, sample, target_probs
 from specbench.target import LoadedModel
@@ -81,18 +81,6 @@ def load_heads(folder: Path) -> tuple[MedusaHeads, torch.Tensor | None]:
         raise SpecbenchError(f"{folder}: weights do not match its config ({str(exc).splitlines()[-1].strip()})") from None
     vocab = config.get("specbench_draft_vocab")
     return heads.eval(), None if vocab is None else torch.tensor(vocab, dtype=torch.long)
-
-
-def parse_tree(text: str) -> list[tuple[int, ...]]:
-    try:
-        paths = [tuple(int(r) for r in p) for p in json.loads(text)]
-    except (ValueError, TypeError):
-        raise SpecbenchError(f"tree {text!r}: expected a JSON list of lists of ranks, e.g. [[0],[1],[0,0]]") from None
-    known = set(paths)
-    for p in paths:
-        if not p or min(p) < 0 or (len(p) > 1 and p[:-1] not in known):
-            raise SpecbenchError(f"tree path {list(p)} is empty, negative, or lacks its parent path")
-    return sorted(known, key=lambda p: (len(p), p))
 
 
 class MedusaDrafter(Drafter):
@@ -200,22 +188,9 @@ class MedusaTrainable:
 
 def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: dict[str, str]) -> dict[str, float]:
     """Train Medusa heads (options: heads=4, draft_vocab=8192) on a feature cache (the EAGLE one is reused)."""
-    from methods.eagle import frequent_tokens  # the same reduced vocabulary rule as EAGLE's head
-
     model = target.model
     heads = MedusaHeads(model.config.hidden_size, int(options.get("heads", 4)))
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    vocab_file = cfg.out / "draft_vocab.pt"
-    size = int(options.get("draft_vocab", 8192))
-    if vocab_file.is_file():
-        draft_vocab = torch.load(vocab_file)
-    elif size > 0:
-        chunks = cache.load()
-        draft_vocab = frequent_tokens([c["tokens"] for c in chunks], [c["loss_mask"] for c in chunks], size,
-                                      target.stop_ids)
-        torch.save(draft_vocab, vocab_file)
-    else:
-        draft_vocab = None
+    draft_vocab = draft_vocabulary(cache, cfg.out, int(options.get("draft_vocab", 8192)), target.stop_ids)
     return fit(MedusaTrainable(heads, model.get_output_embeddings().weight, draft_vocab), cache, cfg)
 
 

@@ -11,7 +11,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrained
 
 from specbench.draft import DecodeContext, Draft, Drafter
 from specbench.errors import SpecbenchError
-from specbench.features import FeatureCache
+from specbench.features import FeatureCache, draft_vocabulary
 from specbench.kv import truncate_cache
 from specbench.registry import BuildContext, MethodInfo
 from specbench.sampling import sample, target_probs
@@ -180,18 +180,8 @@ class SmallDraftTrainable:
 
 def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: dict[str, str]) -> dict[str, float]:
     """Train a small draft LM for sps (options: layers=2, draft_vocab=8192) by distillation from cached features."""
-    from methods.eagle import frequent_tokens  # the same reduced vocabulary rule as the heads
-
     draft = small_draft(target.model, int(options.get("layers", 2)))
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    vocab_file = cfg.out / "draft_vocab.pt"
-    if vocab_file.is_file():
-        draft_vocab = torch.load(vocab_file)
-    else:
-        chunks = cache.load()
-        draft_vocab = frequent_tokens([c["tokens"] for c in chunks], [c["loss_mask"] for c in chunks],
-                                      int(options.get("draft_vocab", 8192)), target.stop_ids)
-        torch.save(draft_vocab, vocab_file)
+    draft_vocab = draft_vocabulary(cache, cfg.out, int(options.get("draft_vocab", 8192)), target.stop_ids)
     return fit(SmallDraftTrainable(draft, draft_vocab), cache, cfg)
 
 

@@ -5,11 +5,13 @@ drafter what was accepted. A drafter never touches the target's KV cache, the ve
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
+from specbench.errors import SpecbenchError
 from specbench.sampling import Sampling
 
 ROOT = -1  # parent index of nodes hanging directly under the last emitted token
@@ -84,6 +86,20 @@ class Draft:
             q=None if self.q is None else self.q[keep],
             extra=self.extra,
         )
+
+
+def parse_tree(text: str) -> list[tuple[int, ...]]:
+    """A static tree (EAGLE-1, Medusa) as a JSON list of paths of child ranks, e.g. [[0],[1],[0,0]]: node [0,1] is
+    the second-ranked candidate under the first-ranked one. Returned sorted by depth, then rank."""
+    try:
+        paths = [tuple(int(r) for r in p) for p in json.loads(text)]
+    except (ValueError, TypeError):
+        raise SpecbenchError(f"tree {text!r}: expected a JSON list of lists of ranks, e.g. [[0],[1],[0,0]]") from None
+    known = set(paths)
+    for p in paths:
+        if not p or min(p) < 0 or (len(p) > 1 and p[:-1] not in known):
+            raise SpecbenchError(f"tree path {list(p)} is empty, negative, or lacks its parent path")
+    return sorted(known, key=lambda p: (len(p), p))
 
 
 @dataclass

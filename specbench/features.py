@@ -223,3 +223,30 @@ def extract(cfg: ExtractConfig, target: LoadedModel) -> FeatureCache:
         _write_chunk(cfg.out / f"chunk_{chunk_start // cfg.chunk_size:05d}.safetensors", convs, hidden, len(chunk_rows))
     bar.close()
     return cache
+
+
+def frequent_reply_tokens(cache: FeatureCache, size: int, always: set[int]) -> torch.Tensor:
+    """The `size` most frequent reply tokens of a cache (the tokens a drafter must predict), most frequent first;
+    `always` (the stop tokens) are kept whatever their count. Drafters score these rows of the lm_head only."""
+    chunks = cache.load()
+    targets = torch.cat([c["tokens"][1:].long()[c["loss_mask"][:-1].bool()] for c in chunks])
+    counts = torch.bincount(targets)
+    for t in always:
+        if t < len(counts):
+            counts[t] = counts.max() + 1
+    order = counts.argsort(descending=True)
+    return order[: min(size, int((counts > 0).sum()))]
+
+
+def draft_vocabulary(cache: FeatureCache, folder: Path, size: int, always: set[int]) -> torch.Tensor | None:
+    """A training run's reduced vocabulary (None for size <= 0), fixed at its first start in folder/draft_vocab.pt
+    so that a resumed run trains the same one even if the cache has grown."""
+    saved = folder / "draft_vocab.pt"
+    if saved.is_file():
+        return torch.load(saved)
+    if size <= 0:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = frequent_reply_tokens(cache, size, always)
+    torch.save(vocab, saved)
+    return vocab

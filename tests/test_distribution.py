@@ -8,12 +8,12 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from methods.eagle import EAGLE1_TREE, EagleDrafter, EagleHead, TreeSpec, head_config, parse_tree
+from methods.eagle import EAGLE1_TREE, EagleDrafter, EagleHead, TreeSpec, head_config
 from methods.lookahead import LookaheadDrafter
 from methods.medusa import DEFAULT_TREE, MedusaDrafter, MedusaHeads
-from methods.medusa import parse_tree as medusa_tree
 from methods.sps import DraftModelDrafter
 from methods.vanilla import VanillaDrafter
+from specbench.draft import parse_tree
 from specbench.engine import generate
 from specbench.sampling import Sampling, sample, target_probs
 from specbench.verify import Verdict, rejection_walk
@@ -89,7 +89,7 @@ def medusa_drafter(target) -> MedusaDrafter:
     heads = MedusaHeads(target.config.hidden_size, 4)
     for head in heads.heads:
         torch.nn.init.normal_(head[0].linear.weight, std=0.3)
-    return MedusaDrafter(heads, target.get_output_embeddings().weight, None, medusa_tree(DEFAULT_TREE))
+    return MedusaDrafter(heads, target.get_output_embeddings().weight, None, parse_tree(DEFAULT_TREE))
 
 
 DRAFTERS = {

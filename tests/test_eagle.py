@@ -9,10 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from methods.eagle import (INPUTS, EagleDrafter, EagleHead, TreeSpec, head_config, load_head, parse_tree,
-                           save_head)
+from methods.eagle import INPUTS, EagleDrafter, EagleHead, TreeSpec, head_config, load_head, save_head
 from methods.vanilla import VanillaDrafter
 from specbench.cli import main
+from specbench.draft import parse_tree
 from specbench.engine import generate
 from specbench.errors import SpecbenchError
 from specbench.registry import BuildContext, available_methods

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from methods.medusa import MedusaDrafter, MedusaHeads, load_heads, parse_tree, typical_verifier
+from methods.medusa import MedusaDrafter, MedusaHeads, load_heads, typical_verifier
 from methods.vanilla import VanillaDrafter
 from specbench.cli import main
-from specbench.draft import Draft
+from specbench.draft import Draft, parse_tree
 from specbench.engine import generate
 from specbench.registry import BuildContext, available_methods
 from specbench.sampling import Sampling
