@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on servers and CI
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -85,6 +86,7 @@ def acceptance_by_position(part: pd.DataFrame, out_dir: Path, t: str) -> list[Pa
         positions = np.arange(1, depth + 1)
         # Draft position k was accepted when a step emitted more than k tokens (the bonus is the last one).
         ax.plot(positions, [(steps > k).mean() for k in positions], marker="o", label=labels[method])
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("draft position (depth in the accepted path)")
     ax.set_ylabel("share of steps accepting it")
     ax.set_ylim(0, 1)
