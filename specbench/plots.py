@@ -35,6 +35,11 @@ def _methods(part: pd.DataFrame) -> list[str]:
     return sorted(set(part["method"]), key=lambda m: (m != "vanilla", m))
 
 
+def _steps(part: pd.DataFrame, method: str) -> np.ndarray:
+    """Tokens emitted per target forward, every step of every turn of a method."""
+    return np.concatenate([np.asarray(a) for a in part.loc[part["method"] == method, "accept_lengths"]])
+
+
 def speedup_bars(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
     table = speedup_table(part)
     tasks = [c[0] for c in table.columns if c[1] == "Speedup"]
@@ -62,7 +67,7 @@ def tau_distribution(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
     lengths = np.arange(1, longest + 1)
     width = 0.8 / len(methods)
     for i, method in enumerate(methods):
-        steps = np.concatenate([np.asarray(a) for a in part.loc[part["method"] == method, "accept_lengths"]])
+        steps = _steps(part, method)
         share = [(steps == k).mean() for k in lengths]
         ax.bar(lengths + i * width - 0.4 + width / 2, share, width,
                label=f"{labels[method]} (τ={steps.mean():.2f})")
@@ -81,7 +86,7 @@ def acceptance_by_position(part: pd.DataFrame, out_dir: Path, t: str) -> list[Pa
         return []
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     for method in methods:
-        steps = np.concatenate([np.asarray(a) for a in part.loc[part["method"] == method, "accept_lengths"]])
+        steps = _steps(part, method)
         depth = max(int(steps.max()) - 1, 1)
         positions = np.arange(1, depth + 1)
         # Draft position k was accepted when a step emitted more than k tokens (the bonus is the last one).

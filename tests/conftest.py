@@ -62,6 +62,14 @@ def save_tiny_target(folder: Path, vocab_size: int, seed: int, corpus_seed: str 
     return folder
 
 
+def write_prompts(path: Path, first_turns: list[str]) -> Path:
+    """A training-prompts file in the ../shared/data/train format (turns only: for --mode self)."""
+    import json
+
+    path.write_text("".join(json.dumps({"id": str(i), "turns": [t]}) + "\n" for i, t in enumerate(first_turns)))
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny_target_dir(tmp_path_factory) -> Path:
     return save_tiny_target(tmp_path_factory.mktemp("tiny_target"), 300, seed=1)

@@ -18,7 +18,7 @@ from specbench.errors import SpecbenchError
 from specbench.registry import BuildContext, available_methods
 from specbench.sampling import Sampling
 from specbench.target import chat_prompt, load_model
-from tests.conftest import tiny_llama
+from tests.conftest import tiny_llama, write_prompts
 
 OFFICIAL_KEYS = {
     "fc.weight", "fc.bias", "layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_proj.weight",
@@ -86,11 +86,8 @@ def trained_heads(tiny_target_dir, tmp_path_factory) -> dict[str, Path]:
     """Heads trained through the CLI on the tiny target's own replies: the EAGLE head long enough to be right
     often, the ablations for a few steps (they only have to build, train and decode)."""
     folder = tmp_path_factory.mktemp("eagle_train")
-    prompts = folder / "prompts.jsonl"
-    with prompts.open("w") as f:
-        for i in range(48):
-            turn = " ".join(WORDS[(i + j) % len(WORDS)] for j in range(3 + i % 5))
-            f.write(json.dumps({"id": str(i), "turns": [turn]}) + "\n")
+    turns = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(3 + i % 5)) for i in range(48)]
+    prompts = write_prompts(folder / "prompts.jsonl", turns)
     heads = {}
     for inputs in INPUTS:
         out = folder / inputs

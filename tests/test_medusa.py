@@ -16,15 +16,13 @@ from specbench.engine import generate
 from specbench.registry import BuildContext, available_methods
 from specbench.sampling import Sampling
 from specbench.target import chat_prompt, load_model
+from tests.conftest import write_prompts
 
 
 @pytest.fixture(scope="module")
 def trained(tiny_target_dir, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("medusa_train")
-    prompts = folder / "prompts.jsonl"
-    with prompts.open("w") as f:
-        for i in range(24):
-            f.write(json.dumps({"id": str(i), "turns": [f"question {i} about the fox"]}) + "\n")
+    prompts = write_prompts(folder / "prompts.jsonl", [f"question {i} about the fox" for i in range(24)])
     out = folder / "heads"
     code = main(["train", "medusa", "--target", str(tiny_target_dir), "--data", str(prompts), "--mode", "self",
                  "--prompts", "24", "--features", str(folder / "features"), "--out", str(out), "--max-tokens", "3000",

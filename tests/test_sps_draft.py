@@ -14,15 +14,13 @@ from specbench.engine import generate
 from specbench.registry import BuildContext, available_methods
 from specbench.sampling import Sampling
 from specbench.target import chat_prompt, load_model
+from tests.conftest import write_prompts
 
 
 @pytest.fixture(scope="module")
 def trained(tiny_target_dir, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("sps_train")
-    prompts = folder / "prompts.jsonl"
-    with prompts.open("w") as f:
-        for i in range(24):
-            f.write(json.dumps({"id": str(i), "turns": [f"tell me {i} things about the lazy dog"]}) + "\n")
+    prompts = write_prompts(folder / "prompts.jsonl", [f"tell me {i} things about the lazy dog" for i in range(24)])
     out = folder / "draft"
     code = main(["train", "sps-draft", "--target", str(tiny_target_dir), "--data", str(prompts), "--mode", "self",
                  "--prompts", "24", "--features", str(folder / "features"), "--out", str(out), "--max-tokens", "3000",
