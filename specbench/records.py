@@ -89,9 +89,10 @@ def environment(device: str, dtype: str) -> dict[str, Any]:
 
 
 def git_commit() -> str | None:
+    """The short commit, with -dirty when the work tree has uncommitted changes (the code run is then not it)."""
     try:
         result = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+            ["git", "describe", "--always", "--dirty", "--abbrev=7"], capture_output=True, text=True, timeout=5,
             cwd=Path(__file__).resolve().parent,
         )
     except (OSError, subprocess.TimeoutExpired):
