@@ -434,7 +434,9 @@ class EagleTrainable:
 
 def _build(ctx: BuildContext, inputs: str, static: bool, ablation: bool = False) -> Drafter:
     target = ctx.target.model
-    folder = Path(ctx.draft) if ctx.draft else find_head(ctx.target.name, inputs, ablation)
+    # head=FOLDER (e.g. eagle@head=...) compares heads side by side in one run; --draft sets it for every method.
+    chosen = ctx.options.get("head") or ctx.draft
+    folder = Path(chosen) if chosen else find_head(ctx.target.name, inputs, ablation)
     head, draft_vocab = load_head(folder, target.get_input_embeddings().weight.detach())
     lm_head = target.get_output_embeddings().weight
     if head.config.hidden_size != lm_head.shape[1] or head.embed_tokens.weight.shape[0] != lm_head.shape[0]:
@@ -472,14 +474,22 @@ METHODS = [
 
 
 def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: dict[str, str]) -> dict[str, float]:
-    """Train an EAGLE head (options: inputs=shifted|unshifted|feature|token, draft_vocab=8192, noise=0.1)."""
-    inputs = options.get("inputs", "shifted")
-    if inputs not in INPUTS:
-        raise SpecbenchError(f"unknown EAGLE head inputs {inputs!r}; valid: {', '.join(INPUTS)}")
+    """Train an EAGLE head (options: inputs=shifted|unshifted|feature|token, draft_vocab=8192, noise=0.1,
+    init=HEAD_FOLDER to fine-tune an existing head, e.g. on self-distilled data; it keeps that head's inputs and
+    draft vocabulary)."""
     model = target.model
-    head = EagleHead(head_config(model.config, inputs))
-    head.embed_tokens.weight.data.copy_(model.get_input_embeddings().weight.detach().float())
-    draft_vocab = draft_vocabulary(cache, cfg.out, int(options.get("draft_vocab", 8192)), target.stop_ids)
+    embedding = model.get_input_embeddings().weight.detach().float()
+    if "init" in options:
+        head, draft_vocab = load_head(Path(options["init"]), embedding)
+        if "inputs" in options and options["inputs"] != head.config.specbench_inputs:
+            raise SpecbenchError(f"init head {options['init']} reads {head.config.specbench_inputs!r}, not {options['inputs']!r}")
+    else:
+        inputs = options.get("inputs", "shifted")
+        if inputs not in INPUTS:
+            raise SpecbenchError(f"unknown EAGLE head inputs {inputs!r}; valid: {', '.join(INPUTS)}")
+        head = EagleHead(head_config(model.config, inputs))
+        head.embed_tokens.weight.data.copy_(embedding)
+        draft_vocab = draft_vocabulary(cache, cfg.out, int(options.get("draft_vocab", 8192)), target.stop_ids)
     lm_head = model.get_output_embeddings().weight
     trainable = EagleTrainable(head, lm_head, draft_vocab, float(options.get("noise", 0.1)))
     return fit(trainable, cache, cfg)

@@ -64,6 +64,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                      help="method option, e.g. --opt gamma=5 (repeatable)")
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--repeats", type=int, default=1,
+                     help="decode every question N times (methods interleaved); tables then show mean ± 95%% interval")
     run.add_argument("--out", type=Path, help="run directory (default results/<timestamp>); reuse it to resume")
     run.add_argument("--report-dir", type=Path, help="where the tables go (default reports/<run name>)")
 
@@ -71,8 +73,28 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", type=Path)
     report.add_argument("--out", type=Path, help="default reports/<run name>")
 
-    check = sub.add_parser("check", help="T=0: do lossless methods emit exactly vanilla's tokens?")
-    check.add_argument("run_dir", type=Path)
+    check = sub.add_parser("check", help="equivalence: T=0 token identity in a run (RUN_DIR), or --sampled: the "
+                                         "T>0 distribution of each method's first tokens against vanilla's")
+    check.add_argument("run_dir", type=Path, nargs="?", help="a run directory (T=0 check)")
+    check.add_argument("--no-margins", action="store_true",
+                       help="T=0: do not load the target to measure its logit margin where a method diverges")
+    check.add_argument("--sampled", action="store_true", help="run the T>0 two-sample test suite on the target")
+    check.add_argument("--methods", type=_csv, help="--sampled: methods to compare with vanilla")
+    check.add_argument("--tasks", type=_csv, default=["all"], help="--sampled: tasks the prompts come from")
+    check.add_argument("--limit", type=int, default=1, help="--sampled: prompts per task (default 1)")
+    check.add_argument("--question-dir", type=Path)
+    check.add_argument("--source", choices=SOURCES, default="auto")
+    check.add_argument("--samples", type=int, default=300, help="--sampled: samples per prompt per method")
+    check.add_argument("--tokens", type=int, default=3, help="--sampled: tokens per sample (the positions tested)")
+    check.add_argument("--temperature", type=float, default=1.0)
+    check.add_argument("--top-p", type=float, default=1.0)
+    check.add_argument("--top-k", type=int, default=0)
+    check.add_argument("--alpha", type=float, default=0.01, help="--sampled: family-wise level per method")
+    check.add_argument("--draft")
+    check.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE")
+    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--out", type=Path, help="--sampled: where the table goes (default reports/sampled-check-T<t>)")
+    _add_model_args(check)
 
     sub.add_parser("list", help="methods and tasks")
 
@@ -85,6 +107,8 @@ def parser() -> argparse.ArgumentParser:
                        help="replies: the prompts' references (fixed) or the target's own greedy replies (self)")
     train.add_argument("--prompts", type=int, default=4096, help="conversations to extract features for")
     train.add_argument("--max-len", type=int, default=512, help="tokens per conversation")
+    train.add_argument("--batch-size", type=int, default=8,
+                       help="conversations per target forward while extracting (self mode: also per generate call)")
     train.add_argument("--out", type=Path, required=True, help="where the trained weights, log and checkpoint go")
     train.add_argument("--max-tokens", type=int, default=2_000_000, help="training positions to stop after")
     train.add_argument("--hours", type=float, default=0.0, help="training time to stop after (0 = no limit)")
@@ -93,6 +117,8 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument("--eval-every", type=int, default=200, help="steps between held-out evaluations")
     train.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                        help="method option, e.g. --opt inputs=token (repeatable)")
+    train.add_argument("--snapshot-tokens", type=int, default=0,
+                       help="also save the weights every N training positions under OUT/snapshots/ (0 = never)")
     train.add_argument("--seed", type=int, default=0)
     _add_model_args(train)
 
@@ -112,7 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         out=out, methods=args.methods, tasks=args.tasks, temperatures=args.temperatures, top_p=args.top_p,
         top_k=args.top_k, limit=args.limit, max_new_tokens=args.max_new_tokens, source=args.source,
         question_dir=args.question_dir, target=args.target, draft=args.draft, options=_options(args.opt),
-        seed=args.seed, device=args.device, dtype=args.dtype,
+        seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype,
     )
     run(cfg)
     report_dir = args.report_dir or Path("reports") / out.name
@@ -133,7 +159,23 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from specbench.check import check_run
 
-    summary, ok = check_run(args.run_dir)
+    if args.sampled:
+        from specbench.equivalence import SampledCheckConfig, run_sampled_check
+
+        if not args.methods:
+            raise SpecbenchError("check --sampled needs --methods")
+        out = args.out or Path("reports") / f"sampled-check-T{args.temperature:g}"
+        summary, ok = run_sampled_check(SampledCheckConfig(
+            methods=args.methods, out=out, tasks=args.tasks, prompts_per_task=args.limit, samples=args.samples,
+            tokens=args.tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, alpha=args.alpha,
+            source=args.source, question_dir=args.question_dir, target=args.target, draft=args.draft,
+            options=_options(args.opt), device=args.device, dtype=args.dtype, seed=args.seed))
+        print(summary)
+        print(f"table: {out / 'sampled_check.md'}")
+        return 0 if ok else 1
+    if args.run_dir is None:
+        raise SpecbenchError("check needs a RUN_DIR (T=0 identity) or --sampled --methods ... (T>0 test)")
+    summary, ok = check_run(args.run_dir, margins=not args.no_margins)
     print(summary)
     return 0 if ok else 1
 
@@ -160,14 +202,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     trainers = available_trainers()
     if args.method not in trainers:
         raise SpecbenchError(f"nothing to train called {args.method!r}; valid: {', '.join(trainers)}")
-    if args.prompts <= 0 or args.max_tokens <= 0 or args.max_len < 2:
-        raise SpecbenchError("--prompts and --max-tokens must be > 0 and --max-len >= 2")
+    if args.prompts <= 0 or args.max_tokens <= 0 or args.max_len < 2 or args.batch_size <= 0:
+        raise SpecbenchError("--prompts, --max-tokens and --batch-size must be > 0 and --max-len >= 2")
     target = load_model(args.target, args.device, args.dtype)
     features = args.features or Path("results/features") / f"{Path(args.target).name.lower()}-{args.mode}"
     cache = extract(ExtractConfig(data=args.data, out=features, target=args.target, mode=args.mode,
-                                  max_prompts=args.prompts, max_len=args.max_len, seed=args.seed), target)
+                                  max_prompts=args.prompts, max_len=args.max_len, batch_size=args.batch_size,
+                                  seed=args.seed), target)
     cfg = TrainConfig(out=args.out, lr=args.lr, batch_tokens=args.batch_tokens, max_tokens=args.max_tokens,
-                      max_hours=args.hours, eval_every=args.eval_every, seed=args.seed)
+                      max_hours=args.hours, eval_every=args.eval_every, snapshot_tokens=args.snapshot_tokens,
+                      seed=args.seed)
     result = trainers[args.method](target, cache, cfg, _options(args.opt))
     print("held-out: " + " ".join(f"{k}={v:.4f}" for k, v in result.items()))
     print(f"trained weights: {args.out}")

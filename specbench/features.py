@@ -180,11 +180,12 @@ def extract(cfg: ExtractConfig, target: LoadedModel) -> FeatureCache:
     if cfg.mode not in MODES:
         raise SpecbenchError(f"unknown data mode {cfg.mode!r}; valid: {', '.join(MODES)}")
     cache = FeatureCache(cfg.out)
-    settings = {k: str(v) for k, v in asdict(cfg).items() if k not in ("out", "max_prompts")}
+    # batch_size changes only padding, not what a cache holds, so a resumed extraction may use another one.
+    settings = {k: str(v) for k, v in asdict(cfg).items() if k not in ("out", "max_prompts", "batch_size")}
     if cache.manifest_path.is_file():
         old = cache.manifest()["settings"]
-        if old != settings:
-            changed = sorted(k for k in settings if old.get(k) != settings[k])
+        changed = sorted(k for k in settings if old.get(k) != settings[k])
+        if changed:
             raise SpecbenchError(f"{cfg.out} was extracted with other settings ({', '.join(changed)}): use another --features")
     cfg.out.mkdir(parents=True, exist_ok=True)
     cache.manifest_path.write_text(json.dumps({"settings": settings, "hidden_size": target.model.config.hidden_size}))

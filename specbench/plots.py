@@ -14,7 +14,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from specbench.report import method_label, speedup_table  # noqa: E402
+from specbench.report import method_label, speedup_table, table_with_interval  # noqa: E402
 
 
 def _save(fig, out_dir: Path, stem: str) -> list[Path]:
@@ -41,18 +41,19 @@ def _steps(part: pd.DataFrame, method: str) -> np.ndarray:
 
 
 def speedup_bars(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
-    table = speedup_table(part)
+    table, half = table_with_interval(part)
     tasks = [c[0] for c in table.columns if c[1] == "Speedup"]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(tasks) + 2), 3.8))
     width = 0.8 / len(table.index)
     x = np.arange(len(tasks))
     for i, method in enumerate(table.index):
+        errors = None if half is None else [half.loc[method, (task, "Speedup")] for task in tasks]
         ax.bar(x + i * width - 0.4 + width / 2, [table.loc[method, (task, "Speedup")] for task in tasks], width,
-               label=method)
+               yerr=errors, capsize=2, label=method)
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(x, [task.replace("_", " ") for task in tasks])
     ax.set_ylabel("speedup over vanilla (×)")
-    ax.set_title(f"Speedup per task, T={t}")
+    ax.set_title(f"Speedup per task, T={t}" + ("" if half is None else " (95% intervals over repeats)"))
     ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _save(fig, out_dir, f"speedup_T{t}")
 

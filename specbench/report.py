@@ -7,6 +7,8 @@ Speedup, Spec-Bench style (speedup_specbench_*) = mean over questions of the met
 vanilla: a ratio of per-question means, which weighs short answers more.
 τ = total new tokens / total target forwards (bonus token included, so vanilla's τ is 1.00).
 The mean column averages the per-task values. Every file starts with the run's provenance.
+With --repeats N (N ≥ 2) every cell is the mean over the N repeats ± the half-width of its 95% Student-t interval
+(each repeat's table computed on its own, so the interval shows run-to-run variation on this machine).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from scipy.stats import t as student_t
 
 from specbench.errors import SpecbenchError
 from specbench.records import read_records, read_run_info
@@ -25,6 +28,7 @@ def per_question_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
         choice = r["choices"][0]
         rows.append({
             "method": r["method"], "lossless": r.get("lossless", True), "task": r["task"],
+            "repeat": int(r.get("repeat", 0)),
             "temperature": float(r["temperature"]), "question_id": str(r["question_id"]),
             "new_tokens": sum(choice["new_tokens"]), "wall_time": sum(choice["wall_time"]),
             "steps": sum(choice["decoding_steps"]),
@@ -63,34 +67,58 @@ def speedup_table(frame: pd.DataFrame, per_question_means: bool = False) -> pd.D
     return table
 
 
-def format_table(table: pd.DataFrame, bold: tuple[str, str] = ("**", "**")) -> pd.DataFrame:
-    """Two decimals, × on speedups, the best value of each column in bold (vanilla's row competes too)."""
+def table_with_interval(frame: pd.DataFrame, per_question_means: bool = False) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The table (mean over repeats) and the half-widths of the 95% intervals, or None with a single repeat."""
+    repeats = sorted(frame["repeat"].unique()) if "repeat" in frame else [0]
+    if len(repeats) < 2:
+        return speedup_table(frame, per_question_means), None
+    tables = [speedup_table(frame[frame["repeat"] == r], per_question_means) for r in repeats]
+    stacked = pd.concat(tables, keys=range(len(tables)))
+    grouped = stacked.groupby(level=1, sort=False)
+    mean, spread = grouped.mean(), grouped.std(ddof=1)
+    order = tables[0].index
+    factor = student_t.ppf(0.975, len(repeats) - 1) / len(repeats) ** 0.5
+    half = (spread * factor).loc[order]
+    mean = mean.loc[order]
+    mean.index.name = half.index.name = "method"
+    return mean, half
+
+
+def format_table(table: pd.DataFrame, bold: tuple[str, str] = ("**", "**"),
+                 half_width: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Two decimals, × on speedups, ± the interval when there is one, the best mean of each column in bold
+    (vanilla's row competes too)."""
     text = table.copy().astype(object)
     for column in table.columns:
         suffix = "×" if column[1] == "Speedup" else ""
         best = table[column].max()
-        text[column] = [
-            "—" if pd.isna(v) else (f"{bold[0]}{v:.2f}{suffix}{bold[1]}" if v == best and table[column].notna().sum() > 1
-                                   else f"{v:.2f}{suffix}")
-            for v in table[column]
-        ]
+        cells = []
+        for method, v in table[column].items():
+            if pd.isna(v):
+                cells.append("—")
+                continue
+            cell = f"{v:.2f}{suffix}"
+            if half_width is not None and not pd.isna(half_width.loc[method, column]):
+                cell += f" ± {half_width.loc[method, column]:.2f}"
+            cells.append(f"{bold[0]}{cell}{bold[1]}" if v == best and table[column].notna().sum() > 1 else cell)
+        text[column] = cells
     return text
 
 
-def to_markdown(table: pd.DataFrame) -> str:
-    text = format_table(table)
+def to_markdown(table: pd.DataFrame, half_width: pd.DataFrame | None = None) -> str:
+    text = format_table(table, half_width=half_width)
     text.columns = [f"{task} {stat}" for task, stat in text.columns]
     return text.to_markdown(disable_numparse=True)
 
 
-def to_latex(table: pd.DataFrame, caption: str) -> str:
-    text = format_table(table, bold=(r"\textbf{", "}"))
+def to_latex(table: pd.DataFrame, caption: str, half_width: pd.DataFrame | None = None) -> str:
+    text = format_table(table, bold=(r"\textbf{", "}"), half_width=half_width)
     text.columns = pd.MultiIndex.from_tuples(
         [(task.replace("_", r"\_"), stat) for task, stat in text.columns]
     )
     text.index = [m.replace("_", r"\_") for m in text.index]
     latex = text.style.to_latex(hrules=True, multicol_align="c", caption=caption, column_format="l" + "r" * text.shape[1])
-    return latex.replace("×", r"$\times$").replace("τ", r"$\tau$")
+    return latex.replace("×", r"$\times$").replace("τ", r"$\tau$").replace("±", r"$\pm$")
 
 
 def provenance(info: dict[str, Any]) -> list[str]:
@@ -108,15 +136,20 @@ def provenance(info: dict[str, Any]) -> list[str]:
     ]
 
 
-def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, origin: list[str]) -> str:
-    markdown = to_markdown(table)
+def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, origin: list[str],
+                half_width: pd.DataFrame | None = None) -> str:
+    markdown = to_markdown(table, half_width)
     header = "\n".join(f"<!-- {line} -->" for line in origin)
     (out_dir / f"{stem}.md").write_text(f"{header}\n\n{caption}\n\n{markdown}\n", encoding="utf-8")
     tex_header = "\n".join(f"% {line}" for line in origin)
-    (out_dir / f"{stem}.tex").write_text(f"{tex_header}\n{to_latex(table, caption)}", encoding="utf-8")
+    (out_dir / f"{stem}.tex").write_text(f"{tex_header}\n{to_latex(table, caption, half_width)}", encoding="utf-8")
+    numbers = table
+    if half_width is not None:  # the CSV keeps numbers: each column followed by its ±95% half-width
+        widths = half_width.rename(columns=lambda stat: f"{stat} ±95%", level=1)
+        numbers = pd.concat([table, widths], axis=1)[[c for pair in zip(table.columns, widths.columns) for c in pair]]
     with (out_dir / f"{stem}.csv").open("w", encoding="utf-8") as f:
         f.write("".join(f"# {line}\n" for line in origin))
-        table.to_csv(f)
+        numbers.to_csv(f)
     return markdown
 
 
@@ -132,11 +165,15 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
     printed = ["\n".join(origin)]
     for temperature, part in frame.groupby("temperature"):
         t = f"{temperature:g}"
+        repeats = part["repeat"].nunique()
+        spread = f"; mean ± 95% interval over {repeats} repeats" if repeats > 1 else ""
         caption = (f"Speedup over vanilla (total tokens / total time) and mean accepted length τ, T={t}, {target}; "
-                   "(lossy) marks methods that do not reproduce the target's distribution")
-        markdown = write_table(speedup_table(part), out_dir, f"speedup_T{t}", caption, origin)
-        caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={t}, {target}"
-        write_table(speedup_table(part, per_question_means=True), out_dir, f"speedup_specbench_T{t}", caption, origin)
+                   f"(lossy) marks methods that do not reproduce the target's distribution{spread}")
+        table, half = table_with_interval(part)
+        markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half)
+        caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={t}, {target}{spread}"
+        table, half = table_with_interval(part, per_question_means=True)
+        write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half)
         printed.append(f"T={t}\n{markdown}")
         if "vanilla" not in set(part["method"]):
             printed.append("(no vanilla records at this temperature: speedups cannot be computed)")

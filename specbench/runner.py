@@ -29,6 +29,7 @@ class RunConfig:
     top_p: float = 1.0
     top_k: int = 0
     limit: int | None = None
+    repeats: int = 1  # decode every question this many times (interleaved), for intervals on the tables
     max_new_tokens: int | None = None  # None: each task's default
     source: str = "auto"
     question_dir: Path | None = None
@@ -52,6 +53,8 @@ def validate(cfg: RunConfig) -> tuple[list[MethodInfo], list[Task]]:
     tasks = select_tasks(cfg.tasks)
     if cfg.max_new_tokens is not None and cfg.max_new_tokens <= 0:
         raise SpecbenchError(f"--max-new-tokens must be > 0, got {cfg.max_new_tokens}")
+    if cfg.repeats <= 0:
+        raise SpecbenchError(f"--repeats must be > 0, got {cfg.repeats}")
     if cfg.limit is not None and cfg.limit <= 0:
         raise SpecbenchError(f"--limit must be > 0, got {cfg.limit}")
     for t in cfg.temperatures:
@@ -64,14 +67,14 @@ def validate(cfg: RunConfig) -> tuple[list[MethodInfo], list[Task]]:
     return methods, tasks
 
 
-def question_seed(seed: int, task: str, question_id: Any, turn: int) -> int:
-    """The same per-turn seed for every method, independent of run order and process."""
-    return zlib.crc32(f"{seed}/{task}/{question_id}/{turn}".encode())
+def question_seed(seed: int, task: str, question_id: Any, turn: int, repeat: int = 0) -> int:
+    """The same per-turn seed for every method, independent of run order and process; each repeat draws anew."""
+    return zlib.crc32(f"{seed}/{task}/{question_id}/{turn}".encode() + (f"/{repeat}".encode() if repeat else b""))
 
 
 def answer_question(
     target: LoadedModel, drafter: Drafter, question: Question, task: str, sampling: Sampling,
-    max_new_tokens: int, seed: int,
+    max_new_tokens: int, seed: int, repeat: int = 0,
 ) -> dict[str, Any]:
     """Decode every turn of a question; later turns see the earlier answers."""
     messages: list[dict[str, str]] = []
@@ -84,7 +87,7 @@ def answer_question(
         generator = None
         if not sampling.greedy:
             generator = torch.Generator(device=target.model.device)
-            generator.manual_seed(question_seed(seed, task, question.question_id, turn))
+            generator.manual_seed(question_seed(seed, task, question.question_id, turn, repeat))
         result = generate(target.model, prompt, drafter, sampling, max_new_tokens, target.stop_ids, generator)
         answer = target.tokenizer.decode(result.token_ids, skip_special_tokens=True)
         messages.append({"role": "assistant", "content": answer})
@@ -125,8 +128,10 @@ def run(cfg: RunConfig) -> Path:
     write_run_info(cfg.out, cfg.settings(), env)
     writer = RecordWriter(cfg.out)
 
-    jobs = [(t, task, q) for t in cfg.temperatures for task in tasks for q in questions[task.name]]
-    for temperature, task, question in tqdm(jobs, desc="questions", unit="q", disable=not cfg.progress):
+    # Repeats of a question run back to back and methods alternate within each, so drift hits all methods alike.
+    jobs = [(t, task, q, r) for t in cfg.temperatures for task in tasks for q in questions[task.name]
+            for r in range(cfg.repeats)]
+    for temperature, task, question, repeat in tqdm(jobs, desc="questions", unit="q", disable=not cfg.progress):
         sampling = Sampling(temperature, cfg.top_p, cfg.top_k)
         for method in methods:
             record = {
@@ -134,11 +139,11 @@ def run(cfg: RunConfig) -> Path:
                 "temperature": temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
                 "question_id": question.question_id, "category": question.category, "target": cfg.target,
                 "seed": cfg.seed, "max_new_tokens": budgets[task.name],
-                "drafter_state": drafters[method.name].state_scope,
+                "drafter_state": drafters[method.name].state_scope, "repeat": repeat,
             }
             if record_key(record) in writer.done:
                 continue
             record["choices"] = [answer_question(
-                target, drafters[method.name], question, task.name, sampling, budgets[task.name], cfg.seed)]
+                target, drafters[method.name], question, task.name, sampling, budgets[task.name], cfg.seed, repeat)]
             writer.write(record)
     return cfg.out

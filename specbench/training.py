@@ -32,6 +32,7 @@ class TrainConfig:
     eval_every: int = 200  # steps
     save_minutes: float = 5.0
     heldout: int = 64  # conversations of the first chunk kept out of training, the same ones as the cache grows
+    snapshot_tokens: int = 0  # also save the weights every this many positions (snapshots/<tokens>/), 0 = never
     seed: int = 0
 
 
@@ -155,7 +156,7 @@ def fit(trainable: Trainable, cache: FeatureCache, cfg: TrainConfig) -> dict[str
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     state = {"step": 0, "epoch": 0, "batch": 0, "tokens": 0, "seconds": 0.0}
     checkpoint = cfg.out / "checkpoint.pt"
-    settings = {k: str(v) for k, v in asdict(cfg).items() if k not in ("out", "max_tokens", "max_hours")}
+    settings = {k: str(v) for k, v in asdict(cfg).items() if k not in ("out", "max_tokens", "max_hours", "snapshot_tokens")}
     if checkpoint.is_file():
         saved = torch.load(checkpoint, weights_only=False)
         if saved["settings"] != settings:
@@ -203,6 +204,9 @@ def fit(trainable: Trainable, cache: FeatureCache, cfg: TrainConfig) -> dict[str
             state["seconds"] += time.monotonic() - t0
             bar.update(n_tokens)
             bar.set_postfix({k: f"{v:.3f}" for k, v in metrics.items()})
+            if cfg.snapshot_tokens and state["tokens"] // cfg.snapshot_tokens > (state["tokens"] - n_tokens) // cfg.snapshot_tokens:
+                # Snapshots make the curve measurable by decoding too (τ against training positions), not only top-1.
+                trainable.save(cfg.out / "snapshots" / f"{state['tokens'] // cfg.snapshot_tokens * cfg.snapshot_tokens}")
             if state["step"] % cfg.eval_every == 0:
                 bar.write(log_eval(log, state, evaluate(trainable, convs, heldout, cfg.batch_tokens)))
             if time.monotonic() - last_save > cfg.save_minutes * 60:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,9 +71,40 @@ def test_check_passes_then_catches_a_tampered_record(finished_run, tmp_path, cap
             lines[i] = json.dumps(record)
             break
     (tampered / "records.jsonl").write_text("\n".join(lines) + "\n")
+    (tampered / "run.json").write_text((finished_run / "run.json").read_text())
     capsys.readouterr()
     assert main(["check", str(tampered)]) == 1
-    assert "first divergence at token 3" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "first divergence at token 3" in out
+    # Vanilla's token is the target's argmax on the rebuilt prefix, so its margin over the tampered one is > 0:
+    # a wrong prompt or prefix would show up here as a negative or zero margin.
+    margin = float(re.search(r"target logit margin (\S+) \(", out).group(1))
+    assert margin > 0 and "clear margin" in out
+
+
+def test_repeats_are_interleaved_and_give_intervals(tiny_target_dir, tmp_path):
+    out = tmp_path / "r"
+    args = run_args(tiny_target_dir, out, "--methods", "vanilla,pld", "--tasks", "gsm8k", "--limit", "2",
+                    "--temperatures", "1", "--repeats", "2")
+    assert main(args) == 0
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [(r["question_id"], r["repeat"], r["method"]) for r in records][:4] == [
+        (records[0]["question_id"], 0, "vanilla"), (records[0]["question_id"], 0, "pld"),
+        (records[0]["question_id"], 1, "vanilla"), (records[0]["question_id"], 1, "pld")]
+    by_key = {(r["question_id"], r["repeat"], r["method"]): r["choices"][0]["token_ids"] for r in records}
+    assert any(by_key[(q, 0, "vanilla")] != by_key[(q, 1, "vanilla")] for q, _, _ in by_key)  # fresh draws
+    assert " ± " in (out / "report" / "speedup_T1.md").read_text()
+    assert main([*args[:-1], "3"]) == 0  # more repeats resume the same run
+    assert len((out / "records.jsonl").read_text().splitlines()) == 12
+
+
+def test_sampled_check_writes_p_values(tiny_target_dir, tmp_path, capsys):
+    code = main(["check", "--sampled", "--methods", "pld", "--target", str(tiny_target_dir), "--tasks", "gsm8k",
+                 "--samples", "40", "--tokens", "2", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0 and "pld" in out and "OK" in out
+    table = (tmp_path / "sampled_check.csv").read_text()
+    assert "p_value" in table and "detectable_w_80" in table
 
 
 def test_report_command(finished_run, tmp_path, capsys):

@@ -1,10 +1,11 @@
 """Task sources (embedded, question files, HF field mappings on a local dataset) and the report's arithmetic."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from specbench.report import speedup_table, to_latex, to_markdown
+from specbench.report import speedup_table, table_with_interval, to_latex, to_markdown
 from specbench.tasks import available_tasks, load_hf_questions, load_questions, questions_from_rows
 from tests.conftest import SHARED_DATA
 
@@ -90,3 +91,18 @@ def test_specbench_speedup_is_a_ratio_of_per_question_means_and_best_is_bold():
     text = to_markdown(headline)
     assert "**1.02×**" in text and "**2.50**" in text  # best speedup and best τ in bold
     assert "\\textbf{2.50}" in to_latex(headline, "caption")
+
+
+def test_repeats_give_mean_and_a_student_t_interval():
+    rows = []
+    for repeat, pld_seconds in enumerate([4.0, 5.0, 6.0]):  # pld speedups 2.5, 2.0, 1.667 over vanilla
+        rows += [("vanilla", "gsm8k", 100, 10.0, 100, repeat), ("pld", "gsm8k", 100, pld_seconds, 50, repeat)]
+    frame = pd.DataFrame(rows, columns=["method", "task", "new_tokens", "wall_time", "steps", "repeat"])
+    frame["lossless"] = True
+    table, half = table_with_interval(frame)
+    speedups = np.array([2.5, 2.0, 10 / 6])
+    assert table.loc["pld", ("gsm8k", "Speedup")] == pytest.approx(speedups.mean())
+    assert half.loc["pld", ("gsm8k", "Speedup")] == pytest.approx(4.302653 * speedups.std(ddof=1) / 3 ** 0.5, rel=1e-5)
+    assert half.loc["pld", ("gsm8k", "τ")] == pytest.approx(0.0)
+    assert " ± " in to_markdown(table, half) and r"$\pm$" in to_latex(table, "c", half)
+    assert table_with_interval(frame[frame["repeat"] == 0])[1] is None
