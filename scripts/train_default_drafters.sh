@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reproduces every drafter shipped in heads/ for the default target (SmolLM2-135M-Instruct), on a CPU.
 # Each command resumes from its checkpoint when rerun (a session may be stopped at any time), and all of them
-# share one feature cache: 2,560 conversations of ../shared/data/train/prompts.jsonl with their fixed replies.
+# share two feature caches: 2,560 conversations of ../shared/data/train/prompts.jsonl with their fixed replies,
+# and 1,280 of them with replies the target wrote itself.
 # Usage: bash scripts/train_default_drafters.sh [all|eagle|self|ablations|medusa|sps]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,21 +10,22 @@ export HF_HUB_OFFLINE=1
 what="${1:-all}"
 FEATURES=results/features/smollm2-fixed
 COMMON=(--features "$FEATURES" --prompts 2560 --mode fixed)
+SELF=(--features results/features/smollm2-self --prompts 1280 --mode self --batch-size 16)
 HEADS=heads/eagle/smollm2-135m-instruct
 
 if [[ $what == all || $what == eagle ]]; then
-  python -m specbench train eagle "${COMMON[@]}" --out "$HEADS/shifted" \
+  # The shipped head, in two stages: (1) fixed replies, 3.5M positions; (2) fine-tuned for 1M positions on
+  # self-distilled replies (the target writes its own replies to 1,280 training prompts, greedy, batched), which
+  # is what it has to predict when decoding.
+  python -m specbench train eagle "${COMMON[@]}" --out "$HEADS/fixed" \
     --max-tokens 3500000 --hours 1.0 --lr 5e-4 --eval-every 100
+  python -m specbench train eagle "${SELF[@]}" --out "$HEADS/shifted" \
+    --max-tokens 1000000 --lr 2e-4 --eval-every 50 --snapshot-tokens 250000 --opt "init=$HEADS/fixed"
 fi
 if [[ $what == all || $what == self ]]; then
-  # Self-distillation: the target writes its own replies to 1,280 training prompts (greedy, batched), and
-  # (1) a head trained from scratch on them with the ablation budget, to compare with ablation/shifted (fixed replies),
-  # (2) the fixed-reply head above fine-tuned on them: the shipped head.
-  SELF=(--features results/features/smollm2-self --prompts 1280 --mode self --batch-size 16)
+  # Fixed vs self-distilled replies at the ablation budget: compare with ablation/shifted.
   python -m specbench train eagle "${SELF[@]}" --out "$HEADS/ablation/self-shifted" \
     --max-tokens 400000 --lr 5e-4 --eval-every 50
-  python -m specbench train eagle "${SELF[@]}" --out "$HEADS/self-finetuned" \
-    --max-tokens 1000000 --lr 2e-4 --eval-every 50 --snapshot-tokens 250000 --opt "init=$HEADS/shifted"
 fi
 if [[ $what == all || $what == sps ]]; then
   python -m specbench train sps-draft "${COMMON[@]}" --out heads/sps/smollm2-135m-instruct \
