@@ -8,8 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1
 what="${1:-all}"
-FEATURES=results/features/smollm2-fixed
-COMMON=(--features "$FEATURES" --prompts 2560 --mode fixed)
+# The two feature caches: fixed reference replies, and replies the target wrote itself.
+COMMON=(--features results/features/smollm2-fixed --prompts 2560 --mode fixed)
 SELF=(--features results/features/smollm2-self --prompts 1280 --mode self --batch-size 16)
 HEADS=heads/eagle/smollm2-135m-instruct
 
