@@ -1,0 +1,53 @@
+"""Paired comparison of two methods' accepted length: mean per-turn τ difference with a 95% Student-t interval.
+
+Both methods answered the same turns of one run, so the per-turn difference removes the spread between questions
+(which dwarfs the spread between similar heads). Usage:
+    python scripts/paired_tau.py RUN_DIR METHOD_A METHOD_B [METHOD_A METHOD_B ...] [--temperature 0]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+
+from scipy.stats import t as student_t
+
+from specbench.records import read_records
+
+
+def per_turn_tau(records: list[dict], method: str, temperature: float) -> dict[tuple, float]:
+    """τ of every turn (tokens emitted / target forwards) of `method`, keyed by task, question, repeat and turn."""
+    taus = {}
+    for record in records:
+        if record["method"] != method or float(record["temperature"]) != temperature:
+            continue
+        for turn, lengths in enumerate(record["choices"][0]["accept_lengths"]):
+            if lengths:
+                key = (record["task"], str(record["question_id"]), int(record.get("repeat", 0)), turn)
+                taus[key] = sum(lengths) / len(lengths)
+    return taus
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("methods", nargs="+", help="pairs: A B [A B ...]; prints A - B")
+    parser.add_argument("--temperature", type=float, default=0.0)
+    args = parser.parse_args()
+    if len(args.methods) % 2:
+        sys.exit("paired_tau: give methods in pairs (A B [A B ...])")
+    records = read_records(args.run_dir)
+    for a, b in zip(args.methods[::2], args.methods[1::2]):
+        tau_a, tau_b = per_turn_tau(records, a, args.temperature), per_turn_tau(records, b, args.temperature)
+        shared = sorted(tau_a.keys() & tau_b.keys())
+        if len(shared) < 2:
+            sys.exit(f"paired_tau: {a} and {b} share {len(shared)} turns at T={args.temperature} in {args.run_dir}")
+        diffs = [tau_a[k] - tau_b[k] for k in shared]
+        half = student_t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+        print(f"{a} - {b}: {statistics.mean(diffs):+.3f} ± {half:.3f} (95%, {len(diffs)} paired turns)")
+
+
+if __name__ == "__main__":
+    main()
