@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import sys
 from pathlib import Path
 
 from specbench.engine import generate
+from specbench.errors import SpecbenchError
 from specbench.registry import BuildContext, select_methods
 from specbench.sampling import Sampling
 from specbench.target import chat_prompt, load_model
@@ -28,10 +30,13 @@ def main() -> None:
     parser.add_argument("--target", default="smollm2-135m-instruct")
     parser.add_argument("--lines", type=int, default=35)
     args = parser.parse_args()
-    target = load_model(args.target)
-    drafter = select_methods([args.method])[0].build(BuildContext(target=target))
-    task = select_tasks([args.task])[0]
-    questions = load_questions(task, "auto", args.question_dir, args.limit)
+    try:
+        method, task = select_methods([args.method])[0], select_tasks([args.task])[0]
+        target = load_model(args.target)
+        drafter = method.build(BuildContext(target=target))
+        questions = load_questions(task, "auto", args.question_dir, args.limit)
+    except SpecbenchError as exc:
+        sys.exit(f"profile_method: {exc}")
     prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": q.turns[0]}]) for q in questions]
     generate(target.model, prompts[0], drafter, Sampling(), 16, target.stop_ids)  # warm-up, not profiled
     profile = cProfile.Profile()
