@@ -14,6 +14,7 @@ from pathlib import Path
 
 from scipy.stats import t as student_t
 
+from specbench.errors import SpecbenchError
 from specbench.records import read_records
 
 
@@ -38,7 +39,10 @@ def main() -> None:
     args = parser.parse_args()
     if len(args.methods) % 2:
         sys.exit("paired_tau: give methods in pairs (A B [A B ...])")
-    records = read_records(args.run_dir)
+    try:
+        records = read_records(args.run_dir)
+    except SpecbenchError as exc:
+        sys.exit(f"paired_tau: {exc}")
     for a, b in zip(args.methods[::2], args.methods[1::2]):
         tau_a, tau_b = per_turn_tau(records, a, args.temperature), per_turn_tau(records, b, args.temperature)
         shared = sorted(tau_a.keys() & tau_b.keys())

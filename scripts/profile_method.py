@@ -2,7 +2,7 @@
 
 A diagnostic, not a benchmark: run it on an idle machine and read the shares, not the absolute times. Usage:
     python scripts/profile_method.py [--method eagle] [--task alpaca] [--limit 3] [--max-new-tokens 128]
-        [--question-dir ../shared/data/tasks] [--target smollm2-135m-instruct] [--lines 35]
+        [--question-dir ../shared/data/tasks] [--target NAME] [--lines 35]
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from specbench.engine import generate
 from specbench.errors import SpecbenchError
 from specbench.registry import BuildContext, select_methods
 from specbench.sampling import Sampling
-from specbench.target import chat_prompt, load_model
+from specbench.target import DEFAULT_TARGET, chat_prompt, load_model
 from specbench.tasks import load_questions, select_tasks
 
 
@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--question-dir", type=Path, default=Path("../shared/data/tasks"))
-    parser.add_argument("--target", default="smollm2-135m-instruct")
+    parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--lines", type=int, default=35)
     args = parser.parse_args()
     try:
