@@ -30,13 +30,13 @@ from torch.nn import functional as F
 from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from specbench.costs import CostCurve, measure_verify_cost
-from specbench.draft import ROOT, DecodeContext, Draft, Drafter, parse_tree
+from specbench.costs import CONTEXT, CostCurve, measure_cost_model, synchronize
+from specbench.draft import ROOT, DecodeContext, Draft, Drafter, StepResult, parse_tree
 from specbench.errors import SpecbenchError
 from specbench.kv import truncate_cache
 from specbench.registry import BuildContext, MethodInfo
 from specbench.features import FeatureCache, draft_vocabulary
-from specbench.target import LoadedModel
+from specbench.target import LoadedModel, shipped_drafters
 from specbench.training import Batch, TrainConfig, fit
 
 # What the head reads at position t, by variant: (token offset, uses token, uses feature).
@@ -47,7 +47,7 @@ HEAD_CONFIG_KEYS = (
     "max_position_embeddings", "vocab_size", "hidden_act", "rope_parameters", "attention_bias", "mlp_bias",
 )
 PACKAGED_HEADS = {"smollm2-135m-instruct": "smollm2-135m-instruct"}  # target short name -> folder in heads/
-HEADS_DIR = Path(__file__).resolve().parent.parent / "heads" / "eagle"
+HEADS_DIR = shipped_drafters("eagle")
 SAFETENSORS, BIN = "model.safetensors", "pytorch_model.bin"
 
 
@@ -186,8 +186,10 @@ class TreeSpec:
     depth: int = 5
     total_tokens: int = 12  # draft nodes kept (the root is the last emitted token, not counted)
     static_paths: list[tuple[int, ...]] | None = None  # set: EAGLE-1 static tree instead of the dynamic one
-    # Set: choose the tree size per step (at most total_tokens) from this machine's measured verification cost.
+    # Set: choose the tree size per step (at most total_tokens) from the run's fixed costs: the target's
+    # verification curve and the time of one drafting level, both measured when the run started.
     costs: CostCurve | None = None
+    level_seconds: float = 0.0
 
 
 @dataclass
@@ -213,9 +215,6 @@ class EagleDrafter(Drafter):
         self.lm_head = lm_head.detach()[self.vocab].to(device, head.fc.weight.dtype).contiguous()
         self.vocab_list = self.vocab.tolist()
         self.tree = tree
-        # Running means, for sizing trees against the measured verification cost: a whole proposal, one tree level.
-        self.draft_seconds = 0.0
-        self.level_seconds = 0.0
         self._reset()
 
     def _reset(self) -> None:
@@ -227,8 +226,8 @@ class EagleDrafter(Drafter):
     def begin(self, ctx: DecodeContext) -> None:
         self._reset()
 
-    def accepted(self, ctx: DecodeContext, n_new: int) -> None:
-        new = ctx.new_hidden.to(self.lm_head.dtype)
+    def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
+        new = step.hidden.to(self.lm_head.dtype)
         self.features = new if self.features is None else torch.cat([self.features, new])
 
     def _run(self, tokens: list[int], features: torch.Tensor, positions: list[int], mask: torch.Tensor | None) -> torch.Tensor:
@@ -254,7 +253,6 @@ class EagleDrafter(Drafter):
     def propose(self, ctx: DecodeContext) -> Draft:
         if self.features is None:
             return Draft()  # the first step is the prefill: no features yet
-        started = time.perf_counter()
         root_feature = self._fill(ctx)
         nodes: list[_Node] = []
         expanded: list[int] = []  # node of each head cache entry after the filled context
@@ -311,8 +309,6 @@ class EagleDrafter(Drafter):
                 keep = sorted(order[:size], key=lambda i: (nodes[i].depth, -nodes[i].score))
         finally:
             truncate_cache(self.cache, self.filled)
-        elapsed = time.perf_counter() - started
-        self.draft_seconds = elapsed if self.draft_seconds == 0 else 0.9 * self.draft_seconds + 0.1 * elapsed
         new_index = {old: new for new, old in enumerate(keep)}
         # The head's predicted feature under the root and each expanded draft node (for tests and analysis).
         self.tree_features = {new_index.get(i, ROOT): f for i, f in frontier_features.items() if i in new_index or i == ROOT}
@@ -324,9 +320,9 @@ class EagleDrafter(Drafter):
     def _best_size(self, scores: list[float]) -> int:
         """Nodes to keep (best first) for the most tokens per second. A node is on the accepted path with about
         the probability exp(its cumulative draft log-prob) (EAGLE-2: the draft is well calibrated), so keeping n
-        nodes yields about 1 + sum of the first n of those per step, at the cost of drafting plus verifying n + 1
-        tokens."""
-        draft_seconds = self.draft_seconds
+        nodes yields about 1 + sum of the first n of those per step, at the cost of drafting (depth levels) plus
+        verifying n + 1 tokens. Costs are the run's fixed ones: no clock is read here."""
+        draft_seconds = self.tree.level_seconds * self.tree.depth
         best, best_rate, expected = 1, 0.0, 1.0
         for n, score in enumerate(scores, 1):
             expected += math.exp(score)
@@ -342,11 +338,10 @@ class EagleDrafter(Drafter):
         for _ in range(self.tree.depth - 1):
             # Auto sizing also stops early: a level can add at most the frontier's acceptance mass in expected
             # tokens, worth one target forward each; skip it when that is less than what the level costs to draft.
-            if self.tree.costs is not None and self.level_seconds > 0:
+            if self.tree.costs is not None:
                 mass = sum(math.exp(nodes[i].score) for i in frontier)
-                if mass * self.tree.costs.at(1) < self.level_seconds:
+                if mass * self.tree.costs.at(1) < self.tree.level_seconds:
                     break
-            started = time.perf_counter()
             step(frontier)
             logp, index = expand(frontier, k)
             scores = (torch.tensor([nodes[i].score for i in frontier]).unsqueeze(1) + logp.cpu()).flatten()
@@ -354,8 +349,6 @@ class EagleDrafter(Drafter):
             candidates = [add(frontier[j // k], tokens[j], score) for j, score in enumerate(scores.tolist())]
             best = scores.topk(min(k, len(candidates))).indices.tolist()
             frontier = [candidates[j] for j in best]
-            elapsed = time.perf_counter() - started
-            self.level_seconds = elapsed if self.level_seconds == 0 else 0.9 * self.level_seconds + 0.1 * elapsed
 
     def _static(self, expand, step, add, nodes: list[_Node]) -> None:
         paths = self.tree.static_paths
@@ -373,6 +366,32 @@ class EagleDrafter(Drafter):
             for p in level:
                 r, parent = row_of[p[:-1]], by_path[p[:-1]]
                 by_path[p] = add(parent, int(index[r, p[-1]]), nodes[parent].score + float(logp[r, p[-1]]))
+
+
+@torch.inference_mode()
+def measure_level_seconds(head: EagleHead, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None, top_k: int,
+                          repeats: int = 5) -> float:
+    """Fastest of a few runs of one dynamic-tree level: the head over top_k nodes after a cached context, then the
+    draft logits, log-softmax and top-k of each. Measured once per run (see specbench.costs)."""
+    drafter = EagleDrafter(head, lm_head, draft_vocab, TreeSpec(top_k=top_k))
+    device, hidden = drafter.lm_head.device, head.config.hidden_size
+    gen = torch.Generator().manual_seed(0)
+    drafter._run(torch.randint(0, drafter.lm_head.shape[0], (CONTEXT,), generator=gen).tolist(),
+                 torch.randn(CONTEXT, hidden, generator=gen).to(device, drafter.lm_head.dtype), list(range(CONTEXT)), None)
+    tokens = [0] * top_k
+    features = torch.randn(top_k, hidden, generator=gen).to(device, drafter.lm_head.dtype)
+    allowed = torch.ones(top_k, CONTEXT + top_k, dtype=torch.bool)
+    mask = _additive(allowed, drafter.lm_head.dtype, device)
+    times = []
+    for _ in range(repeats + 1):
+        synchronize(device)
+        t0 = time.perf_counter()
+        out = drafter._run(tokens, features, [CONTEXT] * top_k, mask)
+        torch.log_softmax(out @ drafter.lm_head.T, dim=-1).topk(top_k, dim=-1)
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+        truncate_cache(drafter.cache, CONTEXT)
+    return min(times[1:])
 
 
 def _additive(allowed: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -451,7 +470,11 @@ def _build(ctx: BuildContext, inputs: str, static: bool, ablation: bool = False)
     spec = TreeSpec(top_k=ctx.option("top_k", 4), depth=ctx.option("depth", 5),
                     total_tokens=AUTO_MAX_TOKENS if sizing == "auto" else ctx.option("total_tokens", 12))
     if sizing == "auto" and not static:
-        spec.costs = measure_verify_cost(target, [1, 2, 4, 8, 12, 16, 24, 32])
+        costs = ctx.costs or measure_cost_model(target, ctx.target.name)
+        spec.costs = costs.verify
+        rows = len(draft_vocab) if draft_vocab is not None else lm_head.shape[0]
+        key = f"eagle-level:hidden={head.config.hidden_size}:vocab={rows}:top_k={spec.top_k}"
+        spec.level_seconds = costs.drafting_cost(key, lambda: measure_level_seconds(head, lm_head, draft_vocab, spec.top_k))
     if static:
         spec.static_paths = parse_tree(ctx.option("tree", EAGLE1_TREE))
     if spec.top_k < 1 or spec.depth < 1 or spec.total_tokens < 1:

@@ -17,7 +17,7 @@ from collections import OrderedDict
 
 import torch
 
-from specbench.draft import ROOT, Branch, DecodeContext, Draft, Drafter
+from specbench.draft import ROOT, Branch, DecodeContext, Draft, Drafter, StepResult
 from specbench.errors import SpecbenchError
 from specbench.registry import BuildContext, MethodInfo
 
@@ -70,11 +70,10 @@ class LookaheadDrafter(Drafter):
         window = [t for level in self.window for t in level]
         return Draft(tokens, parents, extra=Branch(window, offsets, allowed))
 
-    def accepted(self, ctx: DecodeContext, n_new: int) -> None:
-        if ctx.extra_logits is None:
+    def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
+        if step.extra_logits is None:
             return
-        out = ctx.extra_logits.argmax(-1).view(self.levels, self.w).tolist()
-        ctx.extra_logits = None
+        out = step.extra_logits.argmax(-1).view(self.levels, self.w).tolist()
         for col in range(self.w):
             gram = [self.window[level][col] for level in range(self.levels)] + [out[-1][col]]
             guesses = self.pool.setdefault(gram[0], OrderedDict())

@@ -20,16 +20,16 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn import functional as F
 
-from specbench.draft import ROOT, DecodeContext, Draft, Drafter, parse_tree
+from specbench.draft import ROOT, DecodeContext, Draft, Drafter, StepResult, parse_tree
 from specbench.errors import SpecbenchError
 from specbench.features import FeatureCache, draft_vocabulary
 from specbench.registry import BuildContext, MethodInfo
 from specbench.sampling import Sampling, sample, target_probs
-from specbench.target import LoadedModel
+from specbench.target import LoadedModel, shipped_drafters
 from specbench.training import Batch, TrainConfig, fit
 from specbench.verify import Verdict, verify_greedy
 
-HEADS_DIR = Path(__file__).resolve().parent.parent / "heads" / "medusa"
+HEADS_DIR = shipped_drafters("medusa")
 PACKAGED_HEADS = {"smollm2-135m-instruct": "smollm2-135m-instruct"}
 # Sized for a 2-core CPU, where verifying 11 tokens costs ~1.6 forwards of one (Medusa's GPU tree has 63 nodes).
 DEFAULT_TREE = "[[0],[1],[2],[0,0],[0,1],[1,0],[0,0,0],[0,0,1],[0,1,0],[0,0,0,0]]"
@@ -106,8 +106,8 @@ class MedusaDrafter(Drafter):
     def begin(self, ctx: DecodeContext) -> None:
         self.last_feature = None
 
-    def accepted(self, ctx: DecodeContext, n_new: int) -> None:
-        self.last_feature = ctx.new_hidden[-1]  # the feature that predicted the token just emitted last
+    def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
+        self.last_feature = step.hidden[-1]  # the feature that predicted the token just emitted last
 
     @torch.inference_mode()
     def propose(self, ctx: DecodeContext) -> Draft:

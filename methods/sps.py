@@ -9,13 +9,13 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from specbench.draft import DecodeContext, Draft, Drafter
+from specbench.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.errors import SpecbenchError
 from specbench.features import FeatureCache, draft_vocabulary
 from specbench.kv import truncate_cache
 from specbench.registry import BuildContext, MethodInfo
 from specbench.sampling import sample, target_probs
-from specbench.target import LoadedModel, load_model
+from specbench.target import LoadedModel, load_model, shipped_drafters
 from specbench.training import Batch, TrainConfig, fit
 
 
@@ -78,19 +78,19 @@ class DraftModelDrafter(Drafter):
         self.proposed = len(tokens)
         return Draft.chain(tokens, torch.stack(dists) if dists else None)
 
-    def accepted(self, ctx: DecodeContext, n_new: int) -> None:
+    def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
         if not self.proposed:
             return
         # The cache holds the context plus every drafted token but the last; keep the ones the target accepted.
         context_len = self.cached - (self.proposed - 1)
-        self.cached = context_len + min(n_new - 1, self.proposed - 1)
+        self.cached = context_len + min(len(step.emitted) - 1, self.proposed - 1)
         truncate_cache(self.cache, self.cached)
         self.proposed = 0
 
 
 # Small drafts trained here share the target's embedding and lm_head (frozen), so only their own layers are saved.
 SHARED_KEY = "specbench_shared_embedding"
-DRAFTS_DIR = Path(__file__).resolve().parent.parent / "heads" / "sps"
+DRAFTS_DIR = shipped_drafters("sps")
 PACKAGED_DRAFTS = {"smollm2-135m-instruct": "smollm2-135m-instruct"}
 
 

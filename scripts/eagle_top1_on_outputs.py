@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from methods.eagle import find_head, load_head
+from specbench.methods.eagle import find_head, load_head
 from specbench.records import read_records, read_run_info
 from specbench.target import chat_prompt, load_model
 

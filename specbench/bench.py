@@ -12,8 +12,8 @@ from typing import Callable
 import torch
 from tqdm import tqdm
 
-from methods.pld import PromptLookupDrafter
-from methods.vanilla import VanillaDrafter
+from specbench.methods.pld import PromptLookupDrafter
+from specbench.methods.vanilla import VanillaDrafter
 from specbench.engine import generate
 from specbench.sampling import Sampling
 from specbench.target import LoadedModel

@@ -122,6 +122,23 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0)
     _add_model_args(train)
 
+    distill = sub.add_parser("distill", help="self-distilled training data: the target answers training prompts in "
+                                             "large batches; conversations (token ids) and, optionally, features")
+    distill.add_argument("--data", type=Path, default=Path("../shared/data/train/prompts.jsonl"),
+                         help="training prompts, JSONL with id and turns")
+    distill.add_argument("--out", type=Path, required=True, help="dataset folder (manifest.json + chunk_*.npz)")
+    distill.add_argument("--features", type=Path, help="also write the features of every conversation here, from "
+                                                       "the generation's own forwards (a feature cache for train)")
+    distill.add_argument("--prompts", type=int, default=17146, help="a shuffled prefix of the prompts file")
+    distill.add_argument("--reply-tokens", type=int, default=256)
+    distill.add_argument("--temperature", type=float, default=0.0, help="0 = greedy replies")
+    distill.add_argument("--second-turn-share", type=float, default=0.0,
+                         help="fraction of conversations that get a generic follow-up turn and a second reply")
+    distill.add_argument("--batch-size", type=int, default=32, help="rows decoded at once")
+    distill.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    distill.add_argument("--seed", type=int, default=0)
+    _add_model_args(distill)
+
     bench = sub.add_parser("bench", help="our vanilla and pld against HF generate, interleaved")
     _add_question_args(bench)
     _add_model_args(bench)
@@ -234,7 +251,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "report": cmd_report, "check": cmd_check, "list": cmd_list, "bench": cmd_bench,
+def cmd_distill(args: argparse.Namespace) -> int:
+    import torch
+
+    from specbench.distill import DistillConfig, distill
+    from specbench.target import load_model
+
+    if args.prompts <= 0:
+        raise SpecbenchError(f"--prompts must be > 0, got {args.prompts}")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    target = load_model(args.target, args.device, args.dtype)
+    cfg = DistillConfig(data=args.data, out=args.out, target=args.target, max_prompts=args.prompts,
+                        reply_tokens=args.reply_tokens, temperature=args.temperature,
+                        second_turn_share=args.second_turn_share, batch_size=args.batch_size, seed=args.seed,
+                        features=args.features)
+    figures = distill(cfg, target)
+    print(f"generated {figures['generated_tokens']} reply tokens in {figures['seconds']:.0f} s "
+          f"({figures['tokens_per_second']:.1f} tok/s, prompts' prefill included); dataset: {args.out}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "distill": cmd_distill, "report": cmd_report, "check": cmd_check, "list": cmd_list, "bench": cmd_bench,
             "train": cmd_train}
 
 

@@ -1,23 +1,35 @@
-"""The target's cost of verifying n tokens at once, measured on this machine: what tree sizes are worth it.
+"""What verification and drafting cost on this machine, fixed when a run starts: what tree sizes are worth it.
 
 On a GPU, verifying 60 tokens costs about as much as one; on a 2-core CPU 16 tokens cost about twice one. Methods
-that size their trees from this curve adapt to the machine instead of carrying GPU defaults.
+that size their trees from these costs adapt to the machine instead of carrying GPU defaults. The costs are
+measured ONCE, when a run starts (or read from a file: `--cost-curve`, or the run's own run.json on resume), and
+every cost-based choice while decoding reads them: nothing that decides what is drafted reads the clock, so the
+same seed, settings and costs give the same tokens and accept lengths on a loaded or an idle machine.
 """
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from specbench.draft import Draft
+from specbench.engine import tree_inputs
+from specbench.errors import SpecbenchError
 from specbench.kv import truncate_cache
+
+SIZES = [1, 2, 4, 8, 12, 16, 24, 32]  # tokens per forward at which the curve is measured
+CONTEXT = 256  # cached context tokens before the measured forward
 
 
 @dataclass(frozen=True)
 class CostCurve:
     sizes: list[int]  # tokens verified in one forward, ascending, starting at 1
-    seconds: list[float]  # median time of one forward with that many new tokens
+    seconds: list[float]  # time of one forward with that many new tokens
 
     def at(self, n: int) -> float:
         """Seconds for a forward of n new tokens, linearly interpolated (extrapolated past the last size)."""
@@ -31,26 +43,114 @@ class CostCurve:
         return secs[-1] + (secs[-1] - secs[-2]) * (n - b) / (b - a)
 
 
+@dataclass
+class CostModel:
+    """The costs a run decides with: the target's tree-masked verification curve, and per drafter the time of one
+    unit of drafting work (e.g. one EAGLE tree level), measured by the method when it is first built."""
+
+    target: str
+    device: str
+    cpu: str
+    verify: CostCurve
+    drafting: dict[str, float] = field(default_factory=dict)  # seconds, by a key the method chooses
+
+    def drafting_cost(self, key: str, measure: Callable[[], float]) -> float:
+        """The stored cost for key, or measure it now (once per run) and store it."""
+        if key not in self.drafting:
+            self.drafting[key] = float(measure())
+        return self.drafting[key]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "device": self.device, "cpu": self.cpu, "sizes": self.verify.sizes,
+                "verify_ms": [round(s * 1000, 4) for s in self.verify.seconds],
+                "drafting_ms": {k: round(v * 1000, 4) for k, v in self.drafting.items()}}
+
+    @staticmethod
+    def from_dict(raw: Any, origin: str) -> "CostModel":
+        try:
+            sizes, ms = [int(s) for s in raw["sizes"]], [float(t) for t in raw["verify_ms"]]
+            if len(sizes) != len(ms) or len(sizes) < 2 or sizes != sorted(set(sizes)) or sizes[0] != 1:
+                raise ValueError("sizes must be ascending from 1, one time per size")
+            return CostModel(str(raw["target"]), str(raw.get("device", "?")), str(raw.get("cpu", "?")),
+                             CostCurve(sizes, [t / 1000 for t in ms]),
+                             {str(k): float(v) / 1000 for k, v in (raw.get("drafting_ms") or {}).items()})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SpecbenchError(f"{origin}: not a cost curve ({exc})") from None
+
+
+def read_cost_model(path: Path, target: str) -> CostModel:
+    """A cost model from a file: a run's run.json, a `bench --cost --json` file, or a bare cost model."""
+    if not path.is_file():
+        raise SpecbenchError(f"--cost-curve {path}: no such file")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SpecbenchError(f"--cost-curve {path}: not JSON ({exc})") from None
+    if isinstance(raw, dict) and isinstance(raw.get("costs"), dict):
+        raw = raw["costs"]
+    model = CostModel.from_dict(raw, f"--cost-curve {path}")
+    if model.target != target:
+        raise SpecbenchError(f"--cost-curve {path} was measured for target {model.target!r}, not {target!r}")
+    return model
+
+
+def cpu_description() -> str:
+    """CPU model and the SIMD flags that decide fp32 GEMM speed (timings are only comparable on equal ones)."""
+    model, flags = "unknown CPU", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model == "unknown CPU":
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        import platform
+
+        model = platform.processor() or platform.machine()
+    simd = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "neon") if f in flags]
+    return f"{model} [{' '.join(simd) or 'no AVX2'}]"
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bushy_tree(tokens: list[int]) -> Draft:
+    """A binary tree over tokens (node i > 0 hangs under node (i - 1) // 2), the kind of shape verification sees."""
+    return Draft(list(tokens), [(i - 1) // 2 if i > 0 else -1 for i in range(len(tokens))])
+
+
 @torch.inference_mode()
-def measure_verify_cost(model: PreTrainedModel, sizes: list[int], context: int = 256, repeats: int = 3) -> CostCurve:
-    """Median wall time of a forward over n new tokens after a cached context, for each n in sizes."""
+def measure_forward_curve(model: PreTrainedModel, sizes: list[int], tree: bool, repeats: int = 5,
+                          context: int = CONTEXT) -> CostCurve:
+    """Fastest of `repeats` forwards over n new tokens after a cached context, for each n (after one warm-up).
+    tree=True: one pending token and n - 1 tree nodes under the engine's 4D tree mask (what verification runs);
+    tree=False: n tokens under the model's own causal mask. The minimum is the least load-sensitive statistic."""
     device = model.device
     vocab = model.config.vocab_size
-    context_ids = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(0)).to(device)
+    gen = torch.Generator().manual_seed(0)
     cache = DynamicCache(config=model.config)
-    model(input_ids=context_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    model(input_ids=torch.randint(0, vocab, (1, context), generator=gen).to(device), past_key_values=cache,
+          use_cache=True, logits_to_keep=1)
     seconds = []
     for n in sizes:
+        tokens = torch.randint(0, vocab, (n,), generator=gen).tolist()
+        draft = bushy_tree(tokens[1:]) if tree else Draft()
+        inputs = tree_inputs(tokens[:1] if tree else tokens, draft, context, model.dtype, device)
         times = []
-        for _ in range(repeats + 1):  # the first run warms up
-            new = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(n)).to(device)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+        for _ in range(repeats + 1):
+            synchronize(device)
             t0 = time.perf_counter()
-            model(input_ids=new, past_key_values=cache, use_cache=True, logits_to_keep=n)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            model(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask,
+                  past_key_values=cache, use_cache=True, logits_to_keep=n)
+            synchronize(device)
             times.append(time.perf_counter() - t0)
             truncate_cache(cache, context)
-        seconds.append(sorted(times[1:])[len(times[1:]) // 2])
+        seconds.append(min(times[1:]))
     return CostCurve(list(sizes), seconds)
+
+
+def measure_cost_model(model: PreTrainedModel, target: str) -> CostModel:
+    return CostModel(target, str(model.device), cpu_description(), measure_forward_curve(model, SIZES, tree=True))

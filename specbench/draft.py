@@ -110,10 +110,18 @@ class DecodeContext:
     prompt_len: int
     sampling: Sampling
     generator: torch.Generator | None
-    # Target hidden states (after the final norm, i.e. the lm_head input) for the positions the last forward added
-    # to the target's cache, in order; filled only for drafters with needs_hidden.
-    new_hidden: torch.Tensor | None = None
-    # Logits [m, V] of the last draft's extra branch (Lookahead), from the same forward; None without one.
+
+
+@dataclass
+class StepResult:
+    """What the engine tells a drafter after a verification step: one typed result for every method."""
+
+    emitted: list[int]  # accepted draft tokens, then the bonus; already appended to ctx.token_ids
+    path: list[int]  # the accepted draft nodes' indices in the proposed tree, root to leaf
+    # Target hidden states (after the final norm, i.e. the lm_head input) of the positions this step added to the
+    # target's cache, in order; only for drafters with needs_hidden.
+    hidden: torch.Tensor | None = None
+    # Logits [m, V] of the draft's extra branch (Lookahead's window), from the same forward; None without one.
     extra_logits: torch.Tensor | None = None
 
 
@@ -133,5 +141,5 @@ class Drafter:
     def propose(self, ctx: DecodeContext) -> Draft:
         raise NotImplementedError
 
-    def accepted(self, ctx: DecodeContext, n_new: int) -> None:
-        """The last n_new entries of ctx.token_ids were just emitted (accepted draft tokens, then the bonus)."""
+    def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
+        """step.emitted were just appended to ctx.token_ids (accepted draft tokens, then the bonus)."""

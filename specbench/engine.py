@@ -8,12 +8,12 @@ accepted path only. The bonus token is not yet in the cache: it is the root of t
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from specbench.draft import DecodeContext, Draft, Drafter
+from specbench.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.kv import compact_cache
 from specbench.sampling import Sampling
 from specbench.verify import VerifyFn, verify_lossless
@@ -27,6 +27,10 @@ class Generation:
     verify_times: list[float]  # seconds per step in the target forward, verification and cache compaction
     wall_time: float  # whole generation, prefill included
     stop_reason: str  # "eos", "length" or "context"
+    tree_sizes: list[int] = field(default_factory=list)  # draft nodes verified per step
+    # Per step: the accepted path ended at a leaf of a non-empty tree (every drafted level on it accepted), so the
+    # bonus token was drawn after a fully accepted path.
+    full_paths: list[bool] = field(default_factory=list)
 
 
 @dataclass
@@ -85,14 +89,13 @@ def generate(
 ) -> Generation:
     """Decode up to max_new_tokens after prompt_ids with the drafter's proposals, losslessly unless the drafter
     brings its own verifier. Stops after the first stop id (kept in the output), at max_new_tokens, or when the
-    model's context is full: the same rule for every method."""
+    model's context is full: the same rule for every method. A prompt that already fills the context (a later
+    turn after long answers) yields no tokens and stop_reason "context", for every method alike."""
     if not prompt_ids:
         raise ValueError("empty prompt")
     if max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
     limit = context_limit(model)
-    if len(prompt_ids) >= limit:
-        raise ValueError(f"prompt of {len(prompt_ids)} tokens does not fit the model's context of {limit}")
     verify = verify or drafter.verifier or verify_lossless
     device = model.device
     dtype = model.dtype
@@ -100,16 +103,16 @@ def generate(
     cache = DynamicCache(config=model.config)
     ctx = DecodeContext(list(prompt_ids), len(prompt_ids), sampling, generator)
     cache_len = 0
-    budget = min(max_new_tokens, limit - len(prompt_ids))
-    new: list[int] = []
-    accept_lengths: list[int] = []
-    draft_times: list[float] = []
-    verify_times: list[float] = []
-    stop_reason = "length" if budget == max_new_tokens else "context"
+    budget = max(0, min(max_new_tokens, limit - len(prompt_ids)))
+    result = Generation([], [], [], [], 0.0, "length" if budget == max_new_tokens else "context")
+    if budget == 0:
+        result.wall_time = time.perf_counter() - started
+        return result
 
     t0 = time.perf_counter()
     drafter.begin(ctx)
     begin_time = time.perf_counter() - t0
+    new = result.token_ids
     while len(new) < budget:
         t0 = time.perf_counter()
         remaining = budget - len(new)
@@ -129,8 +132,9 @@ def generate(
             output_hidden_states=drafter.needs_hidden,
         )
         logits = out.logits[0].float()
+        extra_logits = None
         if n_extra:
-            ctx.extra_logits, logits = logits[len(draft) + 1 :], logits[: len(draft) + 1]
+            extra_logits, logits = logits[len(draft) + 1 :], logits[: len(draft) + 1]
         verdict = verify(draft, logits, sampling, generator)
         kept = cache_len + len(pending)
         if draft or n_extra:
@@ -139,23 +143,26 @@ def generate(
         for j, token in enumerate(emitted):
             if token in stop_ids:
                 emitted = emitted[: j + 1]
-                stop_reason = "eos"
+                result.stop_reason = "eos"
                 break
+        hidden = None
         if drafter.needs_hidden:
-            hidden = out.hidden_states[-1][0]
             rows = list(range(len(pending))) + [len(pending) + i for i in verdict.path]
-            ctx.new_hidden = hidden[rows]
+            hidden = out.hidden_states[-1][0][rows]
         cache_len = kept + len(verdict.path)
         ctx.token_ids.extend(emitted)
         new.extend(emitted)
         t2 = time.perf_counter()
-        if stop_reason != "eos":
-            drafter.accepted(ctx, len(emitted))
+        if result.stop_reason != "eos":
+            drafter.accepted(ctx, StepResult(emitted, verdict.path, hidden, extra_logits))
         t3 = time.perf_counter()
-        draft_times.append(t1 - t0 + t3 - t2 + begin_time)
-        verify_times.append(t2 - t1)
-        accept_lengths.append(len(emitted))
+        result.draft_times.append(t1 - t0 + t3 - t2 + begin_time)
+        result.verify_times.append(t2 - t1)
+        result.accept_lengths.append(len(emitted))
+        result.tree_sizes.append(len(draft))
+        result.full_paths.append(bool(draft) and not draft.children()[verdict.path[-1] + 1 if verdict.path else 0])
         begin_time = 0.0
-        if stop_reason == "eos":
+        if result.stop_reason == "eos":
             break
-    return Generation(new, accept_lengths, draft_times, verify_times, time.perf_counter() - started, stop_reason)
+    result.wall_time = time.perf_counter() - started
+    return result

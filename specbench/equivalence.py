@@ -18,7 +18,7 @@ from scipy.optimize import brentq
 from scipy.stats import chi2, chi2_contingency, ncx2
 from tqdm import tqdm
 
-from methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla import VanillaDrafter
 from specbench.draft import Drafter
 from specbench.engine import generate
 from specbench.errors import SpecbenchError

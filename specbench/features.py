@@ -114,7 +114,7 @@ class FeatureCache:
         return [load_file(str(c)) for c in chunks]
 
 
-def _write_chunk(path: Path, convs: list[Conversation], hidden: list[torch.Tensor], rows: int) -> None:
+def write_feature_chunk(path: Path, convs: list[Conversation], hidden: list[torch.Tensor], rows: int) -> None:
     offsets = [0]
     for c in convs:
         offsets.append(offsets[-1] + len(c.tokens))
@@ -127,6 +127,11 @@ def _write_chunk(path: Path, convs: list[Conversation], hidden: list[torch.Tenso
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata={"rows": str(rows)})
     tmp.rename(path)  # a chunk is either whole or absent, whatever the moment of a stop
+
+
+def write_manifest(folder: Path, settings: dict[str, str], hidden_size: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "manifest.json").write_text(json.dumps({"settings": settings, "hidden_size": hidden_size}))
 
 
 def _text_length(row: dict) -> int:
@@ -187,8 +192,7 @@ def extract(cfg: ExtractConfig, target: LoadedModel) -> FeatureCache:
         changed = sorted(k for k in settings if old.get(k) != settings[k])
         if changed:
             raise SpecbenchError(f"{cfg.out} was extracted with other settings ({', '.join(changed)}): use another --features")
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    cache.manifest_path.write_text(json.dumps({"settings": settings, "hidden_size": target.model.config.hidden_size}))
+    write_manifest(cfg.out, settings, target.model.config.hidden_size)
 
     rows = read_prompts(cfg.data, cfg.seed)
     if cfg.mode == "fixed":
@@ -221,7 +225,7 @@ def extract(cfg: ExtractConfig, target: LoadedModel) -> FeatureCache:
                     n_tokens += len(conv.tokens)
             bar.update(len(group))
             bar.set_postfix(tok_s=f"{n_tokens / (time.perf_counter() - t0):.0f}")
-        _write_chunk(cfg.out / f"chunk_{chunk_start // cfg.chunk_size:05d}.safetensors", convs, hidden, len(chunk_rows))
+        write_feature_chunk(cfg.out / f"chunk_{chunk_start // cfg.chunk_size:05d}.safetensors", convs, hidden, len(chunk_rows))
     bar.close()
     return cache
 

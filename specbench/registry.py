@@ -1,4 +1,4 @@
-"""Method discovery: every module in the top-level `methods` package lists its methods in `METHODS`.
+"""Method discovery: every module in the `specbench.methods` package (the top-level methods/ folder) lists its methods in `METHODS`.
 
 New methods appear in the CLI, records and reports by adding a file to methods/; nothing here names a method.
 """
@@ -9,6 +9,7 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable
 
+from specbench.costs import CostModel
 from specbench.draft import Drafter
 from specbench.errors import SpecbenchError
 from specbench.target import LoadedModel
@@ -23,6 +24,7 @@ class BuildContext:
     options: dict[str, str] = field(default_factory=dict)
     device: str | None = None
     dtype: str | None = None
+    costs: CostModel | None = None  # the run's fixed costs, for methods that size trees by cost
 
     def option(self, key: str, default: int | float | str):
         """An option converted to the type of its default; a bad value is a SpecbenchError."""
@@ -44,11 +46,11 @@ class MethodInfo:
 
 
 def available_methods() -> dict[str, MethodInfo]:
-    import methods
+    import specbench.methods as methods
 
     found: dict[str, MethodInfo] = {}
     for module in pkgutil.iter_modules(methods.__path__):
-        for info in getattr(importlib.import_module(f"methods.{module.name}"), "METHODS", []):
+        for info in getattr(importlib.import_module(f"specbench.methods.{module.name}"), "METHODS", []):
             if info.name in found:
                 raise RuntimeError(f"method {info.name!r} is defined twice")
             found[info.name] = info
@@ -57,11 +59,11 @@ def available_methods() -> dict[str, MethodInfo]:
 
 def available_trainers() -> dict[str, Callable]:
     """Training entry points: `TRAINERS` dicts in methods/*.py, {name: train(target, cache, cfg, options)}."""
-    import methods
+    import specbench.methods as methods
 
     found: dict[str, Callable] = {}
     for module in pkgutil.iter_modules(methods.__path__):
-        found.update(getattr(importlib.import_module(f"methods.{module.name}"), "TRAINERS", {}))
+        found.update(getattr(importlib.import_module(f"specbench.methods.{module.name}"), "TRAINERS", {}))
     return found
 
 
@@ -69,7 +71,8 @@ def variant(base: MethodInfo, spec: str, options: dict[str, str]) -> MethodInfo:
     """The method with its own options on top of --opt: the rows of a sweep (e.g. eagle@total_tokens=8:top_k=3)."""
 
     def build(ctx: BuildContext) -> Drafter:
-        return base.build(BuildContext(ctx.target, ctx.draft, {**ctx.options, **options}, ctx.device, ctx.dtype))
+        return base.build(BuildContext(ctx.target, ctx.draft, {**ctx.options, **options}, ctx.device, ctx.dtype,
+                                       ctx.costs))
 
     return MethodInfo(spec, f"{base.description} [{spec.partition('@')[2]}]", base.lossless, build)
 

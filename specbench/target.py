@@ -43,6 +43,14 @@ class LoadedModel:
         return ids
 
 
+def shipped_drafters(method: str) -> Path:
+    """Where drafters trained for packaged targets ship: heads/<method>/ of the repository, installed as the
+    package data of specbench.heads (so a non-editable install finds them too)."""
+    from importlib import resources
+
+    return Path(str(resources.files("specbench.heads"))) / method
+
+
 def pick_device(requested: str | None) -> torch.device:
     if requested and requested != "auto":
         return torch.device(requested)

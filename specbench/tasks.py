@@ -36,7 +36,7 @@ class Task:
 
 def available_tasks() -> dict[str, Task]:
     found: dict[str, Task] = {}
-    for entry in sorted(resources.files("tasks").iterdir(), key=lambda e: e.name):
+    for entry in sorted(resources.files("specbench.builtin_tasks").iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".yaml"):
             spec = yaml.safe_load(entry.read_text(encoding="utf-8"))
             found[spec["name"]] = Task(**spec)

@@ -45,7 +45,33 @@ class Walk:
     rejected_all: bool  # end_row had children and all were rejected
 
 
-def rejection_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator | None) -> Walk:
+def residual_after_one_hot(p: torch.Tensor, x: int) -> torch.Tensor:
+    """A deterministic candidate x was rejected: x can no longer be drawn; the rest keeps its proportions."""
+    p = p.clone()
+    p[x] = 0.0
+    return _normalised(p, fallback=p)
+
+
+def residual_after_sampled(p: torch.Tensor, q: torch.Tensor, x: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A candidate x drawn from q was rejected: p <- norm(max(0, p - q)), and x leaves q (drawn without
+    replacement, the next sibling comes from q without x)."""
+    p = _normalised((p - q).clamp_min(0.0), fallback=p)
+    q = q.clone()
+    q[x] = 0.0
+    return p, _normalised(q, fallback=q)
+
+
+@dataclass(frozen=True)
+class RejectionRules:
+    """The residual updates of multi-candidate rejection sampling. Only tests replace them, with broken ones, to
+    show that the distribution tests catch each kind of mistake."""
+
+    after_one_hot: Callable[[torch.Tensor, int], torch.Tensor] = residual_after_one_hot
+    after_sampled: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]] = residual_after_sampled
+
+
+def rejection_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator | None,
+                   rules: RejectionRules = RejectionRules()) -> Walk:
     """T>0 multi-candidate rejection sampling over the tree; probs are the processed target rows.
 
     Deterministic candidates (q None): accept x with p(x); on rejection zero p(x), renormalise, try the next child.
@@ -60,7 +86,7 @@ def rejection_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator
         kids = children[row]
         if not kids:
             return Walk(path, row, p, rejected_all=False)
-        q = None if draft.q is None else draft.q[kids[0]].float().clone()
+        q = None if draft.q is None else draft.q[kids[0]].float()
         accepted_child = None
         for child in kids:
             x = draft.tokens[child]
@@ -69,17 +95,13 @@ def rejection_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator
                 if u < float(p[x]):
                     accepted_child = child
                     break
-                p = p.clone()
-                p[x] = 0.0
-                p = _normalised(p, fallback=p)
+                p = rules.after_one_hot(p, x)
             else:
                 px, qx = float(p[x]), float(q[x])
                 if qx > 0 and u < min(1.0, px / qx):
                     accepted_child = child
                     break
-                p = _normalised((p - q).clamp_min(0.0), fallback=p)
-                q[x] = 0.0
-                q = _normalised(q, fallback=q)
+                p, q = rules.after_sampled(p, q, x)
         if accepted_child is None:
             return Walk(path, row, p, rejected_all=True)
         path.append(accepted_child)

@@ -6,8 +6,8 @@ import importlib.util
 
 import pytest
 
-from methods.pld import PromptLookupDrafter
-from methods.vanilla import VanillaDrafter
+from specbench.methods.pld import PromptLookupDrafter
+from specbench.methods.vanilla import VanillaDrafter
 from specbench.engine import generate
 from specbench.registry import BuildContext, available_methods
 from specbench.sampling import Sampling

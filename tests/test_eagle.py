@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from methods.eagle import INPUTS, EagleDrafter, EagleHead, TreeSpec, head_config, load_head, save_head
-from methods.vanilla import VanillaDrafter
+from specbench.methods.eagle import INPUTS, EagleDrafter, EagleHead, TreeSpec, head_config, load_head, save_head
+from specbench.methods.vanilla import VanillaDrafter
 from specbench.cli import main
 from specbench.draft import parse_tree
 from specbench.engine import generate

@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from methods.pld import PromptLookupDrafter
-from methods.sps import DraftModelDrafter
-from methods.vanilla import VanillaDrafter
+from specbench.methods.pld import PromptLookupDrafter
+from specbench.methods.sps import DraftModelDrafter
+from specbench.methods.vanilla import VanillaDrafter
 from specbench.draft import Draft
 from specbench.engine import generate, tree_inputs
 from specbench.kv import compact_cache
@@ -133,7 +133,7 @@ def test_bad_tree_is_rejected():
 
 @pytest.mark.parametrize("shape", [(5, 7, 7), (3, 4, 2), (2, 1, 0)])
 def test_lookahead_emits_vanilla_tokens(target, prompts, shape):
-    from methods.lookahead import LookaheadDrafter
+    from specbench.methods.lookahead import LookaheadDrafter
 
     drafter = LookaheadDrafter(*shape)
     accepted_more_than_one = 0

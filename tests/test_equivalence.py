@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from methods.sps import DraftModelDrafter
-from methods.vanilla import VanillaDrafter
+from specbench.methods.sps import DraftModelDrafter
+from specbench.methods.vanilla import VanillaDrafter
 from specbench.equivalence import compare, detectable_w, homogeneity, sample_prefixes
 from specbench.sampling import Sampling
 from tests.conftest import tiny_llama
-from tests.test_distribution import broken_bonus_verify
+from tests.test_distribution import bonus_from_unprocessed_softmax
 
 VOCAB = 12
 PROMPT = [3, 7, 1, 5]
@@ -48,7 +48,7 @@ def test_lossless_sps_passes(models, vanilla_samples):
 def test_bonus_from_unprocessed_softmax_is_flagged_at_half_temperature(models, vanilla_samples):
     drafter = DraftModelDrafter(models[1], gamma=2, vocab_size=VOCAB)
     broken = sample_prefixes(models[0], PROMPT, drafter, SAMPLING, 3, SAMPLES, seed=2, stop_ids=set(),
-                             verify=broken_bonus_verify)
+                             verify=bonus_from_unprocessed_softmax)
     tests = compare(vanilla_samples, broken, ALPHA)
     assert min(t.pvalue for t in tests) < ALPHA, [t.pvalue for t in tests]
     # The bug first shows after the first draft run is accepted whole: not at position 0.

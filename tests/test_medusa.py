@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from methods.medusa import MedusaDrafter, MedusaHeads, load_heads, typical_verifier
-from methods.vanilla import VanillaDrafter
+from specbench.methods.medusa import MedusaDrafter, MedusaHeads, load_heads, typical_verifier
+from specbench.methods.vanilla import VanillaDrafter
 from specbench.cli import main
 from specbench.draft import Draft, parse_tree
 from specbench.engine import generate

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla import VanillaDrafter
 from specbench.cli import main
 from specbench.engine import generate
 from specbench.registry import BuildContext, available_methods

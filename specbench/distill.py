@@ -1,0 +1,258 @@
+"""Self-distilled training data in one pass: the target answers many prompts at once, and the same forwards give
+the features of every token, so no second prefill is needed.
+
+A dataset folder (small enough to commit) holds manifest.json (the generation settings, to refuse mixing) and
+chunk_NNNNN.npz files, each with
+  tokens   uint16/int32 [N]  whole conversations (chat template, prompt and replies), concatenated
+  reply    uint8 [N]         1 where the token was written by the target (a reply token, its stop token included)
+  offsets  int64 [S+1]       where each conversation starts and ends
+  ids      str [S]           the training prompt's id
+A conversation's tokens are exactly the ones the target was fed, so `features.features_from_dataset` rebuilds its
+features with one batched prefill on any machine. With `features` set, the features are written at once, from
+the generation's own forwards, to a feature cache in `specbench.features`' format (same chunk numbering).
+
+Second turns: a share of the conversations get a generic follow-up request (as MT-bench's second turns are) and a
+second reply, so the head also sees two-turn conversations.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+from transformers import StaticCache
+
+from specbench.errors import SpecbenchError
+from specbench.features import Conversation, read_prompts, write_feature_chunk, write_manifest
+from specbench.sampling import Sampling, target_probs
+from specbench.target import LoadedModel, chat_prompt
+
+FOLLOW_UPS = (
+    "Can you make your answer shorter?",
+    "Please explain your answer step by step.",
+    "Rewrite your previous answer in a more formal tone.",
+    "Give one more example.",
+    "Summarize your answer in one sentence.",
+    "What are the limitations of your answer?",
+    "Now explain it to a ten-year-old.",
+    "Turn your answer into a bulleted list.",
+)
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    data: Path  # training prompts, JSONL with "id" and "turns"
+    out: Path  # the dataset folder
+    target: str
+    max_prompts: int = 17146  # a shuffled prefix of the prompts file (any prefix is a sample)
+    reply_tokens: int = 256
+    temperature: float = 0.0  # 0 = greedy replies
+    second_turn_share: float = 0.0  # fraction of conversations that get a follow-up turn
+    batch_size: int = 32  # rows decoded at once; only padding depends on it
+    chunk_size: int = 256  # conversations per chunk file
+    seed: int = 0
+    features: Path | None = None  # also write the features of every conversation here
+
+
+@dataclass
+class Row:
+    """One conversation being generated."""
+
+    prompt: list[int]
+    reply: list[int]
+    hidden: list[torch.Tensor]  # one [n, H] block per forward that fed this row's tokens
+    done: bool = False  # its last token has been fed: nothing more to compute for it
+
+
+def _settings(cfg: DistillConfig, target: LoadedModel) -> dict[str, str]:
+    skip = ("out", "max_prompts", "batch_size", "features")  # none of these changes what a conversation holds
+    values = {k: str(v) for k, v in asdict(cfg).items() if k not in skip}
+    values["vocab_size"] = str(target.model.config.vocab_size)
+    return values
+
+
+@torch.inference_mode()
+def answer_batch(target: LoadedModel, prompts: list[list[int]], cfg: DistillConfig, generator: torch.Generator | None,
+                 keep_hidden: bool) -> list[Row]:
+    """Greedy (or sampled) replies to left-padded prompts, decoded together. A row leaves the batch one forward
+    after its last token, so that token's feature is computed too; rows that finish stop costing."""
+    model = target.model
+    device = model.device
+    body, lm_head = model.get_decoder(), model.get_output_embeddings()
+    sampling = Sampling(cfg.temperature)
+    stops = target.stop_ids
+    rows = [Row(p, [], []) for p in prompts]
+    longest = max(len(p) for p in prompts)
+    total = longest + cfg.reply_tokens + 1
+    # A static cache written in place: a growing cache copies every layer's keys and values at every step, which
+    # costs more than the step's GEMMs at batch 32 on a CPU. Left padding keeps one write position for all rows.
+    cache = StaticCache(config=model.config, max_cache_len=total)
+    ids = torch.tensor([[0] * (longest - len(p)) + p for p in prompts], device=device)
+    mask = torch.zeros(len(prompts), total, dtype=torch.long, device=device)
+    for j, p in enumerate(prompts):
+        mask[j, longest - len(p) :] = 1  # everything after the padding; the causal mask hides the future
+    positions = (mask[:, :longest].cumsum(-1) - 1).clamp_min(0)
+    written = 0
+    active = list(range(len(rows)))
+    while active:
+        fed = ids.shape[1]
+        out = body(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+                   cache_position=torch.arange(written, written + fed, device=device))
+        written += fed
+        hidden = out.last_hidden_state
+        if keep_hidden:
+            for j, r in enumerate(active):
+                if rows[r].done:
+                    continue
+                real = fed if fed == 1 else len(rows[r].prompt)
+                rows[r].hidden.append(hidden[j, fed - real :].to("cpu", torch.float16))
+        logits = lm_head(hidden[:, -1]).float()
+        if sampling.greedy:
+            nxt = logits.argmax(-1).tolist()
+        else:
+            nxt = torch.multinomial(target_probs(logits, sampling), 1, generator=generator)[:, 0].tolist()
+        keep: list[int] = []
+        for j, r in enumerate(active):
+            row = rows[r]
+            row.done = row.done or (bool(row.reply) and (row.reply[-1] in stops or len(row.reply) >= cfg.reply_tokens))
+            if not row.done:
+                row.reply.append(nxt[j])
+                keep.append(j)
+        if not keep:
+            break
+        if len(keep) <= len(active) // 2:
+            # Finished rows stop costing: keep the live rows' cache entries only (on the cache's own tensors).
+            index = torch.tensor(keep, device=device)
+            for layer in cache.layers:
+                layer.keys, layer.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
+                layer.batch_size = len(keep)
+            mask = mask.index_select(0, index)
+            active = [active[j] for j in keep]
+        ids = torch.tensor([[rows[r].reply[-1]] for r in active], device=device)
+        positions = torch.tensor([[len(rows[r].prompt) + len(rows[r].reply) - 1] for r in active], device=device)
+    return rows
+
+
+def _reply_mask(prompt_len: int, reply_len: int, earlier: list[tuple[int, int]]) -> list[int]:
+    mask = [0] * prompt_len + [1] * reply_len
+    for a, b in earlier:
+        mask[a:b] = [1] * (b - a)
+    return mask
+
+
+def _earlier_reply_span(tokenizer, first_user: str, first_reply: str, prompt2: list[int]) -> list[tuple[int, int]]:
+    """Where the first reply sits in the second turn's prompt (as the chat template re-tokenized it)."""
+    before = chat_prompt(tokenizer, [{"role": "user", "content": first_user}])
+    with_reply = tokenizer.apply_chat_template(
+        [{"role": "user", "content": first_user}, {"role": "assistant", "content": first_reply}], tokenize=True)
+    with_reply = list(with_reply["input_ids"] if hasattr(with_reply, "keys") else with_reply)
+    if prompt2[: len(before)] != before or prompt2[: len(with_reply)] != with_reply:
+        return []  # a template that rewrites earlier turns: train on the new reply only
+    return [(len(before), len(with_reply))]
+
+
+def _write_chunk(path: Path, convs: list[Conversation], reply: list[list[int]], ids: list[str], vocab: int) -> None:
+    offsets = np.cumsum([0] + [len(c.tokens) for c in convs]).astype(np.int64)
+    dtype = np.uint16 if vocab <= 1 << 16 else np.int32
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(
+        tmp, tokens=np.array([t for c in convs for t in c.tokens], dtype=dtype),
+        reply=np.array([m for r in reply for m in r], dtype=np.uint8), offsets=offsets, ids=np.array(ids))
+    tmp.rename(path)  # whole or absent, whatever the moment of a stop
+
+
+def read_dataset(folder: Path) -> tuple[dict, list[dict[str, np.ndarray]]]:
+    """The manifest and the chunks of a dataset folder."""
+    manifest = folder / "manifest.json"
+    if not manifest.is_file():
+        raise SpecbenchError(f"{folder} is not a self-distilled dataset (no manifest.json)")
+    chunks = sorted(folder.glob("chunk_*.npz"))
+    if not chunks:
+        raise SpecbenchError(f"dataset {folder} holds no chunks yet")
+    return json.loads(manifest.read_text()), [dict(np.load(c)) for c in chunks]
+
+
+def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> dict[str, float]:
+    """Generate (or resume generating) the dataset; returns throughput figures of this invocation."""
+    if not 0 <= cfg.second_turn_share <= 1:
+        raise SpecbenchError(f"--second-turn-share must be in [0, 1], got {cfg.second_turn_share}")
+    if cfg.reply_tokens <= 0 or cfg.batch_size <= 0 or cfg.temperature < 0:
+        raise SpecbenchError("--reply-tokens and --batch-size must be > 0 and --temperature >= 0")
+    settings = _settings(cfg, target)
+    manifest = cfg.out / "manifest.json"
+    if manifest.is_file():
+        old = json.loads(manifest.read_text())["settings"]
+        changed = sorted(k for k in settings if old.get(k) != settings[k])
+        if changed:
+            raise SpecbenchError(f"{cfg.out} was generated with other settings ({', '.join(changed)}): use another --out")
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"settings": settings, "format": "specbench-distill-1"}, indent=1))
+    if cfg.features is not None:
+        write_manifest(cfg.features, {"dataset": str(cfg.out), **settings}, target.model.config.hidden_size)
+
+    rows = read_prompts(cfg.data, cfg.seed)[: cfg.max_prompts]
+    rng = random.Random(cfg.seed)
+    follow = [rng.random() < cfg.second_turn_share for _ in rows]  # fixed per prompt, whatever is resumed
+    follow_text = [FOLLOW_UPS[rng.randrange(len(FOLLOW_UPS))] for _ in rows]
+    done = len(list(cfg.out.glob("chunk_*.npz")))
+    generator = torch.Generator(device=target.model.device).manual_seed(cfg.seed) if cfg.temperature > 0 else None
+    tok = target.tokenizer
+    bar = tqdm(total=len(rows), initial=min(done * cfg.chunk_size, len(rows)), desc="distill", unit="conv",
+               disable=not progress)
+    t_start, generated = time.perf_counter(), 0
+    for chunk_start in range(done * cfg.chunk_size, len(rows), cfg.chunk_size):
+        index = chunk_start // cfg.chunk_size
+        part = list(range(chunk_start, min(chunk_start + cfg.chunk_size, len(rows))))
+        if generator is not None:  # each chunk's samples depend on the seed and the chunk alone, not on resumes
+            generator.manual_seed(cfg.seed * 1_000_003 + index)
+        first_prompts = {i: chat_prompt(tok, [{"role": "user", "content": rows[i]["turns"][0]}]) for i in part}
+        first = _answer_all(target, first_prompts, cfg, generator, bar)
+        second_prompts, spans = {}, {}
+        for i in part:
+            if follow[i]:
+                text = tok.decode(first[i].reply, skip_special_tokens=True)
+                messages = [{"role": "user", "content": rows[i]["turns"][0]}, {"role": "assistant", "content": text},
+                            {"role": "user", "content": follow_text[i]}]
+                second_prompts[i] = chat_prompt(tok, messages)
+                spans[i] = _earlier_reply_span(tok, rows[i]["turns"][0], text, second_prompts[i])
+        second = _answer_all(target, second_prompts, cfg, generator, None) if second_prompts else {}
+        convs, reply_masks, hidden, ids = [], [], [], []
+        for i in part:
+            row = second.get(i, first[i])
+            tokens = row.prompt + row.reply
+            if len(row.reply) == 0:
+                continue
+            mask = _reply_mask(len(row.prompt), len(row.reply), spans.get(i, []))
+            convs.append(Conversation(tokens, mask[1:] + [0]))
+            reply_masks.append(mask)
+            ids.append(str(rows[i].get("id", chunk_start + len(ids))))
+            generated += len(first[i].reply) + (len(second[i].reply) if i in second else 0)
+            if cfg.features is not None:
+                hidden.append(torch.cat(row.hidden))
+        if cfg.features is not None:
+            write_feature_chunk(cfg.features / f"chunk_{index:05d}.safetensors", convs, hidden, len(part))
+        _write_chunk(cfg.out / f"chunk_{index:05d}.npz", convs, reply_masks, ids, target.model.config.vocab_size)
+        bar.set_postfix(new_tok_s=f"{generated / (time.perf_counter() - t_start):.0f}")
+    bar.close()
+    seconds = time.perf_counter() - t_start
+    return {"generated_tokens": generated, "seconds": seconds, "tokens_per_second": generated / max(seconds, 1e-9)}
+
+
+def _answer_all(target: LoadedModel, prompts: dict[int, list[int]], cfg: DistillConfig,
+                generator: torch.Generator | None, bar) -> dict[int, Row]:
+    """Replies to many prompts, batched by prompt length (little padding)."""
+    order = sorted(prompts, key=lambda i: len(prompts[i]))
+    answers: dict[int, Row] = {}
+    for start in range(0, len(order), cfg.batch_size):
+        group = order[start : start + cfg.batch_size]
+        for i, row in zip(group, answer_batch(target, [prompts[i] for i in group], cfg, generator,
+                                               cfg.features is not None)):
+            answers[i] = row
+        if bar is not None:
+            bar.update(len(group))
+    return answers
