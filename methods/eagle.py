@@ -30,7 +30,8 @@ from torch.nn import functional as F
 from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from specbench.costs import CONTEXT, CostCurve, measure_cost_model, synchronize
+from specbench.costs import CONTEXT, CostCurve, measure_cost_model
+from specbench.runtime import synchronize
 from specbench.draft import ROOT, DecodeContext, Draft, Drafter, StepResult, parse_tree
 from specbench.errors import SpecbenchError
 from specbench.kv import truncate_cache

@@ -1,7 +1,9 @@
-"""`specbench bench`: our loop against HF transformers' `generate` on the same prompts, interleaved per prompt.
+"""`specbench bench`: our loop and runtime against HF transformers' `generate` on the same prompts, interleaved
+per prompt; `bench --cost`: the target's forward cost T(k) over k new tokens, stock against the engine's runtime.
 
-Our vanilla vs HF greedy shows the baseline is not handicapped (goal >= 0.95x); our pld vs HF
-prompt_lookup_num_tokens=10 compares the same method in both. Throughput = total new tokens / total time.
+HF generate always runs the stock model (transformers' own modules); ours runs the engine's runtime, as `run` does.
+Our pld vs HF prompt_lookup_num_tokens=10 compares the same method in both. Throughput = total new tokens / total
+time, after one untimed warm-up per system.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from tqdm import tqdm
 
 from specbench.methods.pld import PromptLookupDrafter
 from specbench.methods.vanilla import VanillaDrafter
+from specbench.costs import SIZES, cpu_description, measure_cost_model, measure_forward_curve
+from specbench.runtime import FewTokenLinear, restore, synchronize
 from specbench.engine import generate
 from specbench.sampling import Sampling
 from specbench.target import LoadedModel
@@ -38,15 +42,29 @@ def _timed(tally: Tally, run: Callable[[], list[int]]) -> None:
     tally.outputs.append(tokens)
 
 
+def _stock(model) -> list[tuple[str, torch.nn.Module]]:
+    """Switch a model to transformers' own Linear modules (same parameters); returns what to put back."""
+    swapped = [(name, m) for name, m in model.named_modules() if isinstance(m, FewTokenLinear)]
+    for name, m in swapped:
+        linear = torch.nn.Linear(m.in_features, m.out_features, bias=m.bias is not None, device="meta")
+        linear.weight, linear.bias = m.weight, m.bias
+        model.set_submodule(name, linear)
+    return swapped
+
+
 def benchmark(target: LoadedModel, prompts: list[list[int]], max_new_tokens: int, progress: bool = True) -> str:
     model, stops = target.model, target.stop_ids
     pad = next(iter(stops)) if stops else 0
 
     def hf(prompt: list[int], **extra) -> list[int]:
         ids = torch.tensor([prompt], device=model.device)
-        with torch.inference_mode():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                 max_new_tokens=max_new_tokens, pad_token_id=pad, **extra)
+        runtime = _stock(model)
+        try:
+            with torch.inference_mode():
+                out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                     max_new_tokens=max_new_tokens, pad_token_id=pad, **extra)
+        finally:
+            restore(model, runtime)
         return out[0, len(prompt):].tolist()
 
     def ours(prompt: list[int], drafter) -> list[int]:
@@ -64,7 +82,9 @@ def benchmark(target: LoadedModel, prompts: list[list[int]], max_new_tokens: int
     for prompt in tqdm(prompts, desc="bench", unit="prompt", disable=not progress):
         for name, run in systems.items():
             _timed(tallies[name], lambda: run(prompt))
-    lines = [f"{'system':<14}{'tokens':>8}{'seconds':>10}{'tok/s':>9}"]
+    lines = [f"runtime: {target.runtime.name if target.runtime else 'stock'}; {cpu_description()}; "
+             f"{torch.get_num_threads()} threads; device {model.device}",
+             f"{'system':<14}{'tokens':>8}{'seconds':>10}{'tok/s':>9}"]
     for name, t in tallies.items():
         lines.append(f"{name:<14}{t.tokens:>8}{t.seconds:>10.2f}{t.rate:>9.1f}")
     same = sum(a == b for a, b in zip(tallies["hf_greedy"].outputs, tallies["ours_vanilla"].outputs))
@@ -73,4 +93,74 @@ def benchmark(target: LoadedModel, prompts: list[list[int]], max_new_tokens: int
     lines.append(f"ours_pld / hf_pld10      = {tallies['ours_pld'].rate / tallies['hf_pld10'].rate:.3f}x")
     lines.append(f"ours_pld / ours_vanilla  = {tallies['ours_pld'].rate / tallies['ours_vanilla'].rate:.3f}x")
     lines.append(f"hf_pld10 / hf_greedy     = {tallies['hf_pld10'].rate / tallies['hf_greedy'].rate:.3f}x")
+    return "\n".join(lines)
+
+
+@torch.inference_mode()
+def stream_seconds(model, repeats: int = 5) -> float:
+    """Reading every parameter once (a sum over each): the memory-bandwidth floor of a one-token forward."""
+    params = list(model.parameters())
+    times = []
+    for _ in range(repeats + 1):
+        synchronize(model.device)
+        t0 = time.perf_counter()
+        for p in params:
+            p.sum()
+        synchronize(model.device)
+        times.append(time.perf_counter() - t0)
+    return min(times[1:])
+
+
+@torch.inference_mode()
+def gemm_seconds(model, k: int, repeats: int = 5) -> float:
+    """The decoder layers' Linear products alone for k rows, through the modules the model runs with."""
+    linears = [m for name, m in model.named_modules()
+               if isinstance(m, (torch.nn.Linear, FewTokenLinear)) and ".layers." in f".{name}"]
+    inputs = [torch.randn(1, k, m.in_features, device=model.device, dtype=model.dtype) for m in linears]
+    times = []
+    for _ in range(repeats + 1):
+        synchronize(model.device)
+        t0 = time.perf_counter()
+        for m, x in zip(linears, inputs):
+            m(x)
+        synchronize(model.device)
+        times.append(time.perf_counter() - t0)
+    return min(times[1:])
+
+
+def cost_benchmark(target: LoadedModel, sizes: list[int] = SIZES) -> dict:
+    """T(k) for the stock HF forward and for the engine's runtime (causal and under a tree mask), in one run,
+    with the machine's floors. Every figure is the fastest of a few repeats after a warm-up."""
+    model = target.model
+    runtime = _stock(model)
+    hf = measure_forward_curve(model, sizes, tree=False)
+    hf_gemm = [gemm_seconds(model, k) for k in sizes]
+    restore(model, runtime)
+    engine = measure_forward_curve(model, sizes, tree=False)
+    costs = measure_cost_model(model, target.name)  # the tree-masked curve, as `run` measures it
+    ms = lambda seconds: [round(s * 1000, 2) for s in seconds]  # noqa: E731
+    return {
+        "k": list(sizes), "hf_ms": ms(hf.seconds), "engine_ms": ms(engine.seconds),
+        "engine_tree_ms": ms(costs.verify.seconds), "floor_stream_ms": round(stream_seconds(model) * 1000, 2),
+        "hf_gemm_ms": ms(hf_gemm), "engine_gemm_ms": ms([gemm_seconds(model, k) for k in sizes]),
+        "runtime": target.runtime.name if target.runtime else "stock", "cpu": cpu_description(),
+        "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
+        "threads": torch.get_num_threads(), "target": target.name, "costs": costs.to_dict(),
+    }
+
+
+def format_costs(result: dict) -> str:
+    k, hf, eng, tree = result["k"], result["hf_ms"], result["engine_ms"], result["engine_tree_ms"]
+    lines = [f"target {result['target']}, {result['device']} {result['dtype']}, {result['threads']} threads, "
+             f"{result['cpu']}; runtime {result['runtime']}; fastest of 5 after a warm-up, 256 cached tokens",
+             f"{'k':>4}{'HF ms':>9}{'engine ms':>11}{'tree ms':>9}{'HF GEMMs':>10}{'our GEMMs':>11}"]
+    for i, n in enumerate(k):
+        lines.append(f"{n:>4}{hf[i]:>9.1f}{eng[i]:>11.1f}{tree[i]:>9.1f}{result['hf_gemm_ms'][i]:>10.1f}"
+                     f"{result['engine_gemm_ms'][i]:>11.1f}")
+    lines.append(f"floor: all weights streamed once {result['floor_stream_ms']:.1f} ms")
+    at = {n: i for i, n in enumerate(k)}
+    for name, curve in (("HF", hf), ("engine (tree mask)", tree)):
+        if 4 in at and 16 in at:
+            lines.append(f"{name}: T(4)/T(1) = {curve[at[4]] / curve[0]:.2f}, T(16)/T(1) = {curve[at[16]] / curve[0]:.2f}")
+    lines.append(f"engine T(1) / HF T(1) = {eng[0] / hf[0]:.2f}")
     return "\n".join(lines)

@@ -82,7 +82,7 @@ def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
     if not todo:
         return
     settings = read_run_info(run_dir)["settings"]
-    target = load_model(settings["target"], settings.get("device"), settings.get("dtype"))
+    target = load_model(settings["target"], settings.get("device"), settings.get("dtype"), settings.get("runtime", "fast"))
     question_dir = Path(settings["question_dir"]) if settings.get("question_dir") else None
     vanilla = {(_key(r)[:2]): r["choices"][0] for r in read_records(run_dir)
                if r["method"] == "vanilla" and float(r["temperature"]) == 0.0}

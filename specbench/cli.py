@@ -45,6 +45,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET, help="HF model id, local folder, .gguf, or a short name")
     p.add_argument("--device", default="auto", help="auto (GPU when present), cpu, cuda, cuda:1 ...")
     p.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16/fp16 on GPU), float32, bfloat16 ...")
+    p.add_argument("--runtime", choices=["fast", "stock"], default="fast",
+                   help="the target's runtime for every method, vanilla included: fast (default; specbench.runtime) "
+                        "or stock (transformers' modules as they are)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -68,6 +71,10 @@ def parser() -> argparse.ArgumentParser:
                      help="decode every question N times (methods interleaved); tables then show mean ± 95%% interval")
     run.add_argument("--out", type=Path, help="run directory (default results/<timestamp>); reuse it to resume")
     run.add_argument("--report-dir", type=Path, help="where the tables go (default reports/<run name>)")
+    run.add_argument("--cost-curve", type=Path,
+                     help="reuse the costs (verification curve, drafting costs) stored in a run.json or a "
+                          "`bench --cost --json` file, to make another machine's cost-based choices; default: "
+                          "measured once when the run starts (a resumed run reuses its own)")
 
     report = sub.add_parser("report", help="speedup and τ tables from a run directory")
     report.add_argument("run_dir", type=Path)
@@ -139,9 +146,13 @@ def parser() -> argparse.ArgumentParser:
     distill.add_argument("--seed", type=int, default=0)
     _add_model_args(distill)
 
-    bench = sub.add_parser("bench", help="our vanilla and pld against HF generate, interleaved")
+    bench = sub.add_parser("bench", help="our vanilla and pld against HF generate, interleaved; --cost: the target's "
+                                         "forward cost over k tokens, stock HF against the engine's runtime")
     _add_question_args(bench)
     _add_model_args(bench)
+    bench.add_argument("--cost", action="store_true", help="T(k) for k = 1..32 and the machine's floors")
+    bench.add_argument("--json", type=Path, help="--cost: also write the figures to this JSON file "
+                                                 "(usable as run --cost-curve)")
     bench.set_defaults(limit=2, max_new_tokens=128)
     return top
 
@@ -155,7 +166,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         out=out, methods=args.methods, tasks=args.tasks, temperatures=args.temperatures, top_p=args.top_p,
         top_k=args.top_k, limit=args.limit, max_new_tokens=args.max_new_tokens, source=args.source,
         question_dir=args.question_dir, target=args.target, draft=args.draft, options=_options(args.opt),
-        seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype,
+        seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=args.runtime,
+        cost_curve=args.cost_curve,
     )
     run(cfg)
     report_dir = args.report_dir or Path("reports") / out.name
@@ -221,7 +233,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise SpecbenchError(f"nothing to train called {args.method!r}; valid: {', '.join(trainers)}")
     if args.prompts <= 0 or args.max_tokens <= 0 or args.max_len < 2 or args.batch_size <= 0:
         raise SpecbenchError("--prompts, --max-tokens and --batch-size must be > 0 and --max-len >= 2")
-    target = load_model(args.target, args.device, args.dtype)
+    target = load_model(args.target, args.device, args.dtype, args.runtime)
     features = args.features or Path("results/features") / f"{Path(args.target).name.lower()}-{args.mode}"
     cache = extract(ExtractConfig(data=args.data, out=features, target=args.target, mode=args.mode,
                                   max_prompts=args.prompts, max_len=args.max_len, batch_size=args.batch_size,
@@ -236,15 +248,28 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from specbench.bench import benchmark
+    import json
+
+    from specbench.bench import benchmark, cost_benchmark, format_costs
     from specbench.target import chat_prompt, load_model
     from specbench.tasks import load_questions, select_tasks
 
     if args.max_new_tokens <= 0:
         raise SpecbenchError(f"--max-new-tokens must be > 0, got {args.max_new_tokens}")
+    if args.json and not args.cost:
+        raise SpecbenchError("--json goes with --cost")
+    if args.cost:
+        target = load_model(args.target, args.device, args.dtype, args.runtime)
+        result = cost_benchmark(target)
+        print(format_costs(result))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(result, indent=1))
+            print(f"json: {args.json}")
+        return 0
     tasks = select_tasks(args.tasks)
     questions = [q for t in tasks for q in load_questions(t, args.source, args.question_dir, args.limit)]
-    target = load_model(args.target, args.device, args.dtype)
+    target = load_model(args.target, args.device, args.dtype, args.runtime)
     prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": q.turns[0]}]) for q in questions]
     print(f"{len(prompts)} prompts, {args.max_new_tokens} new tokens, target {args.target} on {target.model.device}")
     print(benchmark(target, prompts, args.max_new_tokens))
@@ -261,7 +286,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
         raise SpecbenchError(f"--prompts must be > 0, got {args.prompts}")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    target = load_model(args.target, args.device, args.dtype)
+    target = load_model(args.target, args.device, args.dtype, args.runtime)
     cfg = DistillConfig(data=args.data, out=args.out, target=args.target, max_prompts=args.prompts,
                         reply_tokens=args.reply_tokens, temperature=args.temperature,
                         second_turn_share=args.second_turn_share, batch_size=args.batch_size, seed=args.seed,

@@ -21,6 +21,7 @@ from specbench.draft import Draft
 from specbench.engine import tree_inputs
 from specbench.errors import SpecbenchError
 from specbench.kv import truncate_cache
+from specbench.runtime import synchronize
 
 SIZES = [1, 2, 4, 8, 12, 16, 24, 32]  # tokens per forward at which the curve is measured
 CONTEXT = 256  # cached context tokens before the measured forward
@@ -110,11 +111,6 @@ def cpu_description() -> str:
         model = platform.processor() or platform.machine()
     simd = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "neon") if f in flags]
     return f"{model} [{' '.join(simd) or 'no AVX2'}]"
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def bushy_tree(tokens: list[int]) -> Draft:

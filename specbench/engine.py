@@ -15,6 +15,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from specbench.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.kv import compact_cache
+from specbench.runtime import synchronize
 from specbench.sampling import Sampling
 from specbench.verify import VerifyFn, verify_lossless
 
@@ -99,6 +100,7 @@ def generate(
     verify = verify or drafter.verifier or verify_lossless
     device = model.device
     dtype = model.dtype
+    synchronize(device)
     started = time.perf_counter()
     cache = DynamicCache(config=model.config)
     ctx = DecodeContext(list(prompt_ids), len(prompt_ids), sampling, generator)
@@ -164,5 +166,6 @@ def generate(
         begin_time = 0.0
         if result.stop_reason == "eos":
             break
+    synchronize(device)
     result.wall_time = time.perf_counter() - started
     return result

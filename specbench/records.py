@@ -101,7 +101,9 @@ def git_commit() -> str | None:
     return result.stdout.strip() or None
 
 
-FIXED_SETTINGS = ("target", "max_new_tokens", "seed", "top_p", "top_k", "source", "draft", "options", "dtype")
+# Settings a resumed run must share (device is checked as resolved, in check_same_hardware).
+FIXED_SETTINGS = ("target", "max_new_tokens", "seed", "top_p", "top_k", "source", "question_dir", "draft", "options",
+                  "dtype", "runtime")
 
 
 def check_resumable(out: Path, settings: dict[str, Any]) -> None:
@@ -116,8 +118,18 @@ def check_resumable(out: Path, settings: dict[str, Any]) -> None:
         raise SpecbenchError(f"{out} holds a run with other settings ({detail}); use another --out")
 
 
-def write_run_info(out: Path, settings: dict[str, Any], env: dict[str, Any]) -> None:
-    """Create run.json, or note the resumption in it (the caller has run check_resumable)."""
+def check_same_hardware(out: Path, env: dict[str, Any]) -> None:
+    """A resumed run must decode on the device and dtype it started on (--device auto may resolve otherwise)."""
+    previous = read_run_info(out).get("environment") or {}
+    changed = [k for k in ("device", "dtype") if k in previous and previous[k] != env[k]]
+    if changed:
+        detail = ", ".join(f"{k}: {previous[k]!r} -> {env[k]!r}" for k in changed)
+        raise SpecbenchError(f"{out} holds a run decoded with another {' and '.join(changed)} ({detail}); use another --out")
+
+
+def write_run_info(out: Path, settings: dict[str, Any], env: dict[str, Any], costs: dict[str, Any] | None = None) -> None:
+    """Create run.json, or note the resumption in it (the caller has run check_resumable). `costs` is the run's
+    fixed cost model; a resumption may add drafting costs of methods it adds."""
     path = out / RUN_INFO
     if path.is_file():
         info = json.loads(path.read_text(encoding="utf-8"))
@@ -126,6 +138,8 @@ def write_run_info(out: Path, settings: dict[str, Any], env: dict[str, Any]) -> 
         out.mkdir(parents=True, exist_ok=True)
         info = {"command": " ".join([Path(sys.executable).name, "-m", "specbench", *sys.argv[1:]]),
                 "started": _now(), "settings": settings, "environment": env}
+    if costs is not None:
+        info["costs"] = costs
     path.write_text(json.dumps(info, indent=2), encoding="utf-8")
 
 

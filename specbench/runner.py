@@ -13,7 +13,9 @@ from tqdm import tqdm
 from specbench.draft import Drafter
 from specbench.engine import context_limit, generate
 from specbench.errors import SpecbenchError
-from specbench.records import RecordWriter, check_resumable, environment, record_key, write_run_info
+from specbench.costs import CostModel, cpu_description, measure_cost_model, read_cost_model
+from specbench.records import (RecordWriter, check_resumable, check_same_hardware, environment, read_run_info,
+                               record_key, write_run_info)
 from specbench.registry import BuildContext, MethodInfo, select_methods
 from specbench.sampling import Sampling
 from specbench.target import DEFAULT_TARGET, LoadedModel, chat_prompt, load_model
@@ -39,11 +41,16 @@ class RunConfig:
     seed: int = 0
     device: str | None = None
     dtype: str | None = None
+    runtime: str = "fast"
+    cost_curve: Path | None = None  # reuse stored costs instead of measuring them when the run starts
+    warmup_tokens: int = 16  # one untimed generation of this many tokens per method before the first question
     progress: bool = True
 
     def settings(self) -> dict[str, Any]:
         values = asdict(self)
         values.pop("progress")
+        if self.question_dir is not None:  # the same questions whatever the working directory of a resume
+            values["question_dir"] = str(self.question_dir.resolve())
         return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
 
 
@@ -115,25 +122,54 @@ def check_prompts_fit(target: LoadedModel, questions: dict[str, list[Question]],
                 )
 
 
+def run_costs(cfg: RunConfig, target: LoadedModel) -> CostModel:
+    """The run's fixed costs: its own (a resumed run decides as it did), else --cost-curve, else measured now."""
+    stored = read_run_info(cfg.out).get("costs")
+    if stored:
+        return CostModel.from_dict(stored, str(cfg.out / "run.json"))
+    if cfg.cost_curve is not None:
+        return read_cost_model(cfg.cost_curve, cfg.target)
+    return measure_cost_model(target.model, cfg.target)
+
+
+def warm_up(target: LoadedModel, drafters: dict[str, Drafter], questions: dict[str, list[Question]], tokens: int) -> None:
+    """One untimed generation per method, so that no method's first timed question pays for lazy initialisation
+    (allocator, kernels, caches). Its output is discarded."""
+    first = next((qs[0] for qs in questions.values() if qs), None)
+    if first is None or tokens <= 0:
+        return
+    prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": first.turns[0]}])
+    for drafter in drafters.values():
+        generate(target.model, prompt, drafter, Sampling(), tokens, target.stop_ids)
+
+
 def run(cfg: RunConfig) -> Path:
     methods, tasks = validate(cfg)
     questions = {t.name: load_questions(t, cfg.source, cfg.question_dir, cfg.limit) for t in tasks}
     budgets = {t.name: cfg.max_new_tokens or t.max_new_tokens for t in tasks}
     check_resumable(cfg.out, cfg.settings())
-    target = load_model(cfg.target, cfg.device, cfg.dtype)
-    check_prompts_fit(target, questions, budgets)
-    build = BuildContext(target, cfg.draft, cfg.options, cfg.device, cfg.dtype)
-    drafters = {m.name: m.build(build) for m in methods}
+    target = load_model(cfg.target, cfg.device, cfg.dtype, cfg.runtime)
     env = environment(str(target.model.device), str(target.model.dtype).replace("torch.", ""))
-    write_run_info(cfg.out, cfg.settings(), env)
+    check_same_hardware(cfg.out, env)
+    check_prompts_fit(target, questions, budgets)
+    costs = run_costs(cfg, target)
+    build = BuildContext(target, cfg.draft, cfg.options, cfg.device, cfg.dtype, costs)
+    drafters = {m.name: m.build(build) for m in methods}
+    env["runtime"] = target.runtime.name if target.runtime else cfg.runtime
+    env["cpu"] = cpu_description()
+    write_run_info(cfg.out, cfg.settings(), env, costs.to_dict())
     writer = RecordWriter(cfg.out)
+    warm_up(target, drafters, questions, cfg.warmup_tokens)
 
-    # Repeats of a question run back to back and methods alternate within each, so drift hits all methods alike.
+    # Repeats of a question run back to back and methods alternate within each, so drift hits all methods alike;
+    # the order of methods rotates from question to question, so none always runs first (or right after another).
     jobs = [(t, task, q, r) for t in cfg.temperatures for task in tasks for q in questions[task.name]
             for r in range(cfg.repeats)]
-    for temperature, task, question, repeat in tqdm(jobs, desc="questions", unit="q", disable=not cfg.progress):
+    for index, (temperature, task, question, repeat) in enumerate(
+            tqdm(jobs, desc="questions", unit="q", disable=not cfg.progress)):
         sampling = Sampling(temperature, cfg.top_p, cfg.top_k)
-        for method in methods:
+        shift = index % len(methods)
+        for method in methods[shift:] + methods[:shift]:
             record = {
                 "method": method.name, "lossless": method.lossless, "task": task.name,
                 "temperature": temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,

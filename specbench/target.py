@@ -9,6 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from specbench.errors import SpecbenchError
+from specbench.runtime import RuntimeInfo, prepare
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 
@@ -31,6 +32,7 @@ class LoadedModel:
     name: str  # as the user gave it
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
+    runtime: RuntimeInfo | None = None
 
     @property
     def stop_ids(self) -> set[int]:
@@ -104,7 +106,8 @@ def resolve(name: str) -> tuple[str, dict]:
     )
 
 
-def load_model(name: str, device: str | None = None, dtype: str | None = None) -> LoadedModel:
+def load_model(name: str, device: str | None = None, dtype: str | None = None, runtime: str = "fast") -> LoadedModel:
+    """A model ready to decode, with its runtime set up (specbench.runtime; "stock" leaves transformers' modules)."""
     where, extra = resolve(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
@@ -116,7 +119,7 @@ def load_model(name: str, device: str | None = None, dtype: str | None = None) -
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SpecbenchError(f"cannot load model {name!r}: {first_line}{offline}") from None
     model.to(dev).eval()
-    return LoadedModel(name, model, tokenizer)
+    return LoadedModel(name, model, tokenizer, prepare(model, runtime))
 
 
 def chat_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
