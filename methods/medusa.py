@@ -74,6 +74,8 @@ def load_heads(folder: Path) -> tuple[MedusaHeads, torch.Tensor | None]:
     if not config_path.is_file() or not weights.is_file():
         raise SpecbenchError(f"{folder} is not a Medusa head folder (config.json + model.safetensors)")
     config = json.loads(config_path.read_text())
+    if not isinstance(config.get("hidden_size"), int) or not isinstance(config.get("medusa_num_heads"), int):
+        raise SpecbenchError(f"{folder} is not a Medusa head folder (its config.json lacks medusa_num_heads)")
     heads = MedusaHeads(config["hidden_size"], config["medusa_num_heads"])
     try:
         heads.heads.load_state_dict({k: v.float() for k, v in load_file(str(weights)).items()})
@@ -195,8 +197,9 @@ def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: d
 
 
 def _build(ctx: BuildContext, typical: bool) -> Drafter:
-    if ctx.draft:
-        folder = Path(ctx.draft)
+    chosen = ctx.options.get("head") or ctx.draft  # medusa@head=FOLDER compares heads side by side in one run
+    if chosen:
+        folder = Path(chosen)
     else:
         name = PACKAGED_HEADS.get(ctx.target.name.lower())
         folder = HEADS_DIR / name if name else None

@@ -122,14 +122,15 @@ def check_prompts_fit(target: LoadedModel, questions: dict[str, list[Question]],
                 )
 
 
-def run_costs(cfg: RunConfig, target: LoadedModel) -> CostModel:
-    """The run's fixed costs: its own (a resumed run decides as it did), else --cost-curve, else measured now."""
-    stored = read_run_info(cfg.out).get("costs")
-    if stored:
-        return CostModel.from_dict(stored, str(cfg.out / "run.json"))
+def stored_costs(cfg: RunConfig) -> CostModel | None:
+    """The run's fixed costs if they exist before it starts: its own (a resumed run decides as it did), else
+    --cost-curve. Read before any model is loaded, so that a bad file costs one line and nothing else."""
+    own = read_run_info(cfg.out).get("costs")
+    if own:
+        return CostModel.from_dict(own, str(cfg.out / "run.json"))
     if cfg.cost_curve is not None:
         return read_cost_model(cfg.cost_curve, cfg.target)
-    return measure_cost_model(target.model, cfg.target)
+    return None
 
 
 def warm_up(target: LoadedModel, drafters: dict[str, Drafter], questions: dict[str, list[Question]], tokens: int) -> None:
@@ -148,11 +149,12 @@ def run(cfg: RunConfig) -> Path:
     questions = {t.name: load_questions(t, cfg.source, cfg.question_dir, cfg.limit) for t in tasks}
     budgets = {t.name: cfg.max_new_tokens or t.max_new_tokens for t in tasks}
     check_resumable(cfg.out, cfg.settings())
+    costs = stored_costs(cfg)
     target = load_model(cfg.target, cfg.device, cfg.dtype, cfg.runtime)
     env = environment(str(target.model.device), str(target.model.dtype).replace("torch.", ""))
     check_same_hardware(cfg.out, env)
     check_prompts_fit(target, questions, budgets)
-    costs = run_costs(cfg, target)
+    costs = costs or measure_cost_model(target.model, cfg.target)
     build = BuildContext(target, cfg.draft, cfg.options, cfg.device, cfg.dtype, costs)
     drafters = {m.name: m.build(build) for m in methods}
     env["runtime"] = target.runtime.name if target.runtime else cfg.runtime

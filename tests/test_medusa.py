@@ -46,10 +46,17 @@ def test_training_writes_heads_and_per_head_accuracy(trained):
 @pytest.mark.parametrize("method", ["medusa", "medusa-typical"])
 def test_t0_identity(tiny_target, trained, method):
     drafter = available_methods()[method].build(BuildContext(tiny_target, draft=str(trained)))
-    for i in range(4):
-        prompt = chat_prompt(tiny_target.tokenizer, [{"role": "user", "content": f"question {i} about the dog"}])
+    tokens = steps = 0
+    for i in range(8):  # four new prompts, then four training prompts (the heads must be accepted on those)
+        topic = "dog" if i < 4 else "fox"
+        prompt = chat_prompt(tiny_target.tokenizer, [{"role": "user", "content": f"question {i % 4} about the {topic}"}])
         expected = generate(tiny_target.model, prompt, VanillaDrafter(), Sampling(), 30, set()).token_ids
-        assert generate(tiny_target.model, prompt, drafter, Sampling(), 30, set()).token_ids == expected
+        out = generate(tiny_target.model, prompt, drafter, Sampling(), 30, set())
+        assert out.token_ids == expected
+        if i >= 4:
+            tokens, steps = tokens + len(out.token_ids), steps + len(out.accept_lengths)
+    print(f"{method}: tau on training prompts {tokens / steps:.2f}")
+    assert tokens / steps >= 1.03  # drafts were verified and accepted (τ 1.06 when written)
 
 
 def test_tree_comes_from_each_heads_ranks():

@@ -41,7 +41,14 @@ def test_t0_identity_with_reduced_vocabulary(tiny_target_dir, trained, temperatu
     target = load_model(str(tiny_target_dir))
     drafter = available_methods()["sps"].build(BuildContext(target, draft=str(trained)))
     assert drafter.draft_vocab is not None
-    for i in range(4):
-        prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": f"tell me {i} things about the fox"}])
+    tokens = steps = 0
+    for i in range(8):  # four new prompts, then four training prompts
+        topic = "fox" if i < 4 else "lazy dog"
+        prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": f"tell me {i % 4} things about the {topic}"}])
         expected = generate(target.model, prompt, VanillaDrafter(), Sampling(), 30, set()).token_ids
-        assert generate(target.model, prompt, drafter, Sampling(temperature), 30, set()).token_ids == expected
+        out = generate(target.model, prompt, drafter, Sampling(temperature), 30, set())
+        assert out.token_ids == expected
+        if i >= 4:
+            tokens, steps = tokens + len(out.token_ids), steps + len(out.accept_lengths)
+    print(f"sps: tau on training prompts {tokens / steps:.2f}")
+    assert tokens / steps >= 1.5  # drafts were verified and accepted (τ 1.90 when written)

