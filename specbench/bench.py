@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from specbench.methods.pld import PromptLookupDrafter
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.costs import SIZES, cpu_description, measure_cost_model, measure_forward_curve
+from specbench.costs import SIZES, CostCurve, CostModel, cpu_description, measure_forward_curve
 from specbench.runtime import FewTokenLinear, restore, synchronize
 from specbench.engine import generate
 from specbench.sampling import Sampling
@@ -128,31 +128,36 @@ def gemm_seconds(model, k: int, repeats: int = 5) -> float:
     return min(times[1:])
 
 
-def cost_benchmark(target: LoadedModel, sizes: list[int] = SIZES) -> dict:
+def cost_benchmark(target: LoadedModel, sizes: list[int] = SIZES, repeats: int = 9) -> dict:
     """T(k) for the stock HF forward and for the engine's runtime (causal and under a tree mask), in one run,
-    with the machine's floors. Every figure is the fastest of a few repeats after a warm-up."""
+    with the machine's floors. Sizes are measured in turn for the three, so that drift hits them alike; every
+    figure is the fastest of `repeats` after a warm-up."""
     model = target.model
-    runtime = _stock(model)
-    hf = measure_forward_curve(model, sizes, tree=False)
-    hf_gemm = [gemm_seconds(model, k) for k in sizes]
-    restore(model, runtime)
-    engine = measure_forward_curve(model, sizes, tree=False)
-    costs = measure_cost_model(model, target.name)  # the tree-masked curve, as `run` measures it
+    hf, engine, tree, hf_gemm, engine_gemm = [], [], [], [], []
+    for n in sizes:
+        runtime = _stock(model)
+        hf += measure_forward_curve(model, [n], tree=False, repeats=repeats).seconds
+        hf_gemm.append(gemm_seconds(model, n, repeats))
+        restore(model, runtime)
+        engine += measure_forward_curve(model, [n], tree=False, repeats=repeats).seconds
+        tree += measure_forward_curve(model, [n], tree=True, repeats=repeats).seconds
+        engine_gemm.append(gemm_seconds(model, n, repeats))
+    costs = CostModel(target.name, str(model.device), cpu_description(), CostCurve(list(sizes), tree))
     ms = lambda seconds: [round(s * 1000, 2) for s in seconds]  # noqa: E731
     return {
-        "k": list(sizes), "hf_ms": ms(hf.seconds), "engine_ms": ms(engine.seconds),
-        "engine_tree_ms": ms(costs.verify.seconds), "floor_stream_ms": round(stream_seconds(model) * 1000, 2),
-        "hf_gemm_ms": ms(hf_gemm), "engine_gemm_ms": ms([gemm_seconds(model, k) for k in sizes]),
-        "runtime": target.runtime.name if target.runtime else "stock", "cpu": cpu_description(),
-        "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
-        "threads": torch.get_num_threads(), "target": target.name, "costs": costs.to_dict(),
+        "k": list(sizes), "hf_ms": ms(hf), "engine_ms": ms(engine), "engine_tree_ms": ms(tree),
+        "floor_stream_ms": round(stream_seconds(model, repeats) * 1000, 2), "hf_gemm_ms": ms(hf_gemm),
+        "engine_gemm_ms": ms(engine_gemm), "runtime": target.runtime.name if target.runtime else "stock",
+        "cpu": cpu_description(), "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
+        "threads": torch.get_num_threads(), "target": target.name, "repeats": repeats, "costs": costs.to_dict(),
     }
 
 
 def format_costs(result: dict) -> str:
     k, hf, eng, tree = result["k"], result["hf_ms"], result["engine_ms"], result["engine_tree_ms"]
     lines = [f"target {result['target']}, {result['device']} {result['dtype']}, {result['threads']} threads, "
-             f"{result['cpu']}; runtime {result['runtime']}; fastest of 5 after a warm-up, 256 cached tokens",
+             f"{result['cpu']}; runtime {result['runtime']}; fastest of {result['repeats']} after a warm-up, "
+             "256 cached tokens; HF = transformers' own modules, engine = the runtime, tree = under a tree mask",
              f"{'k':>4}{'HF ms':>9}{'engine ms':>11}{'tree ms':>9}{'HF GEMMs':>10}{'our GEMMs':>11}"]
     for i, n in enumerate(k):
         lines.append(f"{n:>4}{hf[i]:>9.1f}{eng[i]:>11.1f}{tree[i]:>9.1f}{result['hf_gemm_ms'][i]:>10.1f}"

@@ -5,7 +5,7 @@ On a CPU, speculation lives on forwards over a few tokens (1 to 32), and there P
 the slowest path: on a 2-core AVX2 EPYC it took 64 ms for the 30 layers' GEMMs of SmolLM2 at 2-4 tokens against
 37 ms at one token, while the same products computed as W @ xᵀ took 22-24 ms. The runtime swaps every Linear
 module of the target for one that computes W @ xᵀ up to `max_tokens` rows and falls back to `F.linear` above
-(prefills). The choice depends on the token count alone, never on a clock, so the same inputs always take the same
+(prefills). Its output is made contiguous, as F.linear's is: a transposed view sends attention to its slow kernel. The choice depends on the token count alone, never on a clock, so the same inputs always take the same
 kernel and give the same floats. On a GPU the target is left as it is (cuBLAS has no such hole).
 
 Swapping modules goes through the model's public module tree (`set_submodule`); the model's own forward, masks
@@ -22,9 +22,9 @@ from transformers import PreTrainedModel
 
 RUNTIMES = ("fast", "stock")
 
-# Up to this many rows W @ xT beat F.linear at every size measured on the 2-core AVX2 EPYC (30 layers' GEMMs: 2 rows
-# 16.5 vs 27 ms, 4 rows 18 vs 36 ms); at 8-24 rows MKL's choices alternate and neither wins everywhere.
-FEW_TOKENS = 6
+# Up to this many rows W @ xT beat F.linear on the 2-core AVX2 EPYC, weights streamed from memory as in a forward
+# (30 layers' products: 2 rows 34 vs 64 ms, 4 rows 33 vs 65, 8 rows 43 vs 56, 16 rows 53 vs 68; 1 row a tie).
+FEW_TOKENS = 32
 
 
 def synchronize(device: torch.device) -> None:
@@ -53,7 +53,8 @@ class FewTokenLinear(nn.Module):
             out = torch.mm(self.weight, flat.T).T
         else:
             out = torch.addmm(self.bias.unsqueeze(1), self.weight, flat.T).T
-        return out.reshape(*x.shape[:-1], self.out_features)
+        # Contiguous like F.linear's output: a transposed view would push attention onto its slow (math) kernel.
+        return out.contiguous().reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, W @ xT up to {self.max_tokens} rows"
