@@ -109,7 +109,10 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument("method", help="what to train (see `list`): eagle, medusa, sps-draft")
     train.add_argument("--data", type=Path, default=Path("../shared/data/train/prompts.jsonl"),
                        help="training prompts, JSONL with turns and reference (default ../shared/data/train/prompts.jsonl)")
-    train.add_argument("--features", type=Path, help="feature cache dir (default results/features/<target>-<mode>)")
+    train.add_argument("--features", type=Path, help="feature cache dir (default results/features/<target>-<mode>, "
+                                                     "or results/features/<dataset folder name> with --dataset)")
+    train.add_argument("--dataset", type=Path, help="train on a self-distilled dataset (specbench distill) instead "
+                                                    "of --data/--mode; its features are rebuilt when missing")
     train.add_argument("--mode", choices=["fixed", "self"], default="fixed",
                        help="replies: the prompts' references (fixed) or the target's own greedy replies (self)")
     train.add_argument("--prompts", type=int, default=4096, help="conversations to extract features for")
@@ -223,6 +226,7 @@ def cmd_list(_: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from specbench.distill import features_from_dataset
     from specbench.features import ExtractConfig, extract
     from specbench.registry import available_trainers
     from specbench.target import load_model
@@ -234,10 +238,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.prompts <= 0 or args.max_tokens <= 0 or args.max_len < 2 or args.batch_size <= 0:
         raise SpecbenchError("--prompts, --max-tokens and --batch-size must be > 0 and --max-len >= 2")
     target = load_model(args.target, args.device, args.dtype, args.runtime)
-    features = args.features or Path("results/features") / f"{Path(args.target).name.lower()}-{args.mode}"
-    cache = extract(ExtractConfig(data=args.data, out=features, target=args.target, mode=args.mode,
-                                  max_prompts=args.prompts, max_len=args.max_len, batch_size=args.batch_size,
-                                  seed=args.seed), target)
+    if args.dataset is not None:
+        features = args.features or Path("results/features") / args.dataset.resolve().name
+        cache = features_from_dataset(args.dataset, features, target, args.batch_size)
+    else:
+        features = args.features or Path("results/features") / f"{Path(args.target).name.lower()}-{args.mode}"
+        cache = extract(ExtractConfig(data=args.data, out=features, target=args.target, mode=args.mode,
+                                      max_prompts=args.prompts, max_len=args.max_len, batch_size=args.batch_size,
+                                      seed=args.seed), target)
     cfg = TrainConfig(out=args.out, lr=args.lr, batch_tokens=args.batch_tokens, max_tokens=args.max_tokens,
                       max_hours=args.hours, eval_every=args.eval_every, snapshot_tokens=args.snapshot_tokens,
                       seed=args.seed)
