@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm import tqdm
-from transformers import StaticCache
+from transformers import DynamicCache, StaticCache
 
 from specbench.errors import SpecbenchError
 from specbench.features import (Conversation, FeatureCache, read_prompts, target_features, write_feature_chunk,
@@ -91,27 +91,45 @@ def answer_batch(target: LoadedModel, prompts: list[list[int]], cfg: DistillConf
     longest = max(len(p) for p in prompts)
     total = longest + cfg.reply_tokens + 1
     # A static cache written in place: a growing cache copies every layer's keys and values at every step, which
-    # costs more than the step's GEMMs at batch 32 on a CPU. Left padding keeps one write position for all rows.
-    cache = StaticCache(config=model.config, max_cache_len=total)
-    ids = torch.tensor([[0] * (longest - len(p)) + p for p in prompts], device=device)
+    # costs more than the step's GEMMs at batch 32 on a CPU. Prompts sit left-padded, so all rows write at one
+    # position. Each prompt is prefilled alone (no compute on padding, which a batch of mixed lengths would waste)
+    # and its keys and values are copied into its row of the cache.
+    config = model.config
+    cache = StaticCache(config=config, max_cache_len=total)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    cache.early_initialization(len(prompts), config.num_key_value_heads, head_dim, model.dtype, device)
     mask = torch.zeros(len(prompts), total, dtype=torch.long, device=device)
+    first: list[int] = []
     for j, p in enumerate(prompts):
         mask[j, longest - len(p) :] = 1  # everything after the padding; the causal mask hides the future
-    positions = (mask[:, :longest].cumsum(-1) - 1).clamp_min(0)
-    written = 0
+        alone = DynamicCache(config=config)
+        out = body(input_ids=torch.tensor([p], device=device), past_key_values=alone, use_cache=True)
+        for static, layer in zip(cache.layers, alone.layers):
+            static.keys[j, :, longest - len(p) : longest] = layer.keys[0]
+            static.values[j, :, longest - len(p) : longest] = layer.values[0]
+        if keep_hidden:
+            rows[j].hidden.append(out.last_hidden_state[0].to("cpu", torch.float16))
+        logits = lm_head(out.last_hidden_state[:, -1]).float()
+        first.append(int(logits.argmax(-1)) if sampling.greedy else
+                     int(torch.multinomial(target_probs(logits[0], sampling), 1, generator=generator)))
+    for layer in cache.layers:
+        layer.cumulative_length.fill_(longest)
+    written = longest
+    for row, token in zip(rows, first):
+        row.reply.append(token)
     active = list(range(len(rows)))
+    ids = torch.tensor([[row.reply[-1]] for row in rows], device=device)
+    positions = torch.tensor([[len(row.prompt)] for row in rows], device=device)
     while active:
-        fed = ids.shape[1]
+        fed = 1
         out = body(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
                    cache_position=torch.arange(written, written + fed, device=device))
         written += fed
         hidden = out.last_hidden_state
         if keep_hidden:
             for j, r in enumerate(active):
-                if rows[r].done:
-                    continue
-                real = fed if fed == 1 else len(rows[r].prompt)
-                rows[r].hidden.append(hidden[j, fed - real :].to("cpu", torch.float16))
+                if not rows[r].done:
+                    rows[r].hidden.append(hidden[j].to("cpu", torch.float16))
         logits = lm_head(hidden[:, -1]).float()
         if sampling.greedy:
             nxt = logits.argmax(-1).tolist()
