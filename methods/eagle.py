@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from specbench.costs import CONTEXT, CostCurve, measure_cost_model
-from specbench.runtime import synchronize
+from specbench.runtime import fastest_seconds
 from specbench.draft import ROOT, DecodeContext, Draft, Drafter, StepResult, parse_tree
 from specbench.errors import SpecbenchError
 from specbench.kv import truncate_cache
@@ -383,16 +382,13 @@ def measure_level_seconds(head: EagleHead, lm_head: torch.Tensor, draft_vocab: t
     features = torch.randn(top_k, hidden, generator=gen).to(device, drafter.lm_head.dtype)
     allowed = torch.ones(top_k, CONTEXT + top_k, dtype=torch.bool)
     mask = _additive(allowed, drafter.lm_head.dtype, device)
-    times = []
-    for _ in range(repeats + 1):
-        synchronize(device)
-        t0 = time.perf_counter()
+
+    def level() -> None:
         out = drafter._run(tokens, features, [CONTEXT] * top_k, mask)
         torch.log_softmax(out @ drafter.lm_head.T, dim=-1).topk(top_k, dim=-1)
-        synchronize(device)
-        times.append(time.perf_counter() - t0)
         truncate_cache(drafter.cache, CONTEXT)
-    return min(times[1:])
+
+    return fastest_seconds(level, device, repeats)
 
 
 def _additive(allowed: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

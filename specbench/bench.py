@@ -17,7 +17,7 @@ from tqdm import tqdm
 from specbench.methods.pld import PromptLookupDrafter
 from specbench.methods.vanilla import VanillaDrafter
 from specbench.costs import SIZES, CostCurve, CostModel, cpu_description, measure_forward_curve
-from specbench.runtime import FewTokenLinear, restore, synchronize
+from specbench.runtime import FewTokenLinear, fastest_seconds, restore, stock_linears
 from specbench.engine import generate
 from specbench.sampling import Sampling
 from specbench.target import LoadedModel
@@ -42,23 +42,13 @@ def _timed(tally: Tally, run: Callable[[], list[int]]) -> None:
     tally.outputs.append(tokens)
 
 
-def _stock(model) -> list[tuple[str, torch.nn.Module]]:
-    """Switch a model to transformers' own Linear modules (same parameters); returns what to put back."""
-    swapped = [(name, m) for name, m in model.named_modules() if isinstance(m, FewTokenLinear)]
-    for name, m in swapped:
-        linear = torch.nn.Linear(m.in_features, m.out_features, bias=m.bias is not None, device="meta")
-        linear.weight, linear.bias = m.weight, m.bias
-        model.set_submodule(name, linear)
-    return swapped
-
-
 def benchmark(target: LoadedModel, prompts: list[list[int]], max_new_tokens: int, progress: bool = True) -> str:
     model, stops = target.model, target.stop_ids
     pad = next(iter(stops)) if stops else 0
 
     def hf(prompt: list[int], **extra) -> list[int]:
         ids = torch.tensor([prompt], device=model.device)
-        runtime = _stock(model)
+        runtime = stock_linears(model)
         try:
             with torch.inference_mode():
                 out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
@@ -100,15 +90,7 @@ def benchmark(target: LoadedModel, prompts: list[list[int]], max_new_tokens: int
 def stream_seconds(model, repeats: int = 5) -> float:
     """Reading every parameter once (a sum over each): the memory-bandwidth floor of a one-token forward."""
     params = list(model.parameters())
-    times = []
-    for _ in range(repeats + 1):
-        synchronize(model.device)
-        t0 = time.perf_counter()
-        for p in params:
-            p.sum()
-        synchronize(model.device)
-        times.append(time.perf_counter() - t0)
-    return min(times[1:])
+    return fastest_seconds(lambda: [p.sum() for p in params], model.device, repeats)
 
 
 @torch.inference_mode()
@@ -117,15 +99,7 @@ def gemm_seconds(model, k: int, repeats: int = 5) -> float:
     linears = [m for name, m in model.named_modules()
                if isinstance(m, (torch.nn.Linear, FewTokenLinear)) and ".layers." in f".{name}"]
     inputs = [torch.randn(1, k, m.in_features, device=model.device, dtype=model.dtype) for m in linears]
-    times = []
-    for _ in range(repeats + 1):
-        synchronize(model.device)
-        t0 = time.perf_counter()
-        for m, x in zip(linears, inputs):
-            m(x)
-        synchronize(model.device)
-        times.append(time.perf_counter() - t0)
-    return min(times[1:])
+    return fastest_seconds(lambda: [m(x) for m, x in zip(linears, inputs)], model.device, repeats)
 
 
 def cost_benchmark(target: LoadedModel, sizes: list[int] = SIZES, repeats: int = 9) -> dict:
@@ -135,7 +109,7 @@ def cost_benchmark(target: LoadedModel, sizes: list[int] = SIZES, repeats: int =
     model = target.model
     hf, engine, tree, hf_gemm, engine_gemm = [], [], [], [], []
     for n in sizes:
-        runtime = _stock(model)
+        runtime = stock_linears(model)
         hf += measure_forward_curve(model, [n], tree=False, repeats=repeats).seconds
         hf_gemm.append(gemm_seconds(model, n, repeats))
         restore(model, runtime)

@@ -9,7 +9,6 @@ same seed, settings and costs give the same tokens and accept lengths on a loade
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -21,7 +20,7 @@ from specbench.draft import Draft
 from specbench.engine import tree_inputs
 from specbench.errors import SpecbenchError
 from specbench.kv import truncate_cache
-from specbench.runtime import synchronize
+from specbench.runtime import fastest_seconds
 
 SIZES = [1, 2, 4, 8, 12, 16, 24, 32]  # tokens per forward at which the curve is measured
 CONTEXT = 256  # cached context tokens before the measured forward
@@ -135,16 +134,13 @@ def measure_forward_curve(model: PreTrainedModel, sizes: list[int], tree: bool, 
         tokens = torch.randint(0, vocab, (n,), generator=gen).tolist()
         draft = bushy_tree(tokens[1:]) if tree else Draft()
         inputs = tree_inputs(tokens[:1] if tree else tokens, draft, context, model.dtype, device)
-        times = []
-        for _ in range(repeats + 1):
-            synchronize(device)
-            t0 = time.perf_counter()
-            model(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask,
-                  past_key_values=cache, use_cache=True, logits_to_keep=n)
-            synchronize(device)
-            times.append(time.perf_counter() - t0)
+
+        def forward() -> None:
+            model(input_ids=inputs.input_ids, position_ids=inputs.position_ids,
+                  attention_mask=inputs.attention_mask, past_key_values=cache, use_cache=True, logits_to_keep=n)
             truncate_cache(cache, context)
-        seconds.append(min(times[1:]))
+
+        seconds.append(fastest_seconds(forward, device, repeats))
     return CostCurve(list(sizes), seconds)
 
 

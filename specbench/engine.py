@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from specbench.draft import DecodeContext, Draft, Drafter, StepResult
+from specbench.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.kv import compact_cache
 from specbench.runtime import synchronize
 from specbench.sampling import Sampling
@@ -162,7 +162,8 @@ def generate(
         result.verify_times.append(t2 - t1)
         result.accept_lengths.append(len(emitted))
         result.tree_sizes.append(len(draft))
-        result.full_paths.append(bool(draft) and not draft.children()[verdict.path[-1] + 1 if verdict.path else 0])
+        end = verdict.path[-1] if verdict.path else ROOT
+        result.full_paths.append(bool(draft) and end not in draft.parents)  # the path ended at a leaf
         begin_time = 0.0
         if result.stop_reason == "eos":
             break

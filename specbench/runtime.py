@@ -13,7 +13,9 @@ and caches are untouched.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -31,6 +33,18 @@ def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (around timed regions: a GPU runs asynchronously)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def fastest_seconds(run: Callable[[], object], device: torch.device, repeats: int = 5) -> float:
+    """Fastest of `repeats` timed calls after one untimed warm-up (the least load-sensitive statistic)."""
+    times = []
+    for _ in range(repeats + 1):
+        synchronize(device)
+        t0 = time.perf_counter()
+        run()
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return min(times[1:])
 
 
 class FewTokenLinear(nn.Module):
@@ -73,6 +87,16 @@ def swap_linears(model: PreTrainedModel, max_tokens: int = FEW_TOKENS) -> list[t
     for name, module in originals:
         model.set_submodule(name, FewTokenLinear(module, max_tokens))
     return originals
+
+
+def stock_linears(model: PreTrainedModel) -> list[tuple[str, nn.Module]]:
+    """Undo swap_linears: transformers' own Linear modules on the same parameters; returns what to put back."""
+    swapped = [(name, m) for name, m in model.named_modules() if isinstance(m, FewTokenLinear)]
+    for name, m in swapped:
+        linear = nn.Linear(m.in_features, m.out_features, bias=m.bias is not None, device="meta")
+        linear.weight, linear.bias = m.weight, m.bias
+        model.set_submodule(name, linear)
+    return swapped
 
 
 def restore(model: PreTrainedModel, originals: list[tuple[str, nn.Module]]) -> None:
