@@ -76,23 +76,20 @@ def compare_to_vanilla(run_dir: Path) -> tuple[dict[str, tuple[int, int]], list[
 def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
     """Fill in the target's logit margin at each first divergence (loads the run's target)."""
     from specbench.target import chat_prompt, load_model
-    from specbench.tasks import available_tasks, load_questions
+    from specbench.tasks import resolve_questions, selection_from_settings
 
     todo = [m for m in mismatches if not m.follows_earlier and m.expected is not None and m.got is not None]
     if not todo:
         return
     settings = read_run_info(run_dir)["settings"]
     target = load_model(settings["target"], settings.get("device"), settings.get("dtype"), settings.get("runtime", "fast"))
-    question_dir = Path(settings["question_dir"]) if settings.get("question_dir") else None
     vanilla = {(_key(r)[:2]): r["choices"][0] for r in read_records(run_dir)
                if r["method"] == "vanilla" and float(r["temperature"]) == 0.0}
-    tasks = available_tasks()
-    questions: dict[str, dict[str, Any]] = {}
+    selection = selection_from_settings(settings)
+    selection.tasks = sorted({m.task for m in todo})
+    questions = {task.name: {str(q.question_id): q for q in qs} for task, qs in resolve_questions(selection)}
     for m in todo:
-        if m.task not in questions:
-            questions[m.task] = {str(q.question_id): q for q in load_questions(
-                tasks[m.task], settings.get("source", "auto"), question_dir, None)}
-        question, answers = questions[m.task].get(m.question_id), vanilla[(m.task, m.question_id)]
+        question, answers = questions.get(m.task, {}).get(m.question_id), vanilla[(m.task, m.question_id)]
         if question is None:
             continue
         messages: list[dict[str, str]] = []

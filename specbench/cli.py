@@ -1,4 +1,4 @@
-"""python -m specbench run | report | check | list | bench"""
+"""python -m specbench run | report | export | check | list | bench | train | distill"""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from specbench.errors import SpecbenchError
 from specbench.target import DEFAULT_TARGET
-from specbench.tasks import SOURCES
+from specbench.tasks import SOURCES, QuestionSelection, parse_category_map
 
 
 def _csv(text: str) -> list[str]:
@@ -32,13 +32,37 @@ def _options(pairs: list[str]) -> dict[str, str]:
     return options
 
 
-def _add_question_args(p: argparse.ArgumentParser) -> None:
+def _add_question_args(p: argparse.ArgumentParser, max_new_tokens: bool = True) -> None:
     p.add_argument("--tasks", type=_csv, default=["all"], help="comma-separated task names, or all (default)")
-    p.add_argument("--limit", type=int, help="at most this many questions per task")
-    p.add_argument("--max-new-tokens", type=int, help="new tokens per turn (default: each task's own)")
+    p.add_argument("--suite", help="built-in task set: eagle (the EAGLE paper's six; the default) or spec-bench "
+                                   "(Spec-Bench's six, over its question file given as --question-file or "
+                                   "--question-dir DIR holding spec_bench/question.jsonl)")
+    p.add_argument("--question-file", dest="question_files", type=Path, action="append", default=[],
+                   metavar="FILE", help="a JSONL question file in the EAGLE/Spec-Bench format (repeatable); its "
+                                        "`category` values become the tasks, grouped by --suite or --category-map")
+    p.add_argument("--category-map", action="append", default=[], metavar="TASK=CAT,CAT",
+                   help="with --question-file: one task made of several categories, e.g. "
+                        "mt_bench=writing,roleplay,reasoning,math,coding,extraction,stem,humanities (repeatable)")
+    p.add_argument("--task-file", dest="task_files", type=Path, action="append", default=[], metavar="YAML",
+                   help="a task defined outside the package, in the schema of tasks/*.yaml (repeatable)")
+    p.add_argument("--limit", type=int, help="the first N questions of each task, in file order (not spread over "
+                                             "a task's categories)")
+    p.add_argument("--question-begin", type=int, help="as Spec-Bench: start at this line of the question file "
+                                                      "(with --question-file: of the files' lines together)")
+    p.add_argument("--question-end", type=int, help="as Spec-Bench: stop before this line (applied before --limit)")
+    if max_new_tokens:
+        p.add_argument("--max-new-tokens", type=int, help="new tokens per turn (default: each task's own)")
     p.add_argument("--question-dir", type=Path, help="a directory of <task>/question.jsonl files")
     p.add_argument("--source", choices=SOURCES, default="auto",
-                   help="where questions come from; auto = --question-dir if given, else the embedded sample")
+                   help="where questions come from; auto = --question-file or --question-dir if given, else the "
+                        "embedded sample")
+
+
+def _selection(args: argparse.Namespace) -> QuestionSelection:
+    return QuestionSelection(
+        tasks=args.tasks, suite=args.suite, question_files=args.question_files,
+        category_map=parse_category_map(args.category_map), task_files=args.task_files, source=args.source,
+        question_dir=args.question_dir, limit=args.limit, begin=args.question_begin, end=args.question_end)
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -67,6 +91,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                      help="method option, e.g. --opt gamma=5 (repeatable)")
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--no-baseline", action="store_true",
+                     help="do not add vanilla when it is not among --methods (speedups then cannot be computed)")
     run.add_argument("--repeats", type=int, default=1,
                      help="decode every question N times (methods interleaved); tables then show mean ± 95%% interval")
     run.add_argument("--out", type=Path, help="run directory (default results/<timestamp>); reuse it to resume")
@@ -80,6 +106,12 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", type=Path)
     report.add_argument("--out", type=Path, help="default reports/<run name>")
 
+    export = sub.add_parser("export", help="answer files of a run in another harness's format (spec-bench: one "
+                                           "JSONL per method and temperature that Spec-Bench's speed.py reads)")
+    export.add_argument("run_dir", type=Path)
+    export.add_argument("--format", default="spec-bench", help="spec-bench (the only one yet)")
+    export.add_argument("--out", type=Path, help="default reports/<run name>/spec-bench")
+
     check = sub.add_parser("check", help="equivalence: T=0 token identity in a run (RUN_DIR), or --sampled: the "
                                          "T>0 distribution of each method's first tokens against vanilla's")
     check.add_argument("run_dir", type=Path, nargs="?", help="a run directory (T=0 check)")
@@ -87,10 +119,8 @@ def parser() -> argparse.ArgumentParser:
                        help="T=0: do not load the target to measure its logit margin where a method diverges")
     check.add_argument("--sampled", action="store_true", help="run the T>0 two-sample test suite on the target")
     check.add_argument("--methods", type=_csv, help="--sampled: methods to compare with vanilla")
-    check.add_argument("--tasks", type=_csv, default=["all"], help="--sampled: tasks the prompts come from")
-    check.add_argument("--limit", type=int, default=1, help="--sampled: prompts per task (default 1)")
-    check.add_argument("--question-dir", type=Path)
-    check.add_argument("--source", choices=SOURCES, default="auto")
+    _add_question_args(check, max_new_tokens=False)
+    check.set_defaults(limit=1)  # --sampled: prompts per task
     check.add_argument("--samples", type=int, default=300, help="--sampled: samples per prompt per method")
     check.add_argument("--tokens", type=int, default=3, help="--sampled: tokens per sample (the positions tested)")
     check.add_argument("--temperature", type=float, default=1.0)
@@ -165,13 +195,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specbench.runner import RunConfig, run
 
     out = args.out or Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    selection = _selection(args)
     cfg = RunConfig(
-        out=out, methods=args.methods, tasks=args.tasks, temperatures=args.temperatures, top_p=args.top_p,
-        top_k=args.top_k, limit=args.limit, max_new_tokens=args.max_new_tokens, source=args.source,
+        out=out, methods=args.methods, tasks=args.tasks, suite=args.suite, question_files=selection.question_files,
+        category_map=selection.category_map, task_files=args.task_files, question_begin=args.question_begin,
+        question_end=args.question_end, baseline=not args.no_baseline, temperatures=args.temperatures,
+        top_p=args.top_p, top_k=args.top_k, limit=args.limit, max_new_tokens=args.max_new_tokens, source=args.source,
         question_dir=args.question_dir, target=args.target, draft=args.draft, options=_options(args.opt),
         seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=args.runtime,
         cost_curve=args.cost_curve,
     )
+    if cfg.method_names() != cfg.methods:
+        print("vanilla is not among --methods: it runs as the baseline, interleaved like the others "
+              "(--no-baseline skips it)", file=sys.stderr)
     run(cfg)
     report_dir = args.report_dir or Path("reports") / out.name
     print(build_report(out, report_dir))
@@ -188,6 +224,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from specbench.export import export_run
+
+    out = args.out or Path("reports") / args.run_dir.resolve().name / args.format
+    print(export_run(args.run_dir, args.format, out))
+    return 0
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from specbench.check import check_run
 
@@ -198,9 +242,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise SpecbenchError("check --sampled needs --methods")
         out = args.out or Path("reports") / f"sampled-check-T{args.temperature:g}"
         summary, ok = run_sampled_check(SampledCheckConfig(
-            methods=args.methods, out=out, tasks=args.tasks, prompts_per_task=args.limit, samples=args.samples,
+            methods=args.methods, out=out, questions=_selection(args), samples=args.samples,
             tokens=args.tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, alpha=args.alpha,
-            source=args.source, question_dir=args.question_dir, target=args.target, draft=args.draft,
+            target=args.target, draft=args.draft,
             options=_options(args.opt), device=args.device, dtype=args.dtype, seed=args.seed))
         print(summary)
         print(f"table: {out / 'sampled_check.md'}")
@@ -214,14 +258,15 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_list(_: argparse.Namespace) -> int:
     from specbench.registry import available_methods
-    from specbench.tasks import available_tasks
+    from specbench.tasks import DEFAULT_SUITE, suites
 
     print("methods:")
     for m in available_methods().values():
         print(f"  {m.name:<16} {'lossless' if m.lossless else 'LOSSY':<9} {m.description}")
-    print("tasks:")
-    for t in available_tasks().values():
-        print(f"  {t.name:<18} {t.description} (default {t.max_new_tokens} new tokens)")
+    for suite, tasks in suites().items():
+        print(f"tasks of --suite {suite}{' (the default)' if suite == DEFAULT_SUITE else ''}:")
+        for t in tasks:
+            print(f"  {t.name:<18} {t.description} (default {t.max_new_tokens} new tokens)")
     return 0
 
 
@@ -260,7 +305,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from specbench.bench import benchmark, cost_benchmark, format_costs
     from specbench.target import chat_prompt, load_model
-    from specbench.tasks import load_questions, select_tasks
+    from specbench.tasks import resolve_questions
 
     if args.max_new_tokens <= 0:
         raise SpecbenchError(f"--max-new-tokens must be > 0, got {args.max_new_tokens}")
@@ -275,8 +320,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             args.json.write_text(json.dumps(result, indent=1))
             print(f"json: {args.json}")
         return 0
-    tasks = select_tasks(args.tasks)
-    questions = [q for t in tasks for q in load_questions(t, args.source, args.question_dir, args.limit)]
+    questions = [q for _, qs in resolve_questions(_selection(args)) for q in qs]
     target = load_model(args.target, args.device, args.dtype, args.runtime)
     prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": q.turns[0]}]) for q in questions]
     print(f"{len(prompts)} prompts, {args.max_new_tokens} new tokens, target {args.target} on {target.model.device}")
@@ -305,8 +349,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "distill": cmd_distill, "report": cmd_report, "check": cmd_check, "list": cmd_list, "bench": cmd_bench,
-            "train": cmd_train}
+COMMANDS = {"run": cmd_run, "distill": cmd_distill, "report": cmd_report, "export": cmd_export, "check": cmd_check,
+            "list": cmd_list, "bench": cmd_bench, "train": cmd_train}
 
 
 def main(argv: list[str] | None = None) -> int:

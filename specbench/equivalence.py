@@ -26,7 +26,7 @@ from specbench.records import environment
 from specbench.registry import BuildContext, select_methods
 from specbench.sampling import Sampling
 from specbench.target import DEFAULT_TARGET, chat_prompt, load_model
-from specbench.tasks import load_questions, select_tasks
+from specbench.tasks import QuestionSelection, resolve_questions
 from specbench.verify import VerifyFn
 
 ENDED = -1  # the position after a stop token: a category of its own
@@ -93,16 +93,13 @@ def compare(vanilla: np.ndarray, method: np.ndarray, alpha_per_test: float) -> l
 class SampledCheckConfig:
     methods: list[str]
     out: Path
-    tasks: list[str] = field(default_factory=lambda: ["all"])
-    prompts_per_task: int = 1
+    questions: QuestionSelection = field(default_factory=lambda: QuestionSelection(limit=1))  # limit: prompts per task
     samples: int = 300
     tokens: int = 3
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     alpha: float = 0.01  # family-wise, per method
-    source: str = "auto"
-    question_dir: Path | None = None
     target: str = DEFAULT_TARGET
     draft: str | None = None
     options: dict[str, str] = field(default_factory=dict)
@@ -115,17 +112,15 @@ def run_sampled_check(cfg: SampledCheckConfig) -> tuple[str, bool]:
     """Sample every prompt's first cfg.tokens tokens cfg.samples times with vanilla and with each method; test
     per position; write table.md/.csv to cfg.out. Returns the printable summary and whether no lossless method
     was flagged."""
-    if cfg.samples < 20 or cfg.tokens < 1 or cfg.prompts_per_task < 1:
-        raise SpecbenchError("--samples must be >= 20, --tokens and --limit >= 1")
+    if cfg.samples < 20 or cfg.tokens < 1:
+        raise SpecbenchError("--samples must be >= 20, and --tokens >= 1")
     if cfg.temperature <= 0:
         raise SpecbenchError("the sampled check needs a temperature > 0 (T=0 is checked token by token on a run)")
     sampling = Sampling(cfg.temperature, cfg.top_p, cfg.top_k)
     methods = [m for m in select_methods(cfg.methods) if m.name != "vanilla"]
     if not methods:
         raise SpecbenchError("name at least one method besides vanilla to compare with it")
-    tasks = select_tasks(cfg.tasks)
-    prompts_text = [(t.name, q) for t in tasks
-                    for q in load_questions(t, cfg.source, cfg.question_dir, cfg.prompts_per_task)]
+    prompts_text = [(t.name, q) for t, questions in resolve_questions(cfg.questions) for q in questions]
     target = load_model(cfg.target, cfg.device, cfg.dtype)
     build = BuildContext(target, cfg.draft, cfg.options, cfg.device, cfg.dtype)
     drafters = {m.name: m.build(build) for m in methods}

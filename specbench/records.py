@@ -103,7 +103,7 @@ def git_commit() -> str | None:
 
 # Settings a resumed run must share (device is checked as resolved, in check_same_hardware).
 FIXED_SETTINGS = ("target", "max_new_tokens", "seed", "top_p", "top_k", "source", "question_dir", "draft", "options",
-                  "dtype", "runtime")
+                  "dtype", "runtime", "suite", "question_files", "category_map", "task_files")
 
 
 def check_resumable(out: Path, settings: dict[str, Any]) -> None:
@@ -112,7 +112,8 @@ def check_resumable(out: Path, settings: dict[str, Any]) -> None:
     if not path.is_file():
         return
     previous = json.loads(path.read_text(encoding="utf-8"))["settings"]
-    changed = [k for k in FIXED_SETTINGS if previous.get(k) != settings.get(k)]
+    # An empty value equals a missing one: runs made before a setting existed stay resumable.
+    changed = [k for k in FIXED_SETTINGS if (previous.get(k) or None) != (settings.get(k) or None)]
     if changed:
         detail = ", ".join(f"{k}: {previous.get(k)!r} -> {settings.get(k)!r}" for k in changed)
         raise SpecbenchError(f"{out} holds a run with other settings ({detail}); use another --out")

@@ -2,6 +2,7 @@
 hits all methods alike, and each finished question is recorded at once."""
 from __future__ import annotations
 
+import time
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from specbench.records import (RecordWriter, check_resumable, check_same_hardwar
 from specbench.registry import BuildContext, MethodInfo, select_methods
 from specbench.sampling import Sampling
 from specbench.target import DEFAULT_TARGET, LoadedModel, chat_prompt, load_model
-from specbench.tasks import Question, Task, load_questions, select_tasks
+from specbench.tasks import Question, QuestionSelection, Task, resolve_questions
 
 
 @dataclass
@@ -27,6 +28,13 @@ class RunConfig:
     out: Path
     methods: list[str] = field(default_factory=lambda: ["vanilla", "pld"])
     tasks: list[str] = field(default_factory=lambda: ["all"])
+    suite: str | None = None
+    question_files: list[Path] = field(default_factory=list)
+    category_map: dict[str, list[str]] = field(default_factory=dict)
+    task_files: list[Path] = field(default_factory=list)
+    question_begin: int | None = None
+    question_end: int | None = None
+    baseline: bool = True  # add vanilla when it is not among the methods: speedups need it
     temperatures: list[float] = field(default_factory=lambda: [0.0, 1.0])
     top_p: float = 1.0
     top_k: int = 0
@@ -51,27 +59,35 @@ class RunConfig:
         values.pop("progress")
         if self.question_dir is not None:  # the same questions whatever the working directory of a resume
             values["question_dir"] = str(self.question_dir.resolve())
+        for key in ("question_files", "task_files"):
+            values[key] = [str(Path(p).resolve()) for p in values[key]]
         return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
 
+    def selection(self) -> QuestionSelection:
+        return QuestionSelection(
+            tasks=self.tasks, suite=self.suite, question_files=list(self.question_files),
+            category_map=dict(self.category_map), task_files=list(self.task_files), source=self.source,
+            question_dir=self.question_dir, limit=self.limit, begin=self.question_begin, end=self.question_end)
 
-def validate(cfg: RunConfig) -> tuple[list[MethodInfo], list[Task]]:
-    """Everything that can be checked before loading a model."""
-    methods = select_methods(cfg.methods)
-    tasks = select_tasks(cfg.tasks)
+    def method_names(self) -> list[str]:
+        """The methods decoded: those asked for, with vanilla first when it is missing and the baseline is on."""
+        plain = [spec.partition("@")[0] for spec in self.methods]
+        return self.methods if not self.baseline or "vanilla" in plain else ["vanilla", *self.methods]
+
+
+def validate(cfg: RunConfig) -> tuple[list[MethodInfo], dict[str, tuple[Task, list[Question]]]]:
+    """Everything that can be checked before loading a model, and the questions."""
+    methods = select_methods(cfg.method_names())
     if cfg.max_new_tokens is not None and cfg.max_new_tokens <= 0:
         raise SpecbenchError(f"--max-new-tokens must be > 0, got {cfg.max_new_tokens}")
     if cfg.repeats <= 0:
         raise SpecbenchError(f"--repeats must be > 0, got {cfg.repeats}")
-    if cfg.limit is not None and cfg.limit <= 0:
-        raise SpecbenchError(f"--limit must be > 0, got {cfg.limit}")
     for t in cfg.temperatures:
         try:
             Sampling(t, cfg.top_p, cfg.top_k)
         except ValueError as exc:
             raise SpecbenchError(str(exc)) from None
-    if cfg.question_dir is not None and not cfg.question_dir.is_dir():
-        raise SpecbenchError(f"--question-dir {cfg.question_dir}: no such directory")
-    return methods, tasks
+    return methods, {task.name: (task, questions) for task, questions in resolve_questions(cfg.selection())}
 
 
 def question_seed(seed: int, task: str, question_id: Any, turn: int, repeat: int = 0) -> int:
@@ -145,8 +161,9 @@ def warm_up(target: LoadedModel, drafters: dict[str, Drafter], questions: dict[s
 
 
 def run(cfg: RunConfig) -> Path:
-    methods, tasks = validate(cfg)
-    questions = {t.name: load_questions(t, cfg.source, cfg.question_dir, cfg.limit) for t in tasks}
+    methods, selected = validate(cfg)
+    tasks = [task for task, _ in selected.values()]
+    questions = {name: qs for name, (_, qs) in selected.items()}
     budgets = {t.name: cfg.max_new_tokens or t.max_new_tokens for t in tasks}
     check_resumable(cfg.out, cfg.settings())
     costs = stored_costs(cfg)
@@ -183,5 +200,6 @@ def run(cfg: RunConfig) -> Path:
                 continue
             record["choices"] = [answer_question(
                 target, drafters[method.name], question, task.name, sampling, budgets[task.name], cfg.seed, repeat)]
+            record["tstamp"] = time.time()  # when the answer was finished (Spec-Bench's answer files keep it)
             writer.write(record)
     return cfg.out

@@ -106,6 +106,21 @@ def resolve(name: str) -> tuple[str, dict]:
     )
 
 
+def _load_error(name: str, exc: Exception) -> SpecbenchError:
+    offline = " (offline? set HF_HUB_OFFLINE=1 and use a local folder)" if "/" in name else ""
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return SpecbenchError(f"cannot load model {name!r}: {first_line}{offline}")
+
+
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """The target's tokenizer alone (no weights)."""
+    where, extra = resolve(name)
+    try:
+        return AutoTokenizer.from_pretrained(where, **extra)
+    except (OSError, ValueError) as exc:
+        raise _load_error(name, exc) from None
+
+
 def load_model(name: str, device: str | None = None, dtype: str | None = None, runtime: str = "fast") -> LoadedModel:
     """A model ready to decode, with its runtime set up (specbench.runtime; "stock" leaves transformers' modules)."""
     where, extra = resolve(name)
@@ -115,9 +130,7 @@ def load_model(name: str, device: str | None = None, dtype: str | None = None, r
         tokenizer = AutoTokenizer.from_pretrained(where, **extra)
         model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **extra)
     except (OSError, ValueError) as exc:
-        offline = " (offline? set HF_HUB_OFFLINE=1 and use a local folder)" if "/" in name else ""
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpecbenchError(f"cannot load model {name!r}: {first_line}{offline}") from None
+        raise _load_error(name, exc) from None
     model.to(dev).eval()
     return LoadedModel(name, model, tokenizer, prepare(model, runtime))
 
