@@ -28,6 +28,7 @@ def per_question_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
         choice = r["choices"][0]
         rows.append({
             "method": r["method"], "lossless": r.get("lossless", True), "task": r["task"],
+            "category": r.get("category") or r["task"],
             "repeat": int(r.get("repeat", 0)),
             "temperature": float(r["temperature"]), "question_id": str(r["question_id"]),
             "new_tokens": sum(choice["new_tokens"]), "wall_time": sum(choice["wall_time"]),
@@ -65,6 +66,13 @@ def speedup_table(frame: pd.DataFrame, per_question_means: bool = False) -> pd.D
     table.index = [method_label(m, bool(lossless[m])) for m in order]
     table.index.name = "method"
     return table
+
+
+def leaderboard(table: pd.DataFrame, half: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """One row per method over every task at once (a table made with task = "Overall"), fastest first."""
+    keep = [("Overall", "Speedup"), ("Overall", "τ")]
+    order = table[keep[0]].sort_values(ascending=False, kind="stable").index
+    return table.loc[order, keep], (half.loc[order, keep] if half is not None else None)
 
 
 def table_with_interval(frame: pd.DataFrame, per_question_means: bool = False) -> tuple[pd.DataFrame, pd.DataFrame | None]:
@@ -175,6 +183,16 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
         table, half = table_with_interval(part, per_question_means=True)
         write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half)
         printed.append(f"T={t}\n{markdown}")
+        caption = (f"Leaderboard, T={t}, {target}: speedup over vanilla and τ over all tasks together (total tokens "
+                   f"/ total time; total tokens / total target forwards){spread}")
+        board, board_half = leaderboard(*table_with_interval(part.assign(task="Overall")))
+        board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half)
+        printed.append(f"Leaderboard T={t}\n{board_md}")
+        for task, rows in part.groupby("task", sort=False):
+            if rows["category"].nunique() > 1:  # e.g. MT-bench's eight categories
+                caption = f"{task} by category, T={t}, {target}: speedup over vanilla and τ per category{spread}"
+                table, half = table_with_interval(rows.assign(task=rows["category"]))
+                write_table(table, out_dir, f"categories_{task}_T{t}", caption, origin, half)
         if "vanilla" not in set(part["method"]):
             printed.append("(no vanilla records at this temperature: speedups cannot be computed)")
     if plots:
