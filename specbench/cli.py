@@ -97,6 +97,11 @@ def parser() -> argparse.ArgumentParser:
                      help="decode every question N times (methods interleaved); tables then show mean ± 95%% interval")
     run.add_argument("--out", type=Path, help="run directory (default results/<timestamp>); reuse it to resume")
     run.add_argument("--report-dir", type=Path, help="where the tables go (default reports/<run name>)")
+    run.add_argument("--workers", type=int, default=1,
+                     help="decode on N Ray workers (pip install 'specbench[distributed]'): one GPU each where the "
+                          "cluster has GPUs, else the cores split between them; the driver writes every record")
+    run.add_argument("--ray-address", help="join an existing Ray cluster (e.g. auto, after `ray start`); "
+                                           "default: a local one started for the run")
     run.add_argument("--cost-curve", type=Path,
                      help="reuse the costs (verification curve, drafting costs) stored in a run.json or a "
                           "`bench --cost --json` file, to make another machine's cost-based choices; default: "
@@ -203,8 +208,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         top_p=args.top_p, top_k=args.top_k, limit=args.limit, max_new_tokens=args.max_new_tokens, source=args.source,
         question_dir=args.question_dir, target=args.target, draft=args.draft, options=_options(args.opt),
         seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=args.runtime,
-        cost_curve=args.cost_curve,
+        cost_curve=args.cost_curve, workers=args.workers, ray_address=args.ray_address,
     )
+    if args.workers < 1:
+        raise SpecbenchError(f"--workers must be >= 1, got {args.workers}")
     if cfg.method_names() != cfg.methods:
         print("vanilla is not among --methods: it runs as the baseline, interleaved like the others "
               "(--no-baseline skips it)", file=sys.stderr)

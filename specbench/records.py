@@ -128,9 +128,11 @@ def check_same_hardware(out: Path, env: dict[str, Any]) -> None:
         raise SpecbenchError(f"{out} holds a run decoded with another {' and '.join(changed)} ({detail}); use another --out")
 
 
-def write_run_info(out: Path, settings: dict[str, Any], env: dict[str, Any], costs: dict[str, Any] | None = None) -> None:
+def write_run_info(out: Path, settings: dict[str, Any], env: dict[str, Any], costs: dict[str, Any] | None = None,
+                   workers: list[dict[str, Any]] | None = None) -> None:
     """Create run.json, or note the resumption in it (the caller has run check_resumable). `costs` is the run's
-    fixed cost model; a resumption may add drafting costs of methods it adds."""
+    fixed cost model; a resumption may add drafting costs of methods it adds. `workers`: where this session
+    decodes (host, device, environment of each; a resumption's list replaces the earlier one, records keep theirs)."""
     path = out / RUN_INFO
     if path.is_file():
         info = json.loads(path.read_text(encoding="utf-8"))
@@ -141,6 +143,8 @@ def write_run_info(out: Path, settings: dict[str, Any], env: dict[str, Any], cos
                 "started": _now(), "settings": settings, "environment": env}
     if costs is not None:
         info["costs"] = costs
+    if workers is not None:
+        info["workers"] = workers
     path.write_text(json.dumps(info, indent=2), encoding="utf-8")
 
 

@@ -29,6 +29,7 @@ def per_question_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
         rows.append({
             "method": r["method"], "lossless": r.get("lossless", True), "task": r["task"],
             "category": r.get("category") or r["task"],
+            "device": (r.get("worker") or {}).get("device", ""),  # records before workers were named: one kind
             "repeat": int(r.get("repeat", 0)),
             "temperature": float(r["temperature"]), "question_id": str(r["question_id"]),
             "new_tokens": sum(choice["new_tokens"]), "wall_time": sum(choice["wall_time"]),
@@ -161,6 +162,34 @@ def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, ori
     return markdown
 
 
+def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str]) -> list[str]:
+    """Every table of one temperature (and device kind); returns what to print."""
+    printed = []
+    repeats = part["repeat"].nunique()
+    spread = f"; mean ± 95% interval over {repeats} repeats" if repeats > 1 else ""
+    caption = (f"Speedup over vanilla (total tokens / total time) and mean accepted length τ, T={t}, {target}; "
+               f"(lossy) marks methods that do not reproduce the target's distribution{spread}")
+    table, half = table_with_interval(part)
+    markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half)
+    caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={t}, {target}{spread}"
+    table, half = table_with_interval(part, per_question_means=True)
+    write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half)
+    printed.append(f"T={t}\n{markdown}")
+    caption = (f"Leaderboard, T={t}, {target}: speedup over vanilla and τ over all tasks together (total tokens "
+               f"/ total time; total tokens / total target forwards){spread}")
+    board, board_half = leaderboard(*table_with_interval(part.assign(task="Overall")))
+    board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half)
+    printed.append(f"Leaderboard T={t}\n{board_md}")
+    for task, rows in part.groupby("task", sort=False):
+        if rows["category"].nunique() > 1:  # e.g. MT-bench's eight categories
+            caption = f"{task} by category, T={t}, {target}: speedup over vanilla and τ per category{spread}"
+            table, half = table_with_interval(rows.assign(task=rows["category"]))
+            write_table(table, out_dir, f"categories_{task}_T{t}", caption, origin, half)
+    if "vanilla" not in set(part["method"]):
+        printed.append("(no vanilla records at this temperature: speedups cannot be computed)")
+    return printed
+
+
 def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
     records = read_records(run_dir)
     if not records:
@@ -171,30 +200,18 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
     target = info.get("settings", {}).get("target", "")
     out_dir.mkdir(parents=True, exist_ok=True)
     printed = ["\n".join(origin)]
-    for temperature, part in frame.groupby("temperature"):
+    kinds = sorted(frame["device"].unique())
+    if len(kinds) > 1:  # a distributed run over mixed hardware: a speedup is only a ratio on one kind of device
+        printed.append(f"this run mixes device kinds ({'; '.join(kinds)}): every table is computed per kind "
+                       "(files suffixed _device<N>, in this order)")
+    for (temperature, device), part in frame.groupby(["temperature", "device"]):
         t = f"{temperature:g}"
-        repeats = part["repeat"].nunique()
-        spread = f"; mean ± 95% interval over {repeats} repeats" if repeats > 1 else ""
-        caption = (f"Speedup over vanilla (total tokens / total time) and mean accepted length τ, T={t}, {target}; "
-                   f"(lossy) marks methods that do not reproduce the target's distribution{spread}")
-        table, half = table_with_interval(part)
-        markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half)
-        caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={t}, {target}{spread}"
-        table, half = table_with_interval(part, per_question_means=True)
-        write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half)
-        printed.append(f"T={t}\n{markdown}")
-        caption = (f"Leaderboard, T={t}, {target}: speedup over vanilla and τ over all tasks together (total tokens "
-                   f"/ total time; total tokens / total target forwards){spread}")
-        board, board_half = leaderboard(*table_with_interval(part.assign(task="Overall")))
-        board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half)
-        printed.append(f"Leaderboard T={t}\n{board_md}")
-        for task, rows in part.groupby("task", sort=False):
-            if rows["category"].nunique() > 1:  # e.g. MT-bench's eight categories
-                caption = f"{task} by category, T={t}, {target}: speedup over vanilla and τ per category{spread}"
-                table, half = table_with_interval(rows.assign(task=rows["category"]))
-                write_table(table, out_dir, f"categories_{task}_T{t}", caption, origin, half)
-        if "vanilla" not in set(part["method"]):
-            printed.append("(no vanilla records at this temperature: speedups cannot be computed)")
+        if len(kinds) > 1:
+            t = f"{t}_device{kinds.index(device) + 1}"
+            target_on = f"{target} on {device}"
+        else:
+            target_on = target
+        printed.extend(temperature_tables(part, t, target_on, out_dir, origin))
     if plots:
         from specbench.plots import make_plots
 

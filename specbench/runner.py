@@ -2,11 +2,12 @@
 hits all methods alike, and each finished question is recorded at once."""
 from __future__ import annotations
 
+import socket
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from tqdm import tqdm
@@ -15,8 +16,8 @@ from specbench.draft import Drafter
 from specbench.engine import context_limit, generate
 from specbench.errors import SpecbenchError
 from specbench.costs import CostModel, cpu_description, measure_cost_model, read_cost_model
-from specbench.records import (RecordWriter, check_resumable, check_same_hardware, environment, read_run_info,
-                               record_key, write_run_info)
+from specbench.records import (RECORDS, RecordWriter, check_resumable, check_same_hardware, environment,
+                               read_records, read_run_info, record_key, write_run_info)
 from specbench.registry import BuildContext, MethodInfo, select_methods
 from specbench.sampling import Sampling
 from specbench.target import DEFAULT_TARGET, LoadedModel, chat_prompt, load_model
@@ -52,11 +53,14 @@ class RunConfig:
     runtime: str = "fast"
     cost_curve: Path | None = None  # reuse stored costs instead of measuring them when the run starts
     warmup_tokens: int = 16  # one untimed generation of this many tokens per method before the first question
+    workers: int = 1  # above 1: decode on Ray workers (specbench.distributed), one GPU each or a share of the cores
+    ray_address: str | None = None  # an existing Ray cluster ("auto": the one this machine joined)
     progress: bool = True
 
     def settings(self) -> dict[str, Any]:
         values = asdict(self)
-        values.pop("progress")
+        for local in ("progress", "workers", "ray_address"):  # how a run is spread does not change what it decodes
+            values.pop(local)
         if self.question_dir is not None:  # the same questions whatever the working directory of a resume
             values["question_dir"] = str(self.question_dir.resolve())
         for key in ("question_files", "task_files"):
@@ -149,57 +153,133 @@ def stored_costs(cfg: RunConfig) -> CostModel | None:
     return None
 
 
-def warm_up(target: LoadedModel, drafters: dict[str, Drafter], questions: dict[str, list[Question]], tokens: int) -> None:
+def warm_up(target: LoadedModel, drafters: dict[str, Drafter], question: Question | None, tokens: int) -> None:
     """One untimed generation per method, so that no method's first timed question pays for lazy initialisation
     (allocator, kernels, caches). Its output is discarded."""
-    first = next((qs[0] for qs in questions.values() if qs), None)
-    if first is None or tokens <= 0:
+    if question is None or tokens <= 0:
         return
-    prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": first.turns[0]}])
+    prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": question.turns[0]}])
     for drafter in drafters.values():
         generate(target.model, prompt, drafter, Sampling(), tokens, target.stop_ids)
 
 
-def run(cfg: RunConfig) -> Path:
+@dataclass
+class Job:
+    """One question at one temperature and repeat, decoded by `methods` in that order (rotated from job to job,
+    so that no method always runs first or right after another; finished ones left out on resume)."""
+    temperature: float
+    task: str
+    question: Question
+    repeat: int
+    methods: list[str]
+
+
+def plan_jobs(cfg: RunConfig, methods: list[MethodInfo], tasks: list[Task], questions: dict[str, list[Question]],
+              budgets: dict[str, int], done: set[tuple]) -> list[Job]:
+    """Repeats of a question run back to back and methods alternate within each, so drift hits all methods alike."""
+    jobs = []
+    every = [(t, task, q, r) for t in cfg.temperatures for task in tasks for q in questions[task.name]
+             for r in range(cfg.repeats)]
+    for index, (temperature, task, question, repeat) in enumerate(every):
+        shift = index % len(methods)
+        order = [m.name for m in methods[shift:] + methods[:shift]]
+        todo = [m for m in order if (m, task.name, float(temperature), str(question.question_id), repeat) not in done]
+        if todo:
+            jobs.append(Job(temperature, task.name, question, repeat, todo))
+    return jobs
+
+
+@dataclass
+class WorkerInfo:
+    """Where records are decoded: written into each record and, for every worker, into run.json."""
+    worker: int
+    host: str
+    device: str  # the device kind: "cpu: <model> [flags]" or "cuda: <GPU name>"
+    environment: dict[str, Any]
+
+
+class Decoder:
+    """The target and every method's drafter, loaded once; decodes jobs into records. The single-process run uses
+    one; a distributed run one per worker."""
+
+    def __init__(self, cfg: RunConfig, budgets: dict[str, int], worker: int = 0) -> None:
+        self.cfg, self.budgets = cfg, budgets
+        self.target = load_model(cfg.target, cfg.device, cfg.dtype, cfg.runtime)
+        device = self.target.model.device
+        env = environment(str(device), str(self.target.model.dtype).replace("torch.", ""))
+        env["runtime"] = self.target.runtime.name if self.target.runtime else cfg.runtime
+        env["cpu"] = cpu_description()
+        kind = f"cuda: {env['cuda_device']}" if device.type == "cuda" else f"{device.type}: {env['cpu']}"
+        self.info = WorkerInfo(worker, socket.gethostname(), kind, env)
+        self.drafters: dict[str, Drafter] = {}
+        self.methods: dict[str, MethodInfo] = {}
+
+    def measure_costs(self) -> CostModel:
+        return measure_cost_model(self.target.model, self.cfg.target)
+
+    def setup(self, methods: list[MethodInfo], costs: CostModel, questions: dict[str, list[Question]]) -> None:
+        """Check the prompts fit, build the drafters with the run's fixed costs, warm every method up."""
+        check_prompts_fit(self.target, questions, self.budgets)
+        build = BuildContext(self.target, self.cfg.draft, self.cfg.options, self.cfg.device, self.cfg.dtype, costs)
+        self.methods = {m.name: m for m in methods}
+        self.drafters = {m.name: m.build(build) for m in methods}
+        warm_up(self.target, self.drafters, next((qs[0] for qs in questions.values() if qs), None),
+                self.cfg.warmup_tokens)
+
+    def decode(self, job: Job) -> Iterator[dict[str, Any]]:
+        """Each method's record for the job, as soon as that method has answered every turn."""
+        cfg = self.cfg
+        sampling = Sampling(job.temperature, cfg.top_p, cfg.top_k)
+        for name in job.methods:
+            method, drafter = self.methods[name], self.drafters[name]
+            record = {
+                "method": name, "lossless": method.lossless, "task": job.task,
+                "temperature": job.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
+                "question_id": job.question.question_id, "category": job.question.category, "target": cfg.target,
+                "seed": cfg.seed, "max_new_tokens": self.budgets[job.task],
+                "drafter_state": drafter.state_scope, "repeat": job.repeat,
+            }
+            record["choices"] = [answer_question(self.target, drafter, job.question, job.task, sampling,
+                                                 self.budgets[job.task], cfg.seed, job.repeat)]
+            record["tstamp"] = time.time()  # when the answer was finished (Spec-Bench's answer files keep it)
+            record["worker"] = {"id": self.info.worker, "host": self.info.host, "device": self.info.device}
+            yield record
+
+
+@dataclass
+class RunPlan:
+    """What a run decodes, checked before any model is loaded."""
+    methods: list[MethodInfo]
+    questions: dict[str, list[Question]]
+    budgets: dict[str, int]
+    jobs: list[Job]
+    costs: CostModel | None  # fixed before the run: its own on resume, or --cost-curve
+
+
+def plan_run(cfg: RunConfig) -> RunPlan:
     methods, selected = validate(cfg)
     tasks = [task for task, _ in selected.values()]
     questions = {name: qs for name, (_, qs) in selected.items()}
     budgets = {t.name: cfg.max_new_tokens or t.max_new_tokens for t in tasks}
     check_resumable(cfg.out, cfg.settings())
     costs = stored_costs(cfg)
-    target = load_model(cfg.target, cfg.device, cfg.dtype, cfg.runtime)
-    env = environment(str(target.model.device), str(target.model.dtype).replace("torch.", ""))
-    check_same_hardware(cfg.out, env)
-    check_prompts_fit(target, questions, budgets)
-    costs = costs or measure_cost_model(target.model, cfg.target)
-    build = BuildContext(target, cfg.draft, cfg.options, cfg.device, cfg.dtype, costs)
-    drafters = {m.name: m.build(build) for m in methods}
-    env["runtime"] = target.runtime.name if target.runtime else cfg.runtime
-    env["cpu"] = cpu_description()
-    write_run_info(cfg.out, cfg.settings(), env, costs.to_dict())
-    writer = RecordWriter(cfg.out)
-    warm_up(target, drafters, questions, cfg.warmup_tokens)
+    done = {record_key(r) for r in read_records(cfg.out)} if (cfg.out / RECORDS).is_file() else set()
+    return RunPlan(methods, questions, budgets, plan_jobs(cfg, methods, tasks, questions, budgets, done), costs)
 
-    # Repeats of a question run back to back and methods alternate within each, so drift hits all methods alike;
-    # the order of methods rotates from question to question, so none always runs first (or right after another).
-    jobs = [(t, task, q, r) for t in cfg.temperatures for task in tasks for q in questions[task.name]
-            for r in range(cfg.repeats)]
-    for index, (temperature, task, question, repeat) in enumerate(
-            tqdm(jobs, desc="questions", unit="q", disable=not cfg.progress)):
-        sampling = Sampling(temperature, cfg.top_p, cfg.top_k)
-        shift = index % len(methods)
-        for method in methods[shift:] + methods[:shift]:
-            record = {
-                "method": method.name, "lossless": method.lossless, "task": task.name,
-                "temperature": temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
-                "question_id": question.question_id, "category": question.category, "target": cfg.target,
-                "seed": cfg.seed, "max_new_tokens": budgets[task.name],
-                "drafter_state": drafters[method.name].state_scope, "repeat": repeat,
-            }
-            if record_key(record) in writer.done:
-                continue
-            record["choices"] = [answer_question(
-                target, drafters[method.name], question, task.name, sampling, budgets[task.name], cfg.seed, repeat)]
-            record["tstamp"] = time.time()  # when the answer was finished (Spec-Bench's answer files keep it)
+
+def run(cfg: RunConfig) -> Path:
+    if cfg.workers > 1 or cfg.ray_address:
+        from specbench.distributed import run_distributed
+
+        return run_distributed(cfg, plan_run(cfg))
+    plan = plan_run(cfg)
+    decoder = Decoder(cfg, plan.budgets)
+    check_same_hardware(cfg.out, decoder.info.environment)
+    costs = plan.costs or decoder.measure_costs()
+    decoder.setup(plan.methods, costs, plan.questions)
+    write_run_info(cfg.out, cfg.settings(), decoder.info.environment, costs.to_dict(), [asdict(decoder.info)])
+    writer = RecordWriter(cfg.out)
+    for job in tqdm(plan.jobs, desc="questions", unit="q", disable=not cfg.progress):
+        for record in decoder.decode(job):
             writer.write(record)
     return cfg.out
