@@ -18,8 +18,6 @@ reply tokens in the training data, most frequent first: a reduced draft vocabula
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,11 +27,10 @@ from torch.nn import functional as F
 from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from specbench.costs import CONTEXT, CostCurve, measure_cost_model
-from specbench.runtime import fastest_seconds
-from specbench.draft import ROOT, DecodeContext, Draft, Drafter, StepResult, parse_tree
+from specbench.costs import measure_cost_model
+from specbench.draft import Drafter, parse_tree
 from specbench.errors import SpecbenchError
-from specbench.kv import truncate_cache
+from specbench.feature_tree import AUTO_MAX_TOKENS, FeatureTreeDrafter, TreeSpec, measure_level_seconds
 from specbench.registry import BuildContext, MethodInfo
 from specbench.features import FeatureCache, draft_vocabulary
 from specbench.target import LoadedModel, shipped_drafters
@@ -180,220 +177,34 @@ EAGLE1_TREE = (
 )
 
 
-@dataclass
-class TreeSpec:
-    top_k: int = 4
-    depth: int = 5
-    total_tokens: int = 12  # draft nodes kept (the root is the last emitted token, not counted)
-    static_paths: list[tuple[int, ...]] | None = None  # set: EAGLE-1 static tree instead of the dynamic one
-    # Set: choose the tree size per step (at most total_tokens) from the run's fixed costs: the target's
-    # verification curve and the time of one drafting level, both measured when the run started.
-    costs: CostCurve | None = None
-    level_seconds: float = 0.0
+class EagleFeatureHead:
+    """An EagleHead as specbench.feature_tree sees it: it reads the target's final-norm hidden state, and the
+    target's own lm_head (restricted to the draft vocabulary) turns a predicted feature into draft logits."""
 
+    hidden_layers = (-1,)
 
-@dataclass
-class _Node:
-    token: int  # draft-vocabulary index
-    parent: int  # node index or ROOT
-    depth: int
-    score: float  # cumulative draft log-prob
-    ancestors: frozenset[int]  # node indices on its path, itself included
-
-
-AUTO_MAX_TOKENS = 32  # total_tokens=auto chooses each tree's size up to this
-
-
-class EagleDrafter(Drafter):
-    needs_hidden = True
-
-    def __init__(self, head: EagleHead, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None, tree: TreeSpec):
+    def __init__(self, head: EagleHead, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None) -> None:
         self.head = head.eval()
-        device = head.fc.weight.device
-        # The draft vocabulary's rows of the target's lm_head: draft logits over the most frequent tokens only.
-        self.vocab = (draft_vocab if draft_vocab is not None else torch.arange(lm_head.shape[0])).to(device)
-        self.lm_head = lm_head.detach()[self.vocab].to(device, head.fc.weight.dtype).contiguous()
-        self.vocab_list = self.vocab.tolist()
-        self.tree = tree
-        self._reset()
+        self.shift = head.shift
+        self.device, self.dtype = head.fc.weight.device, head.fc.weight.dtype
+        self.feature_size = head.config.hidden_size
+        vocab = (draft_vocab if draft_vocab is not None else torch.arange(lm_head.shape[0])).to(self.device)
+        self.lm_head = lm_head.detach()[vocab].to(self.device, self.dtype).contiguous()
+        self.target_ids = vocab.tolist()
 
-    def _reset(self) -> None:
-        self.cache = DynamicCache(config=self.head.config)
-        self.features: torch.Tensor | None = None  # target features of every cached target position
-        self.filled = 0  # head positions in self.cache built from true target features
-        self.tree_features: dict[int, torch.Tensor] = {}
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.head.config)
 
-    def begin(self, ctx: DecodeContext) -> None:
-        self._reset()
+    def run(self, tokens, features, positions, mask, cache):
+        return self.head(tokens[None], features[None], positions[None], mask, cache)[0]
 
-    def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
-        new = step.hidden.to(self.lm_head.dtype)
-        self.features = new if self.features is None else torch.cat([self.features, new])
-
-    def _run(self, tokens: list[int], features: torch.Tensor, positions: list[int], mask: torch.Tensor | None) -> torch.Tensor:
-        device = self.lm_head.device
-        ids = torch.tensor([tokens], device=device)
-        return self.head(ids, features.unsqueeze(0), torch.tensor([positions], device=device), mask, self.cache)[0]
-
-    def _fill(self, ctx: DecodeContext) -> torch.Tensor:
-        """Bring the head's cache up to date with the true features; returns the predicted next feature."""
-        known = self.features.shape[0]
-        shift = self.head.shift
-        tokens = ctx.token_ids[self.filled + shift : known + shift]
-        n, cached = len(tokens), self.filled
-        mask = None
-        if n > 1:
-            allowed = torch.ones(n, cached + n, dtype=torch.bool).tril(cached)
-            mask = _additive(allowed, self.lm_head.dtype, self.lm_head.device)
-        out = self._run(tokens, self.features[cached:known], list(range(cached, known)), mask)
-        self.filled = known
-        return out[-1]
-
-    @torch.inference_mode()
-    def propose(self, ctx: DecodeContext) -> Draft:
-        if self.features is None:
-            return Draft()  # the first step is the prefill: no features yet
-        root_feature = self._fill(ctx)
-        nodes: list[_Node] = []
-        expanded: list[int] = []  # node of each head cache entry after the filled context
-        frontier_features = {ROOT: root_feature}
-
-        def expand(parents: list[int], k: int) -> torch.Tensor:
-            """Head step for `parents` (ROOT or expanded nodes), returns top-k (log-probs, vocab indices)."""
-            feats = torch.stack([frontier_features[p] for p in parents])
-            logp = torch.log_softmax(feats @ self.lm_head.T, dim=-1)
-            return logp.topk(k, dim=-1)
-
-        def step(group: list[int]) -> None:
-            """Run the head on nodes `group`, storing their predicted features."""
-            shift = self.head.shift
-            root_token = ctx.token_ids[-1]
-            tokens = []
-            for i in group:
-                node = nodes[i]
-                if shift:
-                    tokens.append(self.vocab_list[node.token])
-                else:
-                    tokens.append(root_token if node.parent == ROOT else self.vocab_list[nodes[node.parent].token])
-            feats = torch.stack([frontier_features[nodes[i].parent] for i in group])
-            depth = nodes[group[0]].depth
-            allowed = torch.zeros(len(group), self.filled + len(expanded) + len(group), dtype=torch.bool)
-            allowed[:, : self.filled] = True
-            for row, i in enumerate(group):
-                for col, j in enumerate(expanded):
-                    allowed[row, self.filled + col] = j in nodes[i].ancestors
-                allowed[row, self.filled + len(expanded) + row] = True
-            mask = _additive(allowed, self.lm_head.dtype, self.lm_head.device)
-            # Every node of a group sits at the same depth, hence the same position.
-            out = self._run(tokens, feats, [self.filled + depth - 1] * len(group), mask)
-            for row, i in enumerate(group):
-                frontier_features[i] = out[row]
-            expanded.extend(group)
-
-        def add(parent: int, token: int, score: float) -> int:
-            depth = 1 if parent == ROOT else nodes[parent].depth + 1
-            ancestors = frozenset() if parent == ROOT else nodes[parent].ancestors
-            nodes.append(_Node(token, parent, depth, score, ancestors | {len(nodes)}))
-            return len(nodes) - 1
-
-        try:
-            if self.tree.static_paths is not None:
-                self._static(expand, step, add, nodes)
-                keep = list(range(len(nodes)))
-            else:
-                self._dynamic(expand, step, add, nodes)
-                order = sorted(range(len(nodes)), key=lambda i: (-nodes[i].score, nodes[i].depth))
-                size = self.tree.total_tokens
-                if self.tree.costs is not None:
-                    size = self._best_size([nodes[i].score for i in order[:size]])
-                keep = sorted(order[:size], key=lambda i: (nodes[i].depth, -nodes[i].score))
-        finally:
-            truncate_cache(self.cache, self.filled)
-        new_index = {old: new for new, old in enumerate(keep)}
-        # The head's predicted feature under the root and each expanded draft node (for tests and analysis).
-        self.tree_features = {new_index.get(i, ROOT): f for i, f in frontier_features.items() if i in new_index or i == ROOT}
-        return Draft(
-            tokens=[self.vocab_list[nodes[i].token] for i in keep],
-            parents=[ROOT if nodes[i].parent == ROOT else new_index[nodes[i].parent] for i in keep],
-        )
-
-    def _best_size(self, scores: list[float]) -> int:
-        """Nodes to keep (best first) for the most tokens per second. A node is on the accepted path with about
-        the probability exp(its cumulative draft log-prob) (EAGLE-2: the draft is well calibrated), so keeping n
-        nodes yields about 1 + sum of the first n of those per step, at the cost of drafting (depth levels) plus
-        verifying n + 1 tokens. Costs are the run's fixed ones: no clock is read here."""
-        draft_seconds = self.tree.level_seconds * self.tree.depth
-        best, best_rate, expected = 1, 0.0, 1.0
-        for n, score in enumerate(scores, 1):
-            expected += math.exp(score)
-            rate = expected / (draft_seconds + self.tree.costs.at(n + 1))
-            if rate > best_rate:
-                best, best_rate = n, rate
-        return best
-
-    def _dynamic(self, expand, step, add, nodes: list[_Node]) -> None:
-        k = self.tree.top_k
-        logp, index = expand([ROOT], k)
-        frontier = [add(ROOT, int(t), float(s)) for s, t in zip(logp[0].tolist(), index[0].tolist())]
-        for _ in range(self.tree.depth - 1):
-            # Auto sizing also stops early: a level can add at most the frontier's acceptance mass in expected
-            # tokens, worth one target forward each; skip it when that is less than what the level costs to draft.
-            if self.tree.costs is not None:
-                mass = sum(math.exp(nodes[i].score) for i in frontier)
-                if mass * self.tree.costs.at(1) < self.tree.level_seconds:
-                    break
-            step(frontier)
-            logp, index = expand(frontier, k)
-            scores = (torch.tensor([nodes[i].score for i in frontier]).unsqueeze(1) + logp.cpu()).flatten()
-            tokens = index.flatten().tolist()
-            candidates = [add(frontier[j // k], tokens[j], score) for j, score in enumerate(scores.tolist())]
-            best = scores.topk(min(k, len(candidates))).indices.tolist()
-            frontier = [candidates[j] for j in best]
-
-    def _static(self, expand, step, add, nodes: list[_Node]) -> None:
-        paths = self.tree.static_paths
-        width = max(p[-1] for p in paths) + 1
-        by_path: dict[tuple[int, ...], int] = {}
-        logp, index = expand([ROOT], width)
-        for p in (p for p in paths if len(p) == 1):
-            by_path[p] = add(ROOT, int(index[0, p[0]]), float(logp[0, p[0]]))
-        for depth in range(2, max(len(p) for p in paths) + 1):
-            level = [p for p in paths if len(p) == depth]
-            parents = sorted({p[:-1] for p in level}, key=lambda p: by_path[p])
-            step([by_path[p] for p in parents])
-            logp, index = expand([by_path[p] for p in parents], width)
-            row_of = {p: r for r, p in enumerate(parents)}
-            for p in level:
-                r, parent = row_of[p[:-1]], by_path[p[:-1]]
-                by_path[p] = add(parent, int(index[r, p[-1]]), nodes[parent].score + float(logp[r, p[-1]]))
+    def draft_logits(self, predicted):
+        return predicted @ self.lm_head.T
 
 
-@torch.inference_mode()
-def measure_level_seconds(head: EagleHead, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None, top_k: int,
-                          repeats: int = 5) -> float:
-    """Fastest of a few runs of one dynamic-tree level: the head over top_k nodes after a cached context, then the
-    draft logits, log-softmax and top-k of each. Measured once per run (see specbench.costs)."""
-    drafter = EagleDrafter(head, lm_head, draft_vocab, TreeSpec(top_k=top_k))
-    device, hidden = drafter.lm_head.device, head.config.hidden_size
-    gen = torch.Generator().manual_seed(0)
-    drafter._run(torch.randint(0, drafter.lm_head.shape[0], (CONTEXT,), generator=gen).tolist(),
-                 torch.randn(CONTEXT, hidden, generator=gen).to(device, drafter.lm_head.dtype), list(range(CONTEXT)), None)
-    tokens = [0] * top_k
-    features = torch.randn(top_k, hidden, generator=gen).to(device, drafter.lm_head.dtype)
-    allowed = torch.ones(top_k, CONTEXT + top_k, dtype=torch.bool)
-    mask = _additive(allowed, drafter.lm_head.dtype, device)
-
-    def level() -> None:
-        out = drafter._run(tokens, features, [CONTEXT] * top_k, mask)
-        torch.log_softmax(out @ drafter.lm_head.T, dim=-1).topk(top_k, dim=-1)
-        truncate_cache(drafter.cache, CONTEXT)
-
-    return fastest_seconds(level, device, repeats)
-
-
-def _additive(allowed: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    return mask[None, None].to(device)
+class EagleDrafter(FeatureTreeDrafter):
+    def __init__(self, head: EagleHead, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None, tree: TreeSpec):
+        super().__init__(EagleFeatureHead(head, lm_head, draft_vocab), tree)
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -471,7 +282,8 @@ def _build(ctx: BuildContext, inputs: str, static: bool, ablation: bool = False)
         spec.costs = costs.verify
         rows = len(draft_vocab) if draft_vocab is not None else lm_head.shape[0]
         key = f"eagle-level:hidden={head.config.hidden_size}:vocab={rows}:top_k={spec.top_k}"
-        spec.level_seconds = costs.drafting_cost(key, lambda: measure_level_seconds(head, lm_head, draft_vocab, spec.top_k))
+        spec.level_seconds = costs.drafting_cost(
+            key, lambda: measure_level_seconds(EagleFeatureHead(head, lm_head, draft_vocab), spec.top_k))
     if static:
         spec.static_paths = parse_tree(ctx.option("tree", EAGLE1_TREE))
     if spec.top_k < 1 or spec.depth < 1 or spec.total_tokens < 1:

@@ -86,7 +86,7 @@ def load_heads(folder: Path) -> tuple[MedusaHeads, torch.Tensor | None]:
 
 
 class MedusaDrafter(Drafter):
-    needs_hidden = True
+    hidden_layers = (-1,)
 
     def __init__(self, heads: MedusaHeads, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None,
                  tree: list[tuple[int, ...]], verifier=None) -> None:

@@ -118,8 +118,8 @@ class StepResult:
 
     emitted: list[int]  # accepted draft tokens, then the bonus; already appended to ctx.token_ids
     path: list[int]  # the accepted draft nodes' indices in the proposed tree, root to leaf
-    # Target hidden states (after the final norm, i.e. the lm_head input) of the positions this step added to the
-    # target's cache, in order; only for drafters with needs_hidden.
+    # The target hidden states a drafter asked for (Drafter.hidden_layers, concatenated in that order) at the
+    # positions this step added to the target's cache, in order; None for drafters that ask for none.
     hidden: torch.Tensor | None = None
     # Logits [m, V] of the draft's extra branch (Lookahead's window), from the same forward; None without one.
     extra_logits: torch.Tensor | None = None
@@ -128,7 +128,9 @@ class StepResult:
 class Drafter:
     """Base class of every method. Subclasses override propose and, when they keep state, begin and accepted."""
 
-    needs_hidden: bool = False
+    # Which of the target's hidden states the drafter reads, as indices into transformers' output_hidden_states
+    # (-1: after the final norm, the lm_head input; i: the input of decoder layer i). Empty: none.
+    hidden_layers: tuple[int, ...] = ()
     # How long drafter state (caches, n-gram pools) lives; written into every record. begin() resets it for each
     # generation (each turn of each question), so nothing carries over between questions.
     state_scope: str = "generation"

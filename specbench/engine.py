@@ -131,7 +131,7 @@ def generate(
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=len(draft) + 1 + n_extra,
-            output_hidden_states=drafter.needs_hidden,
+            output_hidden_states=bool(drafter.hidden_layers),
         )
         logits = out.logits[0].float()
         extra_logits = None
@@ -148,9 +148,9 @@ def generate(
                 result.stop_reason = "eos"
                 break
         hidden = None
-        if drafter.needs_hidden:
+        if drafter.hidden_layers:
             rows = list(range(len(pending))) + [len(pending) + i for i in verdict.path]
-            hidden = out.hidden_states[-1][0][rows]
+            hidden = torch.cat([out.hidden_states[i][0][rows] for i in drafter.hidden_layers], dim=-1)
         cache_len = kept + len(verdict.path)
         ctx.token_ids.extend(emitted)
         new.extend(emitted)

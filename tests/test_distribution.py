@@ -20,6 +20,12 @@ import torch
 from scipy.stats import chisquare
 
 from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter, EagleHead, TreeSpec, head_config
+from specbench.feature_tree import FeatureTreeDrafter
+from specbench.feature_tree import TreeSpec as FeatureTreeSpec
+from specbench.methods.eagle3 import Eagle3FeatureHead
+from specbench.methods.eagle3.checkpoint import head_config as eagle3_config
+from specbench.methods.eagle3.head import Eagle3Head
+from specbench.methods.eagle3.training import Eagle3Trainable, set_draft_vocabulary
 from specbench.methods.lookahead import LookaheadDrafter
 from specbench.methods.medusa import DEFAULT_TREE, MedusaDrafter, MedusaHeads, MedusaTrainable, typical_verifier
 from specbench.methods.pld import PromptLookupDrafter
@@ -144,6 +150,29 @@ def medusa_drafter(target, prompt: list[int]) -> MedusaDrafter:
     return MedusaDrafter(heads.eval(), target.get_output_embeddings().weight, None, parse_tree(DEFAULT_TREE))
 
 
+def eagle3_drafter(target, prompt: list[int]) -> FeatureTreeDrafter:
+    """An EAGLE-3 head trained for a moment with the training-time test on the target's own samples after the
+    prompt, drafting over a reduced vocabulary (d2t/t2d) that leaves some of the target's tokens out."""
+    torch.manual_seed(8)
+    head = Eagle3Head(eagle3_config(target.config, VOCAB - 2))
+    head.embed_tokens.weight.data.copy_(target.get_input_embeddings().weight)
+    set_draft_vocabulary(head, torch.tensor([t for t in range(VOCAB) if t not in (4, 10)]))
+    generator = torch.Generator().manual_seed(9)
+    samples = [prompt + generate(target, prompt, VanillaDrafter(), SAMPLING, 8, set(), generator).token_ids
+               for _ in range(48)]
+    tokens = torch.tensor(samples)
+    ones = torch.ones_like(tokens, dtype=torch.bool)
+    trainable = Eagle3Trainable(head, target, steps=3)
+    optimizer = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=0.03)
+    for _ in range(150):
+        loss, _ = trainable.loss(Batch(tokens, torch.zeros(*tokens.shape, 1), ones, ones))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return FeatureTreeDrafter(Eagle3FeatureHead(head.eval(), target.config.num_hidden_layers),
+                              FeatureTreeSpec(top_k=3, depth=3, total_tokens=8))
+
+
 @dataclass(frozen=True)
 class Case:
     build: Callable  # (target, draft_model, prompt) -> Drafter
@@ -163,6 +192,7 @@ LOSSLESS = {
     "eagle (dynamic tree)": Case(lambda t, d, p: eagle_drafter(t, static=False), 50, 300),
     "eagle1 (static tree)": Case(lambda t, d, p: eagle_drafter(t, static=True), 50, 400),
     "medusa": Case(lambda t, d, p: medusa_drafter(t, p), 300, 400),
+    "eagle3 (reduced draft vocabulary)": Case(lambda t, d, p: eagle3_drafter(t, p), 400, 1100),
     "lookahead": Case(lambda t, d, p: LookaheadDrafter(3, 3, 3), 30, 50),
 }
 

@@ -1,0 +1,87 @@
+"""EAGLE-3 (Li et al. 2025): a draft head over fused low/middle/high target features, trained with the
+training-time test, with its own reduced draft vocabulary. Drafts EAGLE-2's dynamic tree (specbench.feature_tree)
+and is verified by the engine's lossless rule at any temperature.
+
+head.py: the head; checkpoint.py: the official layout both ways; training.py: `specbench train eagle3`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers import DynamicCache
+
+from specbench.costs import measure_cost_model
+from specbench.draft import Drafter
+from specbench.errors import SpecbenchError
+from specbench.feature_tree import AUTO_MAX_TOKENS, FeatureTreeDrafter, TreeSpec, measure_level_seconds
+from specbench.methods.eagle3.checkpoint import load_head
+from specbench.methods.eagle3.head import Eagle3Head, fused_layers
+from specbench.methods.eagle3.training import train
+from specbench.registry import BuildContext, MethodInfo
+from specbench.target import shipped_drafters
+
+PACKAGED_HEADS = {"smollm2-135m-instruct": "smollm2-135m-instruct"}  # target short name -> folder in heads/eagle3
+
+
+class Eagle3FeatureHead:
+    """An Eagle3Head as specbench.feature_tree sees it: it reads the fused target layers at known positions and its
+    own hidden state below them; draft logits come from its own lm_head over the draft vocabulary."""
+
+    shift = 1  # position t reads token t + 1, as EAGLE
+
+    def __init__(self, head: Eagle3Head, target_layers: int) -> None:
+        self.head = head.eval()
+        self.hidden_layers = fused_layers(target_layers)
+        self.device, self.dtype = head.fc.weight.device, head.fc.weight.dtype
+        self.feature_size = head.fc.in_features
+        self.target_ids = head.draft_to_target().tolist()
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.head.config)
+
+    def run(self, tokens, features, positions, mask, cache):
+        return self.head(tokens[None], features[None], positions[None], mask, cache)[0]
+
+    def draft_logits(self, hidden):
+        return self.head.logits(hidden)
+
+
+def find_head(target_name: str) -> Path:
+    name = PACKAGED_HEADS.get(target_name.lower())
+    folder = shipped_drafters("eagle3") / name if name else None
+    if folder is None or not (folder / "config.json").is_file():
+        raise SpecbenchError(f"no trained EAGLE-3 head ships for target {target_name!r}: pass --draft HEAD_FOLDER "
+                             "(an official EAGLE-3 checkpoint works), or train one with python -m specbench train eagle3")
+    return folder
+
+
+def build(ctx: BuildContext) -> Drafter:
+    target = ctx.target.model
+    chosen = ctx.options.get("head") or ctx.draft
+    folder = Path(chosen) if chosen else find_head(ctx.target.name)
+    head = load_head(folder, target.get_input_embeddings().weight.detach())
+    config = target.config
+    if head.config.vocab_size != target.get_output_embeddings().weight.shape[0] or \
+            head.fc.in_features != 3 * config.hidden_size:
+        raise SpecbenchError(f"EAGLE-3 head {folder} does not fit target {ctx.target.name} (vocabulary or hidden size)")
+    head.to(target.device, target.dtype)
+    adapter = Eagle3FeatureHead(head, config.num_hidden_layers)
+    sizing = ctx.options.get("total_tokens", "auto")
+    spec = TreeSpec(top_k=ctx.option("top_k", 4), depth=ctx.option("depth", 6),
+                    total_tokens=AUTO_MAX_TOKENS if sizing == "auto" else ctx.option("total_tokens", 12))
+    if spec.top_k < 1 or spec.depth < 1 or spec.total_tokens < 1:
+        raise SpecbenchError("eagle3 options top_k, depth and total_tokens must be >= 1")
+    if sizing == "auto":
+        costs = ctx.costs or measure_cost_model(target, ctx.target.name)
+        spec.costs = costs.verify
+        key = (f"eagle3-level:hidden={head.config.hidden_size}:vocab={head.config.draft_vocab_size}:"
+               f"top_k={spec.top_k}")
+        spec.level_seconds = costs.drafting_cost(key, lambda: measure_level_seconds(adapter, spec.top_k))
+    return FeatureTreeDrafter(adapter, spec)
+
+
+METHODS = [
+    MethodInfo("eagle3", "EAGLE-3: fused low/middle/high target features, training-time test, own draft vocabulary; "
+               "dynamic tree (top_k=4, depth=6, total_tokens=auto); --draft loads official EAGLE-3 heads", True, build),
+]
+TRAINERS = {"eagle3": train}

@@ -1,0 +1,81 @@
+"""The EAGLE-3 draft head (Li et al. 2025), laid out as the official code lays it out (eagle/model/cnets.py).
+
+fc fuses the target's hidden states at the inputs of decoder layers 2, L//2 and L-3 (3H -> H, no bias). One decoder
+layer, `midlayer`, attends over concat[input_layernorm(embedding of the token), hidden_norm(hidden)] (q/k/v read
+2H), adds the attention to the hidden state, then post_attention_layernorm and a SwiGLU MLP. Its output is the
+head's own hidden state: deeper draft steps feed it back in place of the fused target features (it is H wide, so fc
+is skipped), and draft logits are lm_head(norm(hidden)) over a reduced draft vocabulary; d2t maps a draft index to
+the target's token id (target = draft + d2t[draft]) and t2d marks the target tokens the draft vocabulary holds.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import DynamicCache, LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
+
+
+def fused_layers(num_hidden_layers: int) -> tuple[int, int, int]:
+    """The target layers whose inputs EAGLE-3 reads (2, L//2, L-3), as indices into transformers'
+    output_hidden_states; clamped to [0, L] for the tiny targets of tests (fewer than five layers)."""
+    n = num_hidden_layers
+    return min(2, n), n // 2, max(n - 3, 0)
+
+
+class Eagle3Layer(nn.Module):
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        hidden = config.hidden_size
+        self.self_attn = LlamaAttention(config, layer_idx=0)
+        # The attention reads the embedding and the hidden state side by side.
+        for name in ("q_proj", "k_proj", "v_proj"):
+            old = getattr(self.self_attn, name)
+            setattr(self.self_attn, name, nn.Linear(2 * hidden, old.out_features, bias=False))
+        self.mlp = LlamaMLP(config)
+        self.hidden_norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.input_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+
+    def forward(self, embedded: torch.Tensor, hidden: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor],
+                attention_mask: torch.Tensor | None, cache: DynamicCache | None) -> torch.Tensor:
+        residual = hidden
+        both = torch.cat([self.input_layernorm(embedded), self.hidden_norm(hidden)], dim=-1)
+        attended, _ = self.self_attn(both, position_embeddings=position_embeddings, attention_mask=attention_mask,
+                                     past_key_values=cache)
+        hidden = residual + attended
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class Eagle3Head(nn.Module):
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.config = config
+        hidden = config.hidden_size
+        target_hidden = getattr(config, "target_hidden_size", None) or hidden
+        self.embed_tokens = nn.Embedding(config.vocab_size, hidden)
+        self.embed_tokens.weight.requires_grad_(False)
+        self.fc = nn.Linear(3 * target_hidden, hidden, bias=False)
+        self.midlayer = Eagle3Layer(config)
+        self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.lm_head = nn.Linear(hidden, config.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.zeros(config.vocab_size, dtype=torch.bool))
+        self.rotary_emb = LlamaRotaryEmbedding(config)
+
+    def forward(self, tokens: torch.Tensor, features: torch.Tensor, position_ids: torch.Tensor,
+                attention_mask: torch.Tensor | None, cache: DynamicCache | None = None) -> torch.Tensor:
+        """tokens [B, n], features [B, n, 3H'] (fused target states) or [B, n, H] (the head's own), position_ids
+        [B, n], attention_mask [B, 1, n, cached + n] additive or None -> the head's hidden states [B, n, H]."""
+        embedded = self.embed_tokens(tokens)
+        features = features.to(embedded.dtype)
+        if features.shape[-1] != self.config.hidden_size:
+            features = self.fc(features)
+        rope = self.rotary_emb(features, position_ids)
+        return self.midlayer(embedded, features, rope, attention_mask, cache)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Draft logits over the draft vocabulary."""
+        return self.lm_head(self.norm(hidden))
+
+    def draft_to_target(self) -> torch.Tensor:
+        return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t

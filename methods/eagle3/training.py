@@ -1,0 +1,123 @@
+"""`python -m specbench train eagle3`: the training-time test (EAGLE-3, as the official trainer does it).
+
+The head is unrolled `steps` times (default 7) over every position at once. Step 0 reads the fused target
+features; step j reads the head's own step j-1 output at the same position, the token j places further on, and sits
+at position t + j, as a draft node j levels below the root t does while decoding. Its attention sees the target
+context up to t (the keys of step 0, causal) and its own earlier steps at t (one key per step: the node's
+ancestors). Step j's draft distribution is trained against the target's next-token distribution at position
+t + 1 + j, restricted to the draft vocabulary and renormalised (cross-entropy, no feature regression), weighted
+0.8^j, on reply tokens the draft vocabulary holds.
+
+Features come from the target while training (one forward with output_hidden_states per batch), from the same
+conversations as `eagle` (the feature cache's token ids and loss masks), so the two heads see the same data.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from specbench.features import FeatureCache, draft_vocabulary
+from specbench.methods.eagle3.checkpoint import head_config, save_head
+from specbench.methods.eagle3.head import Eagle3Head, fused_layers
+from specbench.target import LoadedModel
+from specbench.training import Batch, TrainConfig, fit
+
+STEP_WEIGHT = 0.8  # step j's loss weighs 0.8^j (the official trainer's choice)
+
+
+def set_draft_vocabulary(head: Eagle3Head, target_ids: torch.Tensor) -> None:
+    """d2t and t2d for a draft vocabulary, ordered by target id (as the official code orders it)."""
+    ids = torch.sort(target_ids.to(torch.long)).values
+    head.d2t.copy_(ids - torch.arange(len(ids)))
+    head.t2d.zero_()
+    head.t2d[ids] = True
+
+
+def unroll(head: Eagle3Head, tokens: torch.Tensor, fused: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """The head's hidden states [B, n, H] at each step of the training-time test (see the module docstring)."""
+    b, n = tokens.shape
+    device = fused.device
+    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    eye = torch.eye(n, dtype=torch.bool, device=device)
+    cache = DynamicCache(config=head.config)  # every step's keys: step j attends to steps 0..j
+    positions = torch.arange(n, device=device).expand(b, n)
+    features, out = fused, []
+    for j in range(min(steps, n - 1)):
+        step_tokens = torch.zeros_like(tokens)  # step j at position t reads token t + 1 + j (0 past the end)
+        step_tokens[:, : n - 1 - j] = tokens[:, 1 + j :]
+        allowed = torch.cat([causal] + [eye] * j, dim=1)  # [n, (j + 1) n]: the context, then its own earlier steps
+        mask = torch.zeros(allowed.shape, dtype=fused.dtype, device=device)
+        mask = mask.masked_fill(~allowed, torch.finfo(fused.dtype).min)[None, None]
+        features = head(step_tokens, features, positions + j, mask, cache)
+        out.append(features)
+    return out
+
+
+class Eagle3Trainable:
+    def __init__(self, head: Eagle3Head, target: torch.nn.Module, steps: int = 7, noise: float = 0.0) -> None:
+        if steps < 1:
+            raise ValueError("the training-time test needs steps >= 1")
+        self.module = head
+        self.target = target
+        self.steps = steps
+        self.noise = noise
+        self.layers = fused_layers(target.config.num_hidden_layers)
+
+    @torch.no_grad()
+    def _target(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fused features [B, n, 3H] and the target's next-token logits over the draft vocabulary [B, n, V_d]."""
+        device = self.target.device
+        out = self.target(input_ids=batch.tokens.to(device), attention_mask=batch.valid.long().to(device),
+                          output_hidden_states=True)
+        fused = torch.cat([out.hidden_states[i] for i in self.layers], dim=-1).float()
+        draft_ids = self.module.draft_to_target().to(device)
+        return fused, out.logits.float()[..., draft_ids]
+
+    def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        head = self.module
+        device = head.fc.weight.device
+        fused, target_logits = self._target(batch)
+        fused, target_logits = fused.to(device), target_logits.to(device)
+        if self.noise and head.training:
+            fused = fused + torch.randn_like(fused) * self.noise
+        tokens, valid = batch.tokens.to(device), batch.valid.to(device)
+        trained = (batch.loss_mask & batch.valid).to(device)
+        n = tokens.shape[1]
+        in_vocab = head.t2d[tokens.roll(-1, dims=1)]  # the token each target distribution predicts is draftable
+        target_p = torch.softmax(target_logits, dim=-1)
+        total = torch.zeros((), device=device)
+        metrics: dict[str, float] = {}
+        for j, hidden in enumerate(unroll(head, tokens, fused, self.steps)):
+            logp = torch.log_softmax(head.logits(hidden).float(), dim=-1)
+            # position t's step j predicts the target's distribution at t + 1 + j
+            target = torch.zeros_like(target_p)
+            target[:, : n - 1 - j] = target_p[:, 1 + j :]
+            where = torch.zeros_like(trained)
+            where[:, : n - 1 - j] = trained[:, 1 + j :] & valid[:, 1 + j :] & in_vocab[:, 1 + j :]
+            step_loss = -(target * logp).sum(-1)[where].sum() / where.sum().clamp(min=1)
+            total = total + STEP_WEIGHT ** j * step_loss
+            with torch.no_grad():
+                hits = (logp.argmax(-1) == target.argmax(-1))[where].float()
+                metrics[f"acc_step{j}"] = float(hits.mean()) if hits.numel() else 0.0
+        metrics["loss"] = float(total.detach())
+        metrics["top1"] = metrics.get("acc_step0", 0.0)
+        return total, metrics
+
+    def save(self, folder: Path) -> None:
+        save_head(self.module, folder)
+
+
+def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: dict[str, str]) -> dict[str, float]:
+    """Train an EAGLE-3 head (options: draft_vocab=8192 (0 = the full vocabulary), steps=7, noise=0.0)."""
+    model = target.model
+    vocab = model.get_output_embeddings().weight.shape[0]
+    size = int(options.get("draft_vocab", 8192))
+    chosen = draft_vocabulary(cache, cfg.out, size, target.stop_ids) if 0 < size < vocab else None
+    head = Eagle3Head(head_config(model.config, len(chosen) if chosen is not None else vocab))
+    head.embed_tokens.weight.data.copy_(model.get_input_embeddings().weight.detach().float())
+    set_draft_vocabulary(head, chosen if chosen is not None else torch.arange(vocab))
+    head.to(model.device)
+    trainable = Eagle3Trainable(head, model, int(options.get("steps", 7)), float(options.get("noise", 0.0)))
+    return fit(trainable, cache, cfg)

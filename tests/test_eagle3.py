@@ -1,0 +1,167 @@
+"""EAGLE-3: the checkpoint both ways (official layout, d2t/t2d used while drafting), the fused target layers the
+engine hands over, the training-time test's attention against incremental drafting, and T=0 identity with drafts
+accepted. The T>0 distribution test is in test_distribution.py."""
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from specbench.engine import generate
+from specbench.errors import SpecbenchError
+from specbench.feature_tree import FeatureTreeDrafter, TreeSpec
+from specbench.methods.eagle3 import Eagle3FeatureHead
+from specbench.methods.eagle3.checkpoint import head_config, load_head, save_head
+from specbench.methods.eagle3.head import Eagle3Head, fused_layers
+from specbench.methods.eagle3.training import Eagle3Trainable, set_draft_vocabulary, unroll
+from specbench.methods.vanilla import VanillaDrafter
+from specbench.sampling import Sampling
+from specbench.training import Batch
+from tests.conftest import tiny_llama
+
+VOCAB = 16
+
+
+@pytest.fixture(scope="module")
+def target():
+    """Six layers (so 2, L//2, L-3 are three distinct layers), peaked so that its greedy text is learnable."""
+    return tiny_llama(VOCAB, seed=31, layers=6, hidden=32, logit_scale=12.0)
+
+
+def random_head(target, draft_ids: list[int], seed: int = 0) -> Eagle3Head:
+    torch.manual_seed(seed)
+    head = Eagle3Head(head_config(target.config, len(draft_ids)))
+    head.embed_tokens.weight.data.copy_(target.get_input_embeddings().weight)
+    set_draft_vocabulary(head, torch.tensor(draft_ids))
+    return head
+
+
+def drafter(target, head: Eagle3Head, **tree) -> FeatureTreeDrafter:
+    return FeatureTreeDrafter(Eagle3FeatureHead(head, target.config.num_hidden_layers),
+                              TreeSpec(**{"top_k": 3, "depth": 4, "total_tokens": 10, **tree}))
+
+
+def test_fused_layers_are_the_official_ones():
+    assert fused_layers(32) == (2, 16, 29) and fused_layers(30) == (2, 15, 27) and fused_layers(6) == (2, 3, 3)
+
+
+def test_checkpoint_round_trip_in_the_official_layout(target, tmp_path):
+    draft_ids = [1, 4, 5, 9, 12, 15]
+    head = random_head(target, draft_ids)
+    save_head(head, tmp_path / "h", dtype=torch.float32)
+    keys = set(load_file(str(tmp_path / "h" / "model.safetensors")))
+    assert {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"} <= keys
+    assert all(k.startswith(("fc.", "midlayer.", "norm.", "lm_head.", "d2t", "t2d")) for k in keys), keys
+    assert "midlayer.self_attn.q_proj.weight" in keys and "midlayer.hidden_norm.weight" in keys
+    loaded = load_head(tmp_path / "h", target.get_input_embeddings().weight.detach())
+    for key, value in head.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[key], value, rtol=0, atol=0)
+    assert loaded.draft_to_target().tolist() == draft_ids and loaded.t2d.nonzero().flatten().tolist() == draft_ids
+    # Drafting with the loaded head: the same trees, and every drafted token is one of the draft vocabulary's.
+    prompt = [2, 3, 5, 7, 11]
+    trees = []
+    for h in (head, loaded):
+        spy = drafter(target, h)
+        proposals = []
+        original = spy.propose
+        spy.propose = lambda ctx, original=original, proposals=proposals: proposals.append(original(ctx)) or proposals[-1]
+        generate(target, prompt, spy, Sampling(), 12, set())
+        trees.append([(d.tokens, d.parents) for d in proposals])
+    assert trees[0] == trees[1]
+    drafted = {t for tokens, _ in trees[0] for t in tokens}
+    assert drafted and drafted <= set(draft_ids)
+
+
+def test_full_vocabulary_head_without_maps_loads(target, tmp_path):
+    head = random_head(target, list(range(VOCAB)))
+    save_head(head, tmp_path / "h", dtype=torch.float32)
+    path = tmp_path / "h" / "model.safetensors"
+    state = {k: v for k, v in load_file(str(path)).items() if k not in ("d2t", "t2d")}  # as official full-vocab heads
+    save_file(state, str(path))
+    loaded = load_head(tmp_path / "h", target.get_input_embeddings().weight.detach())
+    assert loaded.draft_to_target().tolist() == list(range(VOCAB))
+    eagle12 = tmp_path / "eagle12"
+    eagle12.mkdir()
+    (eagle12 / "config.json").write_text('{"hidden_size": 32, "vocab_size": 16}')
+    with pytest.raises(SpecbenchError, match="not an EAGLE-3 head"):
+        load_head(eagle12)
+
+
+def test_drafter_receives_the_fused_layers(target):
+    head = random_head(target, list(range(VOCAB)))
+    spy = drafter(target, head)
+    assert spy.hidden_layers == (2, 3, 3)
+    prompt = [2, 3, 5, 7, 11]
+    out = generate(target, prompt, spy, Sampling(), 6, set())
+    sequence = prompt + out.token_ids
+    with torch.no_grad():
+        states = target(torch.tensor([sequence[:-1]]), output_hidden_states=True).hidden_states
+    expected = torch.cat([states[i][0] for i in (2, 3, 3)], dim=-1)
+    assert spy.features.shape == expected.shape
+    torch.testing.assert_close(spy.features, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_training_time_test_matches_incremental_drafting(target):
+    """Step j of the unrolled training at position t is what the drafter computes for a node j levels below the
+    root t, with the true tokens on its path: the context's keys up to t, then one key per ancestor."""
+    head = random_head(target, list(range(VOCAB)), seed=3).eval()
+    tokens = torch.tensor([[2, 3, 5, 7, 11, 13, 1, 4, 6, 8]])
+    layers = fused_layers(target.config.num_hidden_layers)
+    with torch.no_grad():
+        states = target(tokens, output_hidden_states=True).hidden_states
+        fused = torch.cat([states[i] for i in layers], dim=-1)
+        steps = unroll(head, tokens, fused, 3)
+        adapter = Eagle3FeatureHead(head, target.config.num_hidden_layers)
+        for t in (3, 5):
+            cache = adapter.new_cache()
+            context = adapter.run(tokens[0, 1 : t + 2], fused[0, : t + 1], torch.arange(t + 1), None, cache)
+            torch.testing.assert_close(context[-1], steps[0][0, t], atol=1e-5, rtol=1e-4)
+            feature = context[-1]
+            for j in (1, 2):  # one node per level, its token the true next one; it sees the context and itself
+                out = adapter.run(tokens[0, t + 1 + j : t + 2 + j], feature[None], torch.tensor([t + j]), None, cache)
+                torch.testing.assert_close(out[0], steps[j][0, t], atol=1e-5, rtol=1e-4)
+                feature = out[0]
+
+
+def trained_head(target, prompts: list[list[int]], draft_ids: list[int], steps: int = 200) -> Eagle3Head:
+    """A head trained for a moment with the training-time test on the target's own greedy continuations."""
+    head = random_head(target, draft_ids, seed=4)
+    samples = [p + generate(target, p, VanillaDrafter(), Sampling(), 24, set()).token_ids for p in prompts]
+    n = max(len(s) for s in samples)
+    tokens = torch.zeros(len(samples), n, dtype=torch.long)
+    valid = torch.zeros(len(samples), n, dtype=torch.bool)
+    for row, s in enumerate(samples):
+        tokens[row, : len(s)] = torch.tensor(s)
+        valid[row, : len(s)] = True
+    batch = Batch(tokens, torch.zeros(len(samples), n, 1), valid.clone(), valid)
+    trainable = Eagle3Trainable(head, target, steps=4)
+    optimizer = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=0.01)
+    for _ in range(steps):
+        loss, _ = trainable.loss(batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return head.eval()
+
+
+def test_t0_identical_to_vanilla_with_drafts_accepted(target):
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, VOCAB, (4,), generator=gen).tolist() for _ in range(24)]
+    head = trained_head(target, prompts[:16], list(range(VOCAB)))
+    accepted = steps = 0
+    for prompt in prompts:  # 16 training prompts and 8 others
+        expected = generate(target, prompt, VanillaDrafter(), Sampling(), 24, set()).token_ids
+        out = generate(target, prompt, drafter(target, head), Sampling(), 24, set())
+        assert out.token_ids == expected, prompt
+        accepted += sum(out.accept_lengths) - len(out.accept_lengths)
+        steps += len(out.accept_lengths)
+    tau = (accepted + steps) / steps
+    assert tau > 2.0, f"τ {tau:.2f}: the trained head's drafts were hardly accepted"
+
+
+def test_no_head_for_an_unknown_target_is_one_clear_error(tmp_path, tiny_target_dir, capsys):
+    from specbench.cli import main
+
+    code = main(["run", "--target", str(tiny_target_dir), "--methods", "eagle3", "--tasks", "gsm8k", "--limit", "1",
+                 "--out", str(tmp_path / "r"), "--report-dir", str(tmp_path / "rep")])
+    assert code == 2 and "no trained EAGLE-3 head ships" in capsys.readouterr().err
