@@ -225,6 +225,9 @@ def extract(cfg: ExtractConfig, target: LoadedModel) -> FeatureCache:
                     n_tokens += len(conv.tokens)
             bar.update(len(group))
             bar.set_postfix(tok_s=f"{n_tokens / (time.perf_counter() - t0):.0f}")
+        if not convs:
+            raise SpecbenchError(f"no conversation among prompts {chunk_start}-{chunk_start + len(chunk_rows) - 1} has "
+                                 f"a reply token within --max-len {cfg.max_len}: raise --max-len")
         write_feature_chunk(cfg.out / f"chunk_{chunk_start // cfg.chunk_size:05d}.safetensors", convs, hidden, len(chunk_rows))
     bar.close()
     return cache
