@@ -3,6 +3,8 @@
 Where a method departs from vanilla, the target's logits at that position (on vanilla's prefix) tell float noise
 from a bug: a near tie between vanilla's token and the method's can flip under a different batch shape or kernel;
 a clear margin cannot. Lossy methods are reported with how far they get before they drift.
+Runs at batch sizes above one: every method at every B (vanilla included) is compared with vanilla at the smallest
+B of the run (B=1 when it is there), and named "method (B=b)".
 """
 from __future__ import annotations
 
@@ -44,18 +46,28 @@ def _key(record: dict[str, Any]) -> tuple[str, str, int]:
     return record["task"], str(record["question_id"]), int(record.get("repeat", 0))
 
 
+def _batch_size(record: dict[str, Any]) -> int:
+    return int(record.get("batch_size", 1))
+
+
 def compare_to_vanilla(run_dir: Path) -> tuple[dict[str, tuple[int, int]], list[Mismatch], dict[str, bool]]:
     """Per method (identical turns, compared turns), the mismatches, and each method's lossless flag."""
     records = [r for r in read_records(run_dir) if float(r["temperature"]) == 0.0]
-    vanilla = {_key(r): r["choices"][0]["token_ids"] for r in records if r["method"] == "vanilla"}
-    if not vanilla:
+    sizes = sorted({_batch_size(r) for r in records if r["method"] == "vanilla"})
+    if not sizes:
         raise SpecbenchError(f"{run_dir}: no vanilla records at T=0 to compare with")
+    reference = sizes[0]
+    several = len({_batch_size(r) for r in records}) > 1 or reference != 1
+    vanilla = {_key(r): r["choices"][0]["token_ids"] for r in records
+               if r["method"] == "vanilla" and _batch_size(r) == reference}
     counts: dict[str, tuple[int, int]] = {}
     lossless: dict[str, bool] = {}
     mismatches: list[Mismatch] = []
     for r in records:
-        if r["method"] == "vanilla" or _key(r) not in vanilla:
+        if (r["method"] == "vanilla" and _batch_size(r) == reference) or _key(r) not in vanilla:
             continue
+        name = f"{r['method']} (B={_batch_size(r)})" if several else r["method"]
+        r = {**r, "method": name}
         lossless[r["method"]] = r.get("lossless", True)
         same, total = counts.get(r["method"], (0, 0))
         diverged = False
@@ -83,8 +95,9 @@ def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
         return
     settings = read_run_info(run_dir)["settings"]
     target = load_model(settings["target"], settings.get("device"), settings.get("dtype"), settings.get("runtime", "fast"))
-    vanilla = {(_key(r)[:2]): r["choices"][0] for r in read_records(run_dir)
-               if r["method"] == "vanilla" and float(r["temperature"]) == 0.0}
+    records = [r for r in read_records(run_dir) if r["method"] == "vanilla" and float(r["temperature"]) == 0.0]
+    reference = min(_batch_size(r) for r in records)
+    vanilla = {(_key(r)[:2]): r["choices"][0] for r in records if _batch_size(r) == reference}
     selection = selection_from_settings(settings)
     selection.tasks = sorted({m.task for m in todo})
     questions = {task.name: {str(q.question_id): q for q in qs} for task, qs in resolve_questions(selection)}

@@ -134,7 +134,7 @@ def _decode(cfg: RunConfig, plan: RunPlan, actors: list[Any], infos: list[dict[s
             records = ray.get(ready)
         except ray.exceptions.RayActorError:  # the worker died: its question goes to another one
             pending.appendleft(job)
-            bar.write(f"a worker died while decoding {job.task} question {job.question.question_id}; requeued")
+            bar.write(f"a worker died while decoding {job.describe()}; requeued")
             continue
         except ray.exceptions.RayError as exc:
             raise _unwrap(exc) from None

@@ -5,6 +5,7 @@ drafter what was accepted. A drafter never touches the target's KV cache, the ve
 """
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from typing import Callable
@@ -139,6 +140,12 @@ class Drafter:
 
     def begin(self, ctx: DecodeContext) -> None:
         """A new sequence starts (ctx.token_ids is the prompt). Reset per-sequence state."""
+
+    def fork(self) -> "Drafter":
+        """A drafter for another row of a batch: the same weights and settings, its own per-sequence state. A
+        shallow copy suffices because begin() replaces (never mutates) every per-sequence attribute; a drafter
+        whose state outlives begin() overrides this."""
+        return copy.copy(self)
 
     def propose(self, ctx: DecodeContext) -> Draft:
         raise NotImplementedError

@@ -1,9 +1,16 @@
-"""The one decode loop. Every method, vanilla included, runs through `generate`.
+"""The one decode loop. Every method, vanilla included, runs through `generate_batch` (`generate` is its one-row
+case).
 
-Each step: the drafter proposes a tree; ONE target forward scores the tokens not yet in the cache (the last emitted
-token, plus the whole prompt on the first step) followed by the tree, under a 4D mask in which each tree node sees
-the context and its ancestors; verification picks the accepted path and a bonus token; the KV cache keeps the
-accepted path only. The bonus token is not yet in the cache: it is the root of the next step.
+Each step: each row's drafter proposes a tree; ONE target forward scores, for every row, the tokens not yet in its
+cache (the last emitted token, plus the whole prompt on the first step) followed by its tree, under a 4D mask in
+which each tree node sees its row's context and its ancestors; verification picks each row's accepted path and
+bonus token; the KV cache keeps each row's accepted path only. The bonus token is not yet in the cache: it is the
+root of the next step.
+
+Rows advance by different lengths, so the cache is a [B, heads, width, dim] block in which row b's first
+`cache_len[b]` slots are its context and the rest are masked out; each step's new block is left-padded per row to a
+common length (pad queries see only themselves), positions are per row. A finished row leaves the batch at once.
+With one row there is no padding and no hole: the forward is exactly the single-sequence one.
 """
 from __future__ import annotations
 
@@ -14,7 +21,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from specbench.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
-from specbench.kv import compact_cache
+from specbench.kv import compact_cache, gather_rows
 from specbench.runtime import synchronize
 from specbench.sampling import Sampling
 from specbench.verify import VerifyFn, verify_lossless
@@ -35,24 +42,23 @@ class Generation:
 
 
 @dataclass
-class TreeInputs:
-    input_ids: torch.Tensor  # [1, P + n]
-    position_ids: torch.Tensor  # [1, P + n]
-    attention_mask: torch.Tensor | None  # [1, 1, P + n, L + P + n] additive, or None for a plain causal forward
+class Block:
+    """One row's new tokens in a step: pending (causal), its draft tree, then the draft's extra branch."""
+    tokens: list[int]
+    positions: torch.Tensor  # [n] absolute positions
+    allowed: torch.Tensor  # [n, n] bool: which of the block's tokens each one attends to (besides the context)
+    chain: bool  # a plain causal continuation
 
 
-def tree_inputs(
-    pending: list[int], draft: Draft, cache_len: int, dtype: torch.dtype, device: torch.device
-) -> TreeInputs:
-    """Inputs for scoring `pending` (tokens not yet cached, causal), then the draft tree, then its extra branch."""
+def row_block(pending: list[int], draft: Draft, cache_len: int) -> Block:
     n_pending, n = len(pending), len(draft)
     extra = draft.extra
     m = len(extra.tokens) if extra else 0
-    input_ids = torch.tensor([pending + draft.tokens + (extra.tokens if extra else [])], dtype=torch.long, device=device)
+    tokens = pending + draft.tokens + (extra.tokens if extra else [])
+    total = n_pending + n + m
     if draft.is_chain() and not extra:
-        # A chain is an ordinary causal continuation: let the model build its own (fast) mask.
-        positions = torch.arange(cache_len, cache_len + n_pending + n, device=device)
-        return TreeInputs(input_ids, positions.unsqueeze(0), None)
+        positions = torch.arange(cache_len, cache_len + total)
+        return Block(tokens, positions, torch.ones(total, total, dtype=torch.bool).tril(), True)
     root = cache_len + n_pending - 1
     depth = torch.tensor(draft.depths(), dtype=torch.long)
     offsets = torch.tensor(extra.offsets if extra else [], dtype=torch.long)
@@ -61,23 +67,79 @@ def tree_inputs(
     for i, parent in enumerate(draft.parents):
         if parent >= 0:
             ancestor[i] |= ancestor[parent]
-    total = n_pending + n + m
-    allowed = torch.zeros(total, cache_len + total, dtype=torch.bool)
-    allowed[:, :cache_len] = True
-    allowed[:n_pending, cache_len : cache_len + n_pending] = torch.ones(n_pending, n_pending, dtype=torch.bool).tril()
-    allowed[n_pending:, cache_len : cache_len + n_pending] = True
-    allowed[n_pending : n_pending + n, cache_len + n_pending : cache_len + n_pending + n] = ancestor
+    allowed = torch.zeros(total, total, dtype=torch.bool)
+    allowed[:n_pending, :n_pending] = torch.ones(n_pending, n_pending, dtype=torch.bool).tril()
+    allowed[n_pending:, :n_pending] = True
+    allowed[n_pending : n_pending + n, n_pending : n_pending + n] = ancestor
     if extra:
-        allowed[n_pending + n :, cache_len + n_pending + n :] = extra.allowed
+        allowed[n_pending + n :, n_pending + n :] = extra.allowed
+    return Block(tokens, positions, allowed, False)
+
+
+@dataclass
+class TreeInputs:
+    input_ids: torch.Tensor  # [B, N]
+    position_ids: torch.Tensor  # [B, N]
+    attention_mask: torch.Tensor | None  # [B, 1, N, width + N] additive, or None for a plain causal forward
+    pads: list[int]  # left padding of each row's block
+
+
+def batch_inputs(blocks: list[Block], cache_lens: list[int], width: int, dtype: torch.dtype,
+                 device: torch.device) -> TreeInputs:
+    """Inputs for one forward over every row's block, left-padded to the longest; the cache holds `width` slots per
+    row of which row b's first cache_lens[b] are real."""
+    size = max(len(b.tokens) for b in blocks)
+    pads = [size - len(b.tokens) for b in blocks]
+    input_ids = torch.tensor([[0] * pad + b.tokens for b, pad in zip(blocks, pads)], dtype=torch.long)
+    positions = torch.stack([torch.cat([torch.full((pad,), length, dtype=torch.long), b.positions])
+                             for b, pad, length in zip(blocks, pads, cache_lens)])
+    if all(b.chain for b in blocks) and not any(pads) and all(length == width for length in cache_lens):
+        # Ordinary causal continuations of equal length: let the model build its own (fast) mask.
+        return TreeInputs(input_ids.to(device), positions.to(device), None, pads)
+    allowed = torch.zeros(len(blocks), size, width + size, dtype=torch.bool)
+    for row, (block, pad, length) in enumerate(zip(blocks, pads, cache_lens)):
+        allowed[row, pad:, :length] = True
+        allowed[row, pad:, width + pad :] = block.allowed
+        allowed[row, range(pad), range(width, width + pad)] = True  # a pad query sees itself only
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    return TreeInputs(input_ids, positions.unsqueeze(0).to(device), mask[None, None].to(device))
+    return TreeInputs(input_ids.to(device), positions.to(device), mask[:, None].to(device), pads)
+
+
+def tree_inputs(pending: list[int], draft: Draft, cache_len: int, dtype: torch.dtype,
+                device: torch.device) -> TreeInputs:
+    """The one-row case: inputs for scoring `pending`, then the draft tree, then its extra branch."""
+    return batch_inputs([row_block(pending, draft, cache_len)], [cache_len], cache_len, dtype, device)
 
 
 def context_limit(model: PreTrainedModel) -> int:
     return int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
 
 
-@torch.inference_mode()
+def compact(cache: DynamicCache, slots: list[list[int]], live: list[int]) -> int:
+    """Keep the live rows, each with its slots packed at the front; returns the new width. A lone row's context
+    is a prefix of the cache, so it keeps that prefix and then its accepted path, with no gather."""
+    if len(slots) == 1:
+        row = slots[0]
+        prefix = next((i for i, slot in enumerate(row) if slot != i), len(row))
+        compact_cache(cache, prefix, row[prefix:])
+        return len(row)
+    if not live:
+        return 0
+    return gather_rows(cache, live, [slots[b] for b in live])
+
+
+@dataclass
+class Row:
+    """One sequence of a batch while it decodes."""
+    ctx: DecodeContext
+    drafter: Drafter
+    generator: torch.Generator | None
+    budget: int
+    result: Generation
+    cache_len: int = 0
+    pending_draft_time: float = 0.0  # begin() time, charged to the first step
+
+
 def generate(
     model: PreTrainedModel,
     prompt_ids: list[int],
@@ -88,85 +150,127 @@ def generate(
     generator: torch.Generator | None = None,
     verify: VerifyFn | None = None,
 ) -> Generation:
-    """Decode up to max_new_tokens after prompt_ids with the drafter's proposals, losslessly unless the drafter
-    brings its own verifier. Stops after the first stop id (kept in the output), at max_new_tokens, or when the
-    model's context is full: the same rule for every method. A prompt that already fills the context (a later
-    turn after long answers) yields no tokens and stop_reason "context", for every method alike."""
-    if not prompt_ids:
+    """Decode up to max_new_tokens after prompt_ids with the drafter's proposals (one row of generate_batch)."""
+    return generate_batch(model, [prompt_ids], [drafter], sampling, max_new_tokens, stop_ids, [generator], verify)[0]
+
+
+@torch.inference_mode()
+def generate_batch(
+    model: PreTrainedModel,
+    prompts: list[list[int]],
+    drafters: list[Drafter],
+    sampling: Sampling,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    generators: list[torch.Generator | None] | None = None,
+    verify: VerifyFn | None = None,
+) -> list[Generation]:
+    """Decode every prompt at once, row b with drafters[b] (one drafter object per row: drafters keep per-sequence
+    state) and generators[b]; losslessly unless the drafters bring their own verifier (the same for every row).
+    Each row stops after its first stop id (kept in the output), at max_new_tokens, or when the model's context is
+    full: the same rule for every method. A prompt that already fills the context (a later turn after long
+    answers) yields no tokens and stop_reason "context", for every method alike. A row's wall_time runs from the
+    batch's start to the step that finished it; its verify_times are the batch's (shared) forwards."""
+    if not prompts or any(not p for p in prompts):
         raise ValueError("empty prompt")
+    if len(drafters) != len(prompts) or len({id(d) for d in drafters}) != len(drafters):
+        raise ValueError("one distinct drafter per prompt")
     if max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
+    generators = generators or [None] * len(prompts)
     limit = context_limit(model)
-    verify = verify or drafter.verifier or verify_lossless
-    device = model.device
-    dtype = model.dtype
+    verify = verify or drafters[0].verifier or verify_lossless
+    device, dtype = model.device, model.dtype
     synchronize(device)
     started = time.perf_counter()
-    cache = DynamicCache(config=model.config)
-    ctx = DecodeContext(list(prompt_ids), len(prompt_ids), sampling, generator)
-    cache_len = 0
-    budget = max(0, min(max_new_tokens, limit - len(prompt_ids)))
-    result = Generation([], [], [], [], 0.0, "length" if budget == max_new_tokens else "context")
-    if budget == 0:
-        result.wall_time = time.perf_counter() - started
-        return result
-
-    t0 = time.perf_counter()
-    drafter.begin(ctx)
-    begin_time = time.perf_counter() - t0
-    new = result.token_ids
-    while len(new) < budget:
+    rows: list[Row] = []
+    for prompt, drafter, generator in zip(prompts, drafters, generators):
+        budget = max(0, min(max_new_tokens, limit - len(prompt)))
+        result = Generation([], [], [], [], 0.0, "length" if budget == max_new_tokens else "context")
+        rows.append(Row(DecodeContext(list(prompt), len(prompt), sampling, generator), drafter, generator, budget,
+                        result))
+    active = [row for row in rows if row.budget > 0]
+    for row in active:
         t0 = time.perf_counter()
-        remaining = budget - len(new)
-        draft = drafter.propose(ctx).limited(remaining - 1) if remaining > 1 else Draft()
+        row.drafter.begin(row.ctx)
+        row.pending_draft_time = time.perf_counter() - t0
+    cache = DynamicCache(config=model.config)
+    width = 0  # cache slots per row
+    while active:
+        drafts = []
+        for row in active:
+            t0 = time.perf_counter()
+            remaining = row.budget - len(row.result.token_ids)
+            drafts.append(row.drafter.propose(row.ctx).limited(remaining - 1) if remaining > 1 else Draft())
+            row.pending_draft_time += time.perf_counter() - t0
         t1 = time.perf_counter()
-
-        pending = ctx.token_ids[cache_len:]
-        n_extra = len(draft.extra.tokens) if draft.extra else 0
-        inputs = tree_inputs(pending, draft, cache_len, dtype, device)
+        blocks = [row_block(row.ctx.token_ids[row.cache_len:], d, row.cache_len) for row, d in zip(active, drafts)]
+        inputs = batch_inputs(blocks, [row.cache_len for row in active], width, dtype, device)
+        keep = max(len(d) + 1 + (len(d.extra.tokens) if d.extra else 0) for d in drafts)
+        any_hidden = any(row.drafter.hidden_layers for row in active)
         out = model(
             input_ids=inputs.input_ids,
             position_ids=inputs.position_ids,
             attention_mask=inputs.attention_mask,
             past_key_values=cache,
             use_cache=True,
-            logits_to_keep=len(draft) + 1 + n_extra,
-            output_hidden_states=bool(drafter.hidden_layers),
+            logits_to_keep=keep,
+            output_hidden_states=any_hidden,
         )
-        logits = out.logits[0].float()
-        extra_logits = None
-        if n_extra:
-            extra_logits, logits = logits[len(draft) + 1 :], logits[: len(draft) + 1]
-        verdict = verify(draft, logits, sampling, generator)
-        kept = cache_len + len(pending)
-        if draft or n_extra:
-            compact_cache(cache, kept, [kept + i for i in verdict.path])
-        emitted = ([draft.tokens[i] for i in verdict.path] + [verdict.bonus])[:remaining]
-        for j, token in enumerate(emitted):
-            if token in stop_ids:
-                emitted = emitted[: j + 1]
-                result.stop_reason = "eos"
-                break
-        hidden = None
-        if drafter.hidden_layers:
-            rows = list(range(len(pending))) + [len(pending) + i for i in verdict.path]
-            hidden = torch.cat([out.hidden_states[i][0][rows] for i in drafter.hidden_layers], dim=-1)
-        cache_len = kept + len(verdict.path)
-        ctx.token_ids.extend(emitted)
-        new.extend(emitted)
+        size = inputs.input_ids.shape[1]
+        slots: list[list[int]] = []
+        steps: list[StepResult | None] = []
+        for b, (row, draft, pad) in enumerate(zip(active, drafts, inputs.pads)):
+            n_extra = len(draft.extra.tokens) if draft.extra else 0
+            logits = out.logits[b, keep - (len(draft) + 1 + n_extra):].float()
+            extra_logits = None
+            if n_extra:
+                extra_logits, logits = logits[len(draft) + 1 :], logits[: len(draft) + 1]
+            verdict = verify(draft, logits, sampling, row.generator)
+            n_pending = len(row.ctx.token_ids) - row.cache_len
+            start = width + pad  # where the row's block landed in the cache
+            slots.append(list(range(row.cache_len)) + list(range(start, start + n_pending))
+                         + [start + n_pending + i for i in verdict.path])
+            remaining = row.budget - len(row.result.token_ids)
+            emitted = ([draft.tokens[i] for i in verdict.path] + [verdict.bonus])[:remaining]
+            for j, token in enumerate(emitted):
+                if token in stop_ids:
+                    emitted = emitted[: j + 1]
+                    row.result.stop_reason = "eos"
+                    break
+            hidden = None
+            if row.drafter.hidden_layers:
+                positions = [pad + j for j in range(n_pending)] + [pad + n_pending + i for i in verdict.path]
+                hidden = torch.cat([out.hidden_states[i][b][positions] for i in row.drafter.hidden_layers], dim=-1)
+            row.cache_len += n_pending + len(verdict.path)
+            row.ctx.token_ids.extend(emitted)
+            row.result.token_ids.extend(emitted)
+            steps.append(StepResult(emitted, verdict.path, hidden, extra_logits))
+            row.result.accept_lengths.append(len(emitted))
+            row.result.tree_sizes.append(len(draft))
+            end = verdict.path[-1] if verdict.path else ROOT
+            row.result.full_paths.append(bool(draft) and end not in draft.parents)  # the path ended at a leaf
+        live = [b for b, row in enumerate(active)
+                if row.result.stop_reason != "eos" and len(row.result.token_ids) < row.budget]
+        width = compact(cache, slots, live)
         t2 = time.perf_counter()
-        if result.stop_reason != "eos":
-            drafter.accepted(ctx, StepResult(emitted, verdict.path, hidden, extra_logits))
+        for row, step in zip(active, steps):
+            if row.result.stop_reason != "eos":
+                t0 = time.perf_counter()
+                row.drafter.accepted(row.ctx, step)
+                row.pending_draft_time += time.perf_counter() - t0
         t3 = time.perf_counter()
-        result.draft_times.append(t1 - t0 + t3 - t2 + begin_time)
-        result.verify_times.append(t2 - t1)
-        result.accept_lengths.append(len(emitted))
-        result.tree_sizes.append(len(draft))
-        end = verdict.path[-1] if verdict.path else ROOT
-        result.full_paths.append(bool(draft) and end not in draft.parents)  # the path ended at a leaf
-        begin_time = 0.0
-        if result.stop_reason == "eos":
-            break
+        for row in active:
+            row.result.draft_times.append(row.pending_draft_time)
+            row.result.verify_times.append(t2 - t1)
+            row.pending_draft_time = 0.0
+        for b, row in enumerate(active):
+            if b not in live:
+                synchronize(device)
+                row.result.wall_time = time.perf_counter() - started
+        active = [active[b] for b in live]
     synchronize(device)
-    result.wall_time = time.perf_counter() - started
-    return result
+    for row in rows:
+        if row.budget == 0:
+            row.result.wall_time = time.perf_counter() - started
+    return [row.result for row in rows]

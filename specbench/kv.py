@@ -32,3 +32,18 @@ def compact_cache(cache: DynamicCache, keep_len: int, extra_positions: list[int]
         index = index.to(layer.keys.device)
         layer.keys = layer.keys.index_select(-2, index)
         layer.values = layer.values.index_select(-2, index)
+
+
+def gather_rows(cache: DynamicCache, rows: list[int], slots: list[list[int]]) -> int:
+    """Batched compaction: keep batch rows `rows` (in that order); row i keeps the sequence slots slots[i] (in that
+    order) packed at the front. Shorter rows are padded with copies of slot 0, which the engine masks out (it knows
+    each row's length). Returns the new width (slots per row)."""
+    width = max((len(s) for s in slots), default=0)
+    index = torch.tensor([s + [0] * (width - len(s)) for s in slots], dtype=torch.long)
+    batch = torch.tensor(rows, dtype=torch.long)
+    for layer in _full_attention_layers(cache):
+        gather = index.to(layer.keys.device)[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+        b = batch.to(layer.keys.device)
+        layer.keys = layer.keys.index_select(0, b).gather(2, gather)
+        layer.values = layer.values.index_select(0, b).gather(2, gather)
+    return width

@@ -1,7 +1,8 @@
 """Plots for a report (PNG for a glance, PDF for a paper), one set per temperature:
 speedup per task per method (grouped bars), the distribution of tokens per step (τ), the acceptance rate by draft
 position, the time split per method (draft / verify / other per token), and speedup against an option for method
-variants in a sweep (rows named like eagle@total_tokens=8)."""
+variants in a sweep (rows named like eagle@total_tokens=8). Runs at several batch sizes add throughput speedup
+against B; the per-question plots then use the smallest B."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,7 +15,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from specbench.report import method_label, speedup_table, table_with_interval  # noqa: E402
+from specbench.report import method_label, speedup_table, table_with_interval, throughput_table  # noqa: E402
 
 
 def _save(fig, out_dir: Path, stem: str) -> list[Path]:
@@ -151,10 +152,31 @@ def sweeps(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
     return written
 
 
+def speedup_against_batch(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
+    table = throughput_table(part)
+    sizes = [int(c[0].removeprefix("B=")) for c in table.columns if c[1] == "Speedup"]
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for method in table.index:
+        if method == "vanilla":
+            continue
+        ax.plot(sizes, [table.loc[method, (f"B={b}", "Speedup")] for b in sizes], marker="o", label=method)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(b) for b in sizes])
+    ax.set_xlabel("batch size B")
+    ax.set_ylabel("throughput speedup over vanilla (×)")
+    ax.set_title(f"Throughput speedup against batch size, T={t}")
+    ax.legend(fontsize=7)
+    return _save(fig, out_dir, f"speedup_vs_batch_T{t}")
+
+
 def make_plots(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
     written: list[Path] = []
-    for temperature, part in frame.groupby("temperature"):
+    for temperature, every_size in frame.groupby("temperature"):
         t = f"{temperature:g}"
+        if every_size["batch_size"].nunique() > 1 and "vanilla" in set(every_size["method"]):
+            written += speedup_against_batch(every_size, out_dir, t)
+        part = every_size[every_size["batch_size"] == every_size["batch_size"].min()]
         if "vanilla" in set(part["method"]):
             written += speedup_bars(part, out_dir, t)
             written += sweeps(part, out_dir, t)

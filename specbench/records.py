@@ -22,7 +22,7 @@ RUN_INFO = "run.json"
 
 def record_key(record: dict[str, Any]) -> tuple:
     return (record["method"], record["task"], float(record["temperature"]), str(record["question_id"]),
-            int(record.get("repeat", 0)))
+            int(record.get("repeat", 0)), int(record.get("batch_size", 1)))
 
 
 def read_records(out: Path) -> list[dict[str, Any]]:

@@ -7,6 +7,10 @@ Speedup, Spec-Bench style (speedup_specbench_*) = mean over questions of the met
 vanilla: a ratio of per-question means, which weighs short answers more.
 τ = total new tokens / total target forwards (bonus token included, so vanilla's τ is 1.00).
 The mean column averages the per-task values. Every file starts with the run's provenance.
+Runs with --batch-size B > 1 (or several sizes): the tables above are made per batch size (suffix _B<b>), and
+throughput tables compare tokens/s = total new tokens / total batch wall time of each method with vanilla's at the
+same B (throughput_T<t>: every B side by side over all tasks; throughput_T<t>_B<b>: per task), plus a plot of
+throughput speedup against B.
 With --repeats N (N ≥ 2) every cell is the mean over the N repeats ± the half-width of its 95% Student-t interval
 (each repeat's table computed on its own, so the interval shows run-to-run variation on this machine).
 """
@@ -31,6 +35,10 @@ def per_question_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
             "category": r.get("category") or r["task"],
             "device": (r.get("worker") or {}).get("device", ""),  # records before workers were named: one kind
             "repeat": int(r.get("repeat", 0)),
+            "batch_size": int(r.get("batch_size", 1)), "batch_index": (r.get("batch") or {}).get("index", -1),
+            # the wall time of the batches this question took part in (its own, alone); max over a batch's records
+            # is the batch's, since a question with fewer turns sat out the later batches
+            "batch_wall_time": sum(choice.get("batch_wall_time", choice["wall_time"])),
             "temperature": float(r["temperature"]), "question_id": str(r["question_id"]),
             "new_tokens": sum(choice["new_tokens"]), "wall_time": sum(choice["wall_time"]),
             "steps": sum(choice["decoding_steps"]),
@@ -61,6 +69,36 @@ def speedup_table(frame: pd.DataFrame, per_question_means: bool = False) -> pd.D
     for stat in ("Speedup", "τ"):
         table[("Mean", stat)] = table[[(t, stat) for t in tasks]].mean(axis=1)
     table = table[[(t, s) for t in [*tasks, "Mean"] for s in ("Speedup", "τ")]]
+    order = sorted(table.index, key=lambda m: (m != "vanilla", m))
+    lossless = frame.groupby("method")["lossless"].first()
+    table = table.loc[order]
+    table.index = [method_label(m, bool(lossless[m])) for m in order]
+    table.index.name = "method"
+    return table
+
+
+def batch_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per decoded batch (a B=1 question is a batch of one): its tokens, target forwards and wall time."""
+    keys = ["method", "lossless", "task", "temperature", "device", "repeat", "batch_size"]
+    single = frame["batch_size"] == 1
+    batch_id = frame["batch_index"].astype(str).where(~single, "q" + frame["question_id"])
+    grouped = frame.assign(batch_id=batch_id).groupby(keys + ["batch_id"], sort=False)
+    return grouped.agg(new_tokens=("new_tokens", "sum"), steps=("steps", "sum"),
+                       wall_time=("batch_wall_time", "max")).reset_index()
+
+
+def throughput_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows = methods, columns = (B=b, tok/s | Speedup) over all tasks: each method against vanilla at its own B."""
+    batches = batch_frame(frame)
+    sums = batches.groupby(["method", "batch_size"])[["new_tokens", "wall_time"]].sum()
+    rate = sums["new_tokens"] / sums["wall_time"]
+    columns = {}
+    for size in sorted(batches["batch_size"].unique()):
+        at = rate.xs(size, level="batch_size")
+        base = at.get("vanilla", float("nan"))
+        columns[(f"B={size}", "tok/s")] = at
+        columns[(f"B={size}", "Speedup")] = at / base
+    table = pd.DataFrame(columns)
     order = sorted(table.index, key=lambda m: (m != "vanilla", m))
     lossless = frame.groupby("method")["lossless"].first()
     table = table.loc[order]
@@ -100,13 +138,14 @@ def format_table(table: pd.DataFrame, bold: tuple[str, str] = ("**", "**"),
     text = table.copy().astype(object)
     for column in table.columns:
         suffix = "×" if column[1] == "Speedup" else ""
+        digits = 1 if column[1] == "tok/s" else 2
         best = table[column].max()
         cells = []
         for method, v in table[column].items():
             if pd.isna(v):
                 cells.append("—")
                 continue
-            cell = f"{v:.2f}{suffix}"
+            cell = f"{v:.{digits}f}{suffix}"
             if half_width is not None and not pd.isna(half_width.loc[method, column]):
                 cell += f" ± {half_width.loc[method, column]:.2f}"
             cells.append(f"{bold[0]}{cell}{bold[1]}" if v == best and table[column].notna().sum() > 1 else cell)
@@ -190,6 +229,19 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
     return printed
 
 
+def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str]) -> list[str]:
+    """Throughput at each batch size: every B side by side over all tasks, then per task at each B."""
+    caption = (f"Throughput, T={t}, {target}: tokens/s (total new tokens / total batch wall time) and speedup "
+               "over vanilla at the same batch size B, all tasks together")
+    markdown = write_table(throughput_table(part), out_dir, f"throughput_T{t}", caption, origin)
+    for size, at_size in part.groupby("batch_size"):
+        caption = (f"Throughput speedup over vanilla at batch size {size} and τ, T={t}, {target}: total new tokens "
+                   "/ total batch wall time, per task")
+        batches = batch_frame(at_size).assign(category="", accept_lengths=None)
+        write_table(speedup_table(batches), out_dir, f"throughput_T{t}_B{size}", caption, origin)
+    return [f"Throughput T={t}\n{markdown}"]
+
+
 def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
     records = read_records(run_dir)
     if not records:
@@ -204,6 +256,7 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
     if len(kinds) > 1:  # a distributed run over mixed hardware: a speedup is only a ratio on one kind of device
         printed.append(f"this run mixes device kinds ({'; '.join(kinds)}): every table is computed per kind "
                        "(files suffixed _device<N>, in this order)")
+    sizes = sorted(frame["batch_size"].unique())
     for (temperature, device), part in frame.groupby(["temperature", "device"]):
         t = f"{temperature:g}"
         if len(kinds) > 1:
@@ -211,7 +264,14 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
             target_on = f"{target} on {device}"
         else:
             target_on = target
-        printed.extend(temperature_tables(part, t, target_on, out_dir, origin))
+        for size, at_size in part.groupby("batch_size"):
+            if sizes == [1]:
+                printed.extend(temperature_tables(at_size, t, target_on, out_dir, origin))
+            else:
+                printed.extend(temperature_tables(at_size, f"{t}_B{size}", f"{target_on}, batch size {size}",
+                                                  out_dir, origin))
+        if sizes != [1]:
+            printed.extend(throughput_tables(part, t, target_on, out_dir, origin))
     if plots:
         from specbench.plots import make_plots
 

@@ -13,7 +13,7 @@ import torch
 from tqdm import tqdm
 
 from specbench.draft import Drafter
-from specbench.engine import context_limit, generate
+from specbench.engine import context_limit, generate_batch
 from specbench.errors import SpecbenchError
 from specbench.costs import CostModel, cpu_description, measure_cost_model, read_cost_model
 from specbench.records import (RECORDS, RecordWriter, check_resumable, check_same_hardware, environment,
@@ -53,6 +53,7 @@ class RunConfig:
     runtime: str = "fast"
     cost_curve: Path | None = None  # reuse stored costs instead of measuring them when the run starts
     warmup_tokens: int = 16  # one untimed generation of this many tokens per method before the first question
+    batch_sizes: list[int] = field(default_factory=lambda: [1])  # prompts decoded at once (each its own records)
     workers: int = 1  # above 1: decode on Ray workers (specbench.distributed), one GPU each or a share of the cores
     ray_address: str | None = None  # an existing Ray cluster ("auto": the one this machine joined)
     progress: bool = True
@@ -61,6 +62,8 @@ class RunConfig:
         values = asdict(self)
         for local in ("progress", "workers", "ray_address"):  # how a run is spread does not change what it decodes
             values.pop(local)
+        if values["batch_sizes"] == [1]:  # runs from before batching resume unchanged
+            values.pop("batch_sizes")
         if self.question_dir is not None:  # the same questions whatever the working directory of a resume
             values["question_dir"] = str(self.question_dir.resolve())
         for key in ("question_files", "task_files"):
@@ -86,6 +89,8 @@ def validate(cfg: RunConfig) -> tuple[list[MethodInfo], dict[str, tuple[Task, li
         raise SpecbenchError(f"--max-new-tokens must be > 0, got {cfg.max_new_tokens}")
     if cfg.repeats <= 0:
         raise SpecbenchError(f"--repeats must be > 0, got {cfg.repeats}")
+    if not cfg.batch_sizes or min(cfg.batch_sizes) <= 0:
+        raise SpecbenchError(f"--batch-size must be a list of sizes > 0, got {cfg.batch_sizes}")
     for t in cfg.temperatures:
         try:
             Sampling(t, cfg.top_p, cfg.top_k)
@@ -99,35 +104,56 @@ def question_seed(seed: int, task: str, question_id: Any, turn: int, repeat: int
     return zlib.crc32(f"{seed}/{task}/{question_id}/{turn}".encode() + (f"/{repeat}".encode() if repeat else b""))
 
 
+def answer_questions(
+    target: LoadedModel, drafters: list[Drafter], questions: list[Question], task: str, sampling: Sampling,
+    max_new_tokens: int, seed: int, repeat: int = 0,
+) -> list[dict[str, Any]]:
+    """Decode every turn of the questions, question i with drafters[i]; later turns see the earlier answers. With
+    several questions, turn k of all of them is one batch (generate_batch) and each choice also keeps that batch's
+    wall time per turn (batch_wall_time), from which throughput is computed."""
+    keys = ("turns", "new_tokens", "wall_time", "accept_lengths", "decoding_steps", "token_ids", "draft_time",
+            "verify_time", "stop_reason") + (("batch_wall_time",) if len(questions) > 1 else ())
+    choices: list[dict[str, list]] = [{k: [] for k in keys} for _ in questions]
+    messages: list[list[dict[str, str]]] = [[] for _ in questions]
+    for turn in range(max(len(q.turns) for q in questions)):
+        rows = [i for i, q in enumerate(questions) if turn < len(q.turns)]
+        prompts, generators = [], []
+        for i in rows:
+            messages[i].append({"role": "user", "content": questions[i].turns[turn]})
+            prompts.append(chat_prompt(target.tokenizer, messages[i]))
+            generator = None
+            if not sampling.greedy:
+                generator = torch.Generator(device=target.model.device)
+                generator.manual_seed(question_seed(seed, task, questions[i].question_id, turn, repeat))
+            generators.append(generator)
+        started = time.perf_counter()
+        results = generate_batch(target.model, prompts, [drafters[i] for i in rows], sampling, max_new_tokens,
+                                 target.stop_ids, generators)
+        batch_wall = time.perf_counter() - started  # generate_batch synchronises the device before it returns
+        for i, result in zip(rows, results):
+            choice = choices[i]
+            answer = target.tokenizer.decode(result.token_ids, skip_special_tokens=True)
+            messages[i].append({"role": "assistant", "content": answer})
+            choice["turns"].append(answer)
+            choice["new_tokens"].append(len(result.token_ids))
+            choice["wall_time"].append(round(result.wall_time, 6))
+            choice["accept_lengths"].append(result.accept_lengths)
+            choice["decoding_steps"].append(len(result.accept_lengths))
+            choice["token_ids"].append(result.token_ids)
+            choice["draft_time"].append(round(sum(result.draft_times), 6))
+            choice["verify_time"].append(round(sum(result.verify_times), 6))
+            choice["stop_reason"].append(result.stop_reason)
+            if "batch_wall_time" in choice:
+                choice["batch_wall_time"].append(round(batch_wall, 6))
+    return choices
+
+
 def answer_question(
     target: LoadedModel, drafter: Drafter, question: Question, task: str, sampling: Sampling,
     max_new_tokens: int, seed: int, repeat: int = 0,
 ) -> dict[str, Any]:
-    """Decode every turn of a question; later turns see the earlier answers."""
-    messages: list[dict[str, str]] = []
-    choice: dict[str, list] = {k: [] for k in (
-        "turns", "new_tokens", "wall_time", "accept_lengths", "decoding_steps", "token_ids",
-        "draft_time", "verify_time", "stop_reason")}
-    for turn, text in enumerate(question.turns):
-        messages.append({"role": "user", "content": text})
-        prompt = chat_prompt(target.tokenizer, messages)
-        generator = None
-        if not sampling.greedy:
-            generator = torch.Generator(device=target.model.device)
-            generator.manual_seed(question_seed(seed, task, question.question_id, turn, repeat))
-        result = generate(target.model, prompt, drafter, sampling, max_new_tokens, target.stop_ids, generator)
-        answer = target.tokenizer.decode(result.token_ids, skip_special_tokens=True)
-        messages.append({"role": "assistant", "content": answer})
-        choice["turns"].append(answer)
-        choice["new_tokens"].append(len(result.token_ids))
-        choice["wall_time"].append(round(result.wall_time, 6))
-        choice["accept_lengths"].append(result.accept_lengths)
-        choice["decoding_steps"].append(len(result.accept_lengths))
-        choice["token_ids"].append(result.token_ids)
-        choice["draft_time"].append(round(sum(result.draft_times), 6))
-        choice["verify_time"].append(round(sum(result.verify_times), 6))
-        choice["stop_reason"].append(result.stop_reason)
-    return choice
+    """Decode every turn of one question; later turns see the earlier answers."""
+    return answer_questions(target, [drafter], [question], task, sampling, max_new_tokens, seed, repeat)[0]
 
 
 def check_prompts_fit(target: LoadedModel, questions: dict[str, list[Question]], budgets: dict[str, int]) -> None:
@@ -153,39 +179,56 @@ def stored_costs(cfg: RunConfig) -> CostModel | None:
     return None
 
 
-def warm_up(target: LoadedModel, drafters: dict[str, Drafter], question: Question | None, tokens: int) -> None:
-    """One untimed generation per method, so that no method's first timed question pays for lazy initialisation
-    (allocator, kernels, caches). Its output is discarded."""
+def warm_up(target: LoadedModel, drafters: dict[str, Drafter], question: Question | None, tokens: int,
+            batch_sizes: tuple[int, ...] = (1,)) -> None:
+    """One untimed generation per method and batch size, so that no method's first timed question pays for lazy
+    initialisation (allocator, kernels, caches). Its output is discarded."""
     if question is None or tokens <= 0:
         return
     prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": question.turns[0]}])
     for drafter in drafters.values():
-        generate(target.model, prompt, drafter, Sampling(), tokens, target.stop_ids)
+        for size in sorted(set(batch_sizes)):
+            rows = [drafter] + [drafter.fork() for _ in range(size - 1)]
+            generate_batch(target.model, [prompt] * size, rows, Sampling(), tokens, target.stop_ids)
 
 
 @dataclass
 class Job:
-    """One question at one temperature and repeat, decoded by `methods` in that order (rotated from job to job,
-    so that no method always runs first or right after another; finished ones left out on resume)."""
+    """Questions decoded together (one, or a batch of batch_size) at one temperature and repeat, by `methods` in
+    that order (rotated from job to job, so that no method always runs first or right after another; methods that
+    finished every question of the job are left out on resume)."""
     temperature: float
     task: str
-    question: Question
+    questions: list[Question]
     repeat: int
     methods: list[str]
+    batch_size: int = 1
+    batch_index: int = 0  # which batch of the task's questions (batches of batch_size in question order)
+
+    def describe(self) -> str:
+        ids = ", ".join(str(q.question_id) for q in self.questions)
+        return f"{self.task} question{'s' if len(self.questions) > 1 else ''} {ids}"
 
 
 def plan_jobs(cfg: RunConfig, methods: list[MethodInfo], tasks: list[Task], questions: dict[str, list[Question]],
               done: set[tuple]) -> list[Job]:
-    """Repeats of a question run back to back and methods alternate within each, so drift hits all methods alike."""
+    """Repeats of a question (or batch) run back to back and methods alternate within each, so drift hits all
+    methods alike. A batch of size B takes the task's next B questions in order (the last may be smaller)."""
     jobs = []
-    every = [(t, task, q, r) for t in cfg.temperatures for task in tasks for q in questions[task.name]
-             for r in range(cfg.repeats)]
-    for index, (temperature, task, question, repeat) in enumerate(every):
+    every = []
+    for t in cfg.temperatures:
+        for task in tasks:
+            for size in cfg.batch_sizes:
+                qs = questions[task.name]
+                for index, first in enumerate(range(0, len(qs), size)):
+                    every.extend((t, task, qs[first:first + size], r, size, index) for r in range(cfg.repeats))
+    for index, (temperature, task, batch, repeat, size, batch_index) in enumerate(every):
         shift = index % len(methods)
         order = [m.name for m in methods[shift:] + methods[:shift]]
-        todo = [m for m in order if (m, task.name, float(temperature), str(question.question_id), repeat) not in done]
+        todo = [m for m in order if any(
+            (m, task.name, float(temperature), str(q.question_id), repeat, size) not in done for q in batch)]
         if todo:
-            jobs.append(Job(temperature, task.name, question, repeat, todo))
+            jobs.append(Job(temperature, task.name, batch, repeat, todo, size, batch_index))
     return jobs
 
 
@@ -224,26 +267,34 @@ class Decoder:
         self.methods = {m.name: m for m in methods}
         self.drafters = {m.name: m.build(build) for m in methods}
         warm_up(self.target, self.drafters, next((qs[0] for qs in questions.values() if qs), None),
-                self.cfg.warmup_tokens)
+                self.cfg.warmup_tokens, tuple(self.cfg.batch_sizes))
 
     def decode(self, job: Job) -> Iterator[dict[str, Any]]:
-        """Each method's record for the job, as soon as that method has answered every turn."""
+        """Each method's records for the job (one per question), as soon as that method has answered every turn
+        of every question. A batch is always decoded whole, so its timing is that of the batch size asked for."""
         cfg = self.cfg
         sampling = Sampling(job.temperature, cfg.top_p, cfg.top_k)
         for name in job.methods:
             method, drafter = self.methods[name], self.drafters[name]
-            record = {
-                "method": name, "lossless": method.lossless, "task": job.task,
-                "temperature": job.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
-                "question_id": job.question.question_id, "category": job.question.category, "target": cfg.target,
-                "seed": cfg.seed, "max_new_tokens": self.budgets[job.task],
-                "drafter_state": drafter.state_scope, "repeat": job.repeat,
-            }
-            record["choices"] = [answer_question(self.target, drafter, job.question, job.task, sampling,
-                                                 self.budgets[job.task], cfg.seed, job.repeat)]
-            record["tstamp"] = time.time()  # when the answer was finished (Spec-Bench's answer files keep it)
-            record["worker"] = {"id": self.info.worker, "host": self.info.host, "device": self.info.device}
-            yield record
+            drafters = [drafter] + [drafter.fork() for _ in job.questions[1:]]
+            choices = answer_questions(self.target, drafters, job.questions, job.task, sampling,
+                                       self.budgets[job.task], cfg.seed, job.repeat)
+            finished = time.time()  # when the answers were finished (Spec-Bench's answer files keep it)
+            for question, choice in zip(job.questions, choices):
+                record = {
+                    "method": name, "lossless": method.lossless, "task": job.task,
+                    "temperature": job.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
+                    "question_id": question.question_id, "category": question.category, "target": cfg.target,
+                    "seed": cfg.seed, "max_new_tokens": self.budgets[job.task],
+                    "drafter_state": drafter.state_scope, "repeat": job.repeat,
+                }
+                if job.batch_size > 1:
+                    record["batch_size"] = job.batch_size
+                    record["batch"] = {"index": job.batch_index, "size": len(job.questions)}
+                record["choices"] = [choice]
+                record["tstamp"] = finished
+                record["worker"] = {"id": self.info.worker, "host": self.info.host, "device": self.info.device}
+                yield record
 
 
 @dataclass
@@ -279,7 +330,9 @@ def run(cfg: RunConfig) -> Path:
     decoder.setup(plan.methods, costs, plan.questions)
     write_run_info(cfg.out, cfg.settings(), decoder.info.environment, costs.to_dict(), [asdict(decoder.info)])
     writer = RecordWriter(cfg.out)
-    for job in tqdm(plan.jobs, desc="questions", unit="q", disable=not cfg.progress):
+    for job in tqdm(plan.jobs, desc="questions" if cfg.batch_sizes == [1] else "batches",
+                    unit="q" if cfg.batch_sizes == [1] else "batch", disable=not cfg.progress):
         for record in decoder.decode(job):
-            writer.write(record)
+            if record_key(record) not in writer.done:  # a batch cut short by a stop is decoded whole again
+                writer.write(record)
     return cfg.out
