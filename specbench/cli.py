@@ -26,9 +26,9 @@ def _batch_sizes(text: str) -> list[int]:
     try:
         sizes = [int(b) for b in _csv(text)]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of whole numbers: {text!r}") from None
+        raise SpecbenchError(f"--batch-size {text!r}: not a comma-separated list of whole numbers") from None
     if not sizes or min(sizes) <= 0:
-        raise argparse.ArgumentTypeError(f"batch sizes must be > 0: {text!r}")
+        raise SpecbenchError(f"--batch-size {text!r}: batch sizes must be > 0")
     return sorted(set(sizes))
 
 
@@ -107,7 +107,7 @@ def parser() -> argparse.ArgumentParser:
                      help="decode every question N times (methods interleaved); tables then show mean ± 95%% interval")
     run.add_argument("--out", type=Path, help="run directory (default results/<timestamp>); reuse it to resume")
     run.add_argument("--report-dir", type=Path, help="where the tables go (default reports/<run name>)")
-    run.add_argument("--batch-size", type=_batch_sizes, default=[1], metavar="B[,B...]",
+    run.add_argument("--batch-size", default="1", metavar="B[,B...]",
                      help="decode B questions of a task at once (every method, vanilla included; one target forward "
                           "verifies every row's draft); a list (1,2,4,8) decodes each question at each size in one "
                           "run and the report adds throughput tables and speedup against B. Default 1")
@@ -222,7 +222,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         top_p=args.top_p, top_k=args.top_k, limit=args.limit, max_new_tokens=args.max_new_tokens, source=args.source,
         question_dir=args.question_dir, target=args.target, draft=args.draft, options=_options(args.opt),
         seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=args.runtime,
-        cost_curve=args.cost_curve, workers=args.workers, ray_address=args.ray_address, batch_sizes=args.batch_size,
+        cost_curve=args.cost_curve, workers=args.workers, ray_address=args.ray_address,
+        batch_sizes=_batch_sizes(args.batch_size),
     )
     if args.workers < 1:
         raise SpecbenchError(f"--workers must be >= 1, got {args.workers}")
