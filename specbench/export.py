@@ -37,15 +37,19 @@ class AnswerFile:
     temperature: float
     repeat: int
     answers: list[dict[str, Any]]
+    batch_size: int = 1
 
 
-def model_id(target: str, method: str, dtype: str, temperature: float) -> str:
-    return f"{Path(target).name.lower()}-{method}-{dtype}-temp-{temperature:g}".replace("/", "_")
+def model_id(target: str, method: str, dtype: str, temperature: float, batch_size: int = 1) -> str:
+    batch = f"-bs-{batch_size}" if batch_size > 1 else ""  # one answer file per batch size
+    return f"{Path(target).name.lower()}-{method}-{dtype}-temp-{temperature:g}{batch}".replace("/", "_")
 
 
 def _answer(record: dict[str, Any], model: str, fallback_time: float) -> dict[str, Any]:
     choice = record["choices"][0]
     key = f"{record['method']}/{record['task']}/{record['question_id']}/{record['temperature']}/{record.get('repeat', 0)}"
+    if int(record.get("batch_size", 1)) > 1:
+        key += f"/bs{record['batch_size']}"
     return {
         "question_id": record["question_id"],
         "category": record.get("category") or record["task"],  # speed.py selects tasks by category
@@ -70,18 +74,19 @@ def answer_files(run_dir: Path, out: Path) -> list[AnswerFile]:
     started = Path(run_dir / "run.json").stat().st_mtime if (run_dir / "run.json").is_file() else 0.0
     repeats = {int(r.get("repeat", 0)) for r in records}
     task_order = list(dict.fromkeys(r["task"] for r in records))
-    groups: dict[tuple[str, float, int], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, float, int, int], list[dict[str, Any]]] = {}
     for r in records:
-        groups.setdefault((r["method"], float(r["temperature"]), int(r.get("repeat", 0))), []).append(r)
+        key = (r["method"], float(r["temperature"]), int(r.get("repeat", 0)), int(r.get("batch_size", 1)))
+        groups.setdefault(key, []).append(r)
     files = []
-    for (method, temperature, repeat), rows in sorted(groups.items()):
+    for (method, temperature, repeat, batch_size), rows in sorted(groups.items()):
         # reorg_answer_file sorts by question id; our ids may repeat across tasks, so tasks stay in run order
         rows.sort(key=lambda r: (task_order.index(r["task"]), isinstance(r["question_id"], str),
                                  r["question_id"] if isinstance(r["question_id"], int) else str(r["question_id"])))
-        model = model_id(target, method, dtype, temperature)
+        model = model_id(target, method, dtype, temperature, batch_size)
         folder = out / f"run_{repeat + 1}" if len(repeats) > 1 else out
         files.append(AnswerFile(folder / f"{model}.jsonl", method, temperature, repeat,
-                                [_answer(r, model, started) for r in rows]))
+                                [_answer(r, model, started) for r in rows], batch_size))
     return files
 
 
@@ -141,19 +146,20 @@ def export_spec_bench(run_dir: Path, out: Path) -> str:
     rows = []
     for f in files:
         base = next((b for b in files if b.method == "vanilla" and b.temperature == f.temperature
-                     and b.repeat == f.repeat), None)
+                     and b.repeat == f.repeat and b.batch_size == f.batch_size), None)
         if base is None or f.method == "vanilla":
             continue
         for task in SPEED_TASKS:
             rule = speed_rule(f.answers, base.answers, tokenizer, task)
             if rule is not None:
-                rows.append({"method": f.method, "temperature": f.temperature, "repeat": f.repeat, "task": task,
+                rows.append({"method": f.method, "temperature": f.temperature, "repeat": f.repeat,
+                             "batch_size": f.batch_size, "task": task,
                              "file": str(f.path), "baseline_file": str(base.path), **rule,
                              **ours(f.answers, base.answers, task)})
     (out / "speed_prediction.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
-    table = ["| method | T | repeat | task | τ | speed.py speedup | our speedup (total) | our speedup (per question) |",
-             "|---|---|---|---|---|---|---|---|"]
-    table += [f"| {r['method']} | {r['temperature']:g} | {r['repeat'] + 1} | {r['task']} | {r['tau']:.4f} | "
+    table = ["| method | T | repeat | B | task | τ | speed.py speedup | our speedup (total) | our speedup (per question) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    table += [f"| {r['method']} | {r['temperature']:g} | {r['repeat'] + 1} | {r['batch_size']} | {r['task']} | {r['tau']:.4f} | "
               f"{r['speedup']:.4f}x | {r['speedup_total']:.4f}x | {r['speedup_per_question']:.4f}x |" for r in rows]
     (out / "speed_prediction.md").write_text(
         "What evaluation/speed.py prints for each answer file against vanilla's (its counting rule applied to our "
