@@ -219,7 +219,7 @@ def generate_batch(
         )
         size = inputs.input_ids.shape[1]
         slots: list[list[int]] = []
-        steps: list[StepResult | None] = []
+        steps: list[StepResult] = []
         for b, (row, draft, pad) in enumerate(zip(active, drafts, inputs.pads)):
             n_extra = len(draft.extra.tokens) if draft.extra else 0
             logits = out.logits[b, keep - (len(draft) + 1 + n_extra):].float()

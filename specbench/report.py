@@ -44,6 +44,8 @@ def per_question_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
             "steps": sum(choice["decoding_steps"]),
             "draft_time": sum(choice.get("draft_time", [0.0])), "verify_time": sum(choice.get("verify_time", [0.0])),
             "accept_lengths": [a for turn in choice["accept_lengths"] for a in turn],
+            # per turn, for a batch's own counts: its forwards and forward time are those of its longest row
+            "turn_steps": tuple(choice["decoding_steps"]), "turn_verify_time": tuple(choice.get("verify_time", [])),
         })
     return pd.DataFrame(rows)
 
@@ -83,8 +85,14 @@ def batch_frame(frame: pd.DataFrame) -> pd.DataFrame:
     single = frame["batch_size"] == 1
     batch_id = frame["batch_index"].astype(str).where(~single, "q" + frame["question_id"])
     grouped = frame.assign(batch_id=batch_id).groupby(keys + ["batch_id"], sort=False)
-    return grouped.agg(new_tokens=("new_tokens", "sum"), steps=("steps", "sum"),
-                       wall_time=("batch_wall_time", "max")).reset_index()
+
+    def per_turn_max(column: pd.Series) -> float:
+        turns = list(column)
+        return float(sum(max((t[i] for t in turns if i < len(t)), default=0) for i in range(max(map(len, turns)))))
+
+    return grouped.agg(new_tokens=("new_tokens", "sum"), steps=("steps", "sum"), wall_time=("batch_wall_time", "max"),
+                       forwards=("turn_steps", per_turn_max), verify_time=("turn_verify_time", per_turn_max),
+                       draft_time=("draft_time", "sum")).reset_index()
 
 
 def throughput_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -103,6 +111,25 @@ def throughput_table(frame: pd.DataFrame) -> pd.DataFrame:
     lossless = frame.groupby("method")["lossless"].first()
     table = table.loc[order]
     table.index = [method_label(m, bool(lossless[m])) for m in order]
+    table.index.name = "method"
+    return table
+
+
+def batch_cost_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Where the time of a batch goes, per method and B: tokens emitted per target forward (all rows together),
+    the forward's time (verification and cache compaction included) and the drafters' time (rows draft one after
+    another), each per forward, in ms."""
+    batches = batch_frame(frame)
+    sums = batches.groupby(["method", "batch_size"])[["new_tokens", "forwards", "verify_time", "draft_time"]].sum()
+    columns = {}
+    for size in sorted(batches["batch_size"].unique()):
+        at = sums.xs(size, level="batch_size")
+        columns[(f"B={size}", "tokens/forward")] = at["new_tokens"] / at["forwards"]
+        columns[(f"B={size}", "forward ms")] = 1000 * at["verify_time"] / at["forwards"]
+        columns[(f"B={size}", "draft ms")] = 1000 * at["draft_time"] / at["forwards"]
+    table = pd.DataFrame(columns)
+    order = sorted(table.index, key=lambda m: (m != "vanilla", m))
+    table = table.loc[order]
     table.index.name = "method"
     return table
 
@@ -138,8 +165,8 @@ def format_table(table: pd.DataFrame, bold: tuple[str, str] = ("**", "**"),
     text = table.copy().astype(object)
     for column in table.columns:
         suffix = "×" if column[1] == "Speedup" else ""
-        digits = 1 if column[1] == "tok/s" else 2
-        best = table[column].max()
+        digits = 1 if column[1] in ("tok/s", "forward ms", "draft ms") else 2
+        best = None if column[1].endswith(" ms") else table[column].max()  # times: no "best"
         cells = []
         for method, v in table[column].items():
             if pd.isna(v):
@@ -234,12 +261,15 @@ def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, or
     caption = (f"Throughput, T={t}, {target}: tokens/s (total new tokens / total batch wall time) and speedup "
                "over vanilla at the same batch size B, all tasks together")
     markdown = write_table(throughput_table(part), out_dir, f"throughput_T{t}", caption, origin)
+    caption = (f"Cost per target forward at each batch size B, T={t}, {target}: tokens emitted per forward by all rows "
+               "together, the forward's time and the drafters' time per forward (ms; rows draft one after another)")
+    costs = write_table(batch_cost_table(part), out_dir, f"batch_costs_T{t}", caption, origin)
     for size, at_size in part.groupby("batch_size"):
         caption = (f"Throughput speedup over vanilla at batch size {size} and τ, T={t}, {target}: total new tokens "
                    "/ total batch wall time, per task")
         batches = batch_frame(at_size).assign(category="", accept_lengths=None)
         write_table(speedup_table(batches), out_dir, f"throughput_T{t}_B{size}", caption, origin)
-    return [f"Throughput T={t}\n{markdown}"]
+    return [f"Throughput T={t}\n{markdown}", f"Cost per forward T={t}\n{costs}"]
 
 
 def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:

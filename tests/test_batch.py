@@ -116,11 +116,13 @@ def test_run_at_several_batch_sizes(tiny_target_dir, tmp_path, capsys):
     assert len(batched) == len(records) // 2 and all(r["batch"]["size"] == 3 for r in batched)
     assert all(len(r["choices"][0]["batch_wall_time"]) == len(r["choices"][0]["turns"]) for r in batched)
     report = out / "report"
-    for name in ("throughput_T0.md", "throughput_T1_B3.csv", "speedup_T0_B1.md", "speedup_T0_B3.tex",
-                 "speedup_vs_batch_T0.png"):
+    for name in ("throughput_T0.md", "throughput_T1_B3.csv", "batch_costs_T0.md", "speedup_T0_B1.md",
+                 "speedup_T0_B3.tex", "speedup_vs_batch_T0.png"):
         assert (report / name).is_file(), name
     table = (report / "throughput_T0.md").read_text()
     assert "B=1 tok/s" in table and "B=3 Speedup" in table
+    costs = (report / "batch_costs_T0.csv").read_text()
+    assert "tokens/forward" in costs and "forward ms" in costs
     capsys.readouterr()
     assert main(["check", str(out)]) == 0
     summary = capsys.readouterr().out
