@@ -115,17 +115,16 @@ def context_limit(model: PreTrainedModel) -> int:
     return int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
 
 
-def compact(cache: DynamicCache, slots: list[list[int]], live: list[int]) -> int:
-    """Keep the live rows, each with its slots packed at the front; returns the new width. A lone row's context
-    is a prefix of the cache, so it keeps that prefix and then its accepted path, with no gather."""
-    if len(slots) == 1:
-        row = slots[0]
-        prefix = next((i for i, slot in enumerate(row) if slot != i), len(row))
-        compact_cache(cache, prefix, row[prefix:])
-        return len(row)
+def compact(cache: DynamicCache, kept: list[tuple[int, list[int]]], live: list[int]) -> int:
+    """Keep the live rows; row b keeps its first kept[b][0] slots, then the slots kept[b][1], packed at the front.
+    Returns the new width. A lone row needs no gather (its context is a prefix of the cache)."""
+    if len(kept) == 1:
+        context, extra = kept[0]
+        compact_cache(cache, context, extra)
+        return context + len(extra)
     if not live:
         return 0
-    return gather_rows(cache, live, [slots[b] for b in live])
+    return gather_rows(cache, live, [list(range(kept[b][0])) + kept[b][1] for b in live])
 
 
 @dataclass
@@ -133,7 +132,6 @@ class Row:
     """One sequence of a batch while it decodes."""
     ctx: DecodeContext
     drafter: Drafter
-    generator: torch.Generator | None
     budget: int
     result: Generation
     cache_len: int = 0
@@ -187,8 +185,7 @@ def generate_batch(
     for prompt, drafter, generator in zip(prompts, drafters, generators):
         budget = max(0, min(max_new_tokens, limit - len(prompt)))
         result = Generation([], [], [], [], 0.0, "length" if budget == max_new_tokens else "context")
-        rows.append(Row(DecodeContext(list(prompt), len(prompt), sampling, generator), drafter, generator, budget,
-                        result))
+        rows.append(Row(DecodeContext(list(prompt), len(prompt), sampling, generator), drafter, budget, result))
     active = [row for row in rows if row.budget > 0]
     for row in active:
         t0 = time.perf_counter()
@@ -218,7 +215,7 @@ def generate_batch(
             output_hidden_states=any_hidden,
         )
         size = inputs.input_ids.shape[1]
-        slots: list[list[int]] = []
+        kept: list[tuple[int, list[int]]] = []
         steps: list[StepResult] = []
         for b, (row, draft, pad) in enumerate(zip(active, drafts, inputs.pads)):
             n_extra = len(draft.extra.tokens) if draft.extra else 0
@@ -226,11 +223,11 @@ def generate_batch(
             extra_logits = None
             if n_extra:
                 extra_logits, logits = logits[len(draft) + 1 :], logits[: len(draft) + 1]
-            verdict = verify(draft, logits, sampling, row.generator)
+            verdict = verify(draft, logits, sampling, row.ctx.generator)
             n_pending = len(row.ctx.token_ids) - row.cache_len
             start = width + pad  # where the row's block landed in the cache
-            slots.append(list(range(row.cache_len)) + list(range(start, start + n_pending))
-                         + [start + n_pending + i for i in verdict.path])
+            kept.append((row.cache_len, list(range(start, start + n_pending))
+                         + [start + n_pending + i for i in verdict.path]))
             remaining = row.budget - len(row.result.token_ids)
             emitted = ([draft.tokens[i] for i in verdict.path] + [verdict.bonus])[:remaining]
             for j, token in enumerate(emitted):
@@ -252,7 +249,7 @@ def generate_batch(
             row.result.full_paths.append(bool(draft) and end not in draft.parents)  # the path ended at a leaf
         live = [b for b, row in enumerate(active)
                 if row.result.stop_reason != "eos" and len(row.result.token_ids) < row.budget]
-        width = compact(cache, slots, live)
+        width = compact(cache, kept, live)
         t2 = time.perf_counter()
         for row, step in zip(active, steps):
             if row.result.stop_reason != "eos":

@@ -54,6 +54,16 @@ def method_label(method: str, lossless: bool) -> str:
     return method if lossless else f"{method} (lossy)"
 
 
+def labelled_rows(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows = methods: vanilla first, then by name, each labelled (lossy) where it is."""
+    order = sorted(table.index, key=lambda m: (m != "vanilla", m))
+    lossless = frame.groupby("method")["lossless"].first()
+    table = table.loc[order]
+    table.index = [method_label(m, bool(lossless[m])) for m in order]
+    table.index.name = "method"
+    return table
+
+
 def speedup_table(frame: pd.DataFrame, per_question_means: bool = False) -> pd.DataFrame:
     """Rows = methods, columns = (task, Speedup | τ) then (Mean, ...), for one temperature."""
     sums = frame.groupby(["method", "task"])[["new_tokens", "wall_time", "steps"]].sum()
@@ -71,12 +81,7 @@ def speedup_table(frame: pd.DataFrame, per_question_means: bool = False) -> pd.D
     for stat in ("Speedup", "τ"):
         table[("Mean", stat)] = table[[(t, stat) for t in tasks]].mean(axis=1)
     table = table[[(t, s) for t in [*tasks, "Mean"] for s in ("Speedup", "τ")]]
-    order = sorted(table.index, key=lambda m: (m != "vanilla", m))
-    lossless = frame.groupby("method")["lossless"].first()
-    table = table.loc[order]
-    table.index = [method_label(m, bool(lossless[m])) for m in order]
-    table.index.name = "method"
-    return table
+    return labelled_rows(table, frame)
 
 
 def batch_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -107,12 +112,7 @@ def throughput_table(frame: pd.DataFrame) -> pd.DataFrame:
         columns[(f"B={size}", "tok/s")] = at
         columns[(f"B={size}", "Speedup")] = at / base
     table = pd.DataFrame(columns)
-    order = sorted(table.index, key=lambda m: (m != "vanilla", m))
-    lossless = frame.groupby("method")["lossless"].first()
-    table = table.loc[order]
-    table.index = [method_label(m, bool(lossless[m])) for m in order]
-    table.index.name = "method"
-    return table
+    return labelled_rows(table, frame)
 
 
 def batch_cost_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -127,11 +127,7 @@ def batch_cost_table(frame: pd.DataFrame) -> pd.DataFrame:
         columns[(f"B={size}", "tokens/forward")] = at["new_tokens"] / at["forwards"]
         columns[(f"B={size}", "forward ms")] = 1000 * at["verify_time"] / at["forwards"]
         columns[(f"B={size}", "draft ms")] = 1000 * at["draft_time"] / at["forwards"]
-    table = pd.DataFrame(columns)
-    order = sorted(table.index, key=lambda m: (m != "vanilla", m))
-    table = table.loc[order]
-    table.index.name = "method"
-    return table
+    return labelled_rows(pd.DataFrame(columns), frame)
 
 
 def leaderboard(table: pd.DataFrame, half: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
