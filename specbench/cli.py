@@ -32,6 +32,13 @@ def _batch_sizes(text: str) -> list[int]:
     return sorted(set(sizes))
 
 
+def _layer_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(i) for i in _csv(text))
+    except ValueError:
+        raise SpecbenchError(f"--feature-layers {text!r}: not a comma-separated list of layer indices") from None
+
+
 def _options(pairs: list[str]) -> dict[str, str]:
     options = {}
     for pair in pairs:
@@ -188,6 +195,10 @@ def parser() -> argparse.ArgumentParser:
     distill.add_argument("--out", type=Path, required=True, help="dataset folder (manifest.json + chunk_*.npz)")
     distill.add_argument("--features", type=Path, help="also write the features of every conversation here, from "
                                                        "the generation's own forwards (a feature cache for train)")
+    distill.add_argument("--feature-layers", type=_layer_list, default=(),
+                         help="with --features, also keep the hidden states at these output_hidden_states indices, "
+                              "concatenated (EAGLE-3's fused features: 2,15,27 on a 30-layer target), so that "
+                              "`train eagle3` runs no target forward")
     distill.add_argument("--prompts", type=int, default=17146, help="a shuffled prefix of the prompts file")
     distill.add_argument("--reply-tokens", type=int, default=256)
     distill.add_argument("--temperature", type=float, default=0.0, help="0 = greedy replies")
@@ -364,7 +375,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
     cfg = DistillConfig(data=args.data, out=args.out, target=args.target, max_prompts=args.prompts,
                         reply_tokens=args.reply_tokens, temperature=args.temperature,
                         second_turn_share=args.second_turn_share, batch_size=args.batch_size, seed=args.seed,
-                        features=args.features)
+                        features=args.features, feature_layers=args.feature_layers)
     figures = distill(cfg, target)
     print(f"generated {figures['generated_tokens']} reply tokens in {figures['seconds']:.0f} s "
           f"({figures['tokens_per_second']:.1f} tok/s, prompts' prefill included); dataset: {args.out}")

@@ -58,6 +58,7 @@ class DistillConfig:
     chunk_size: int = 256  # conversations per chunk file
     seed: int = 0
     features: Path | None = None  # also write the features of every conversation here
+    feature_layers: tuple[int, ...] = ()  # and the concatenated hidden states at these indices ("fused", EAGLE-3)
 
 
 @dataclass
@@ -67,11 +68,12 @@ class Row:
     prompt: list[int]
     reply: list[int]
     hidden: list[torch.Tensor]  # one [n, H] block per forward that fed this row's tokens
+    fused: list[torch.Tensor]  # one [n, kH] block per forward, with feature layers
     done: bool = False  # its last token has been fed: nothing more to compute for it
 
 
 def _settings(cfg: DistillConfig, target: LoadedModel) -> dict[str, str]:
-    skip = ("out", "max_prompts", "batch_size", "features")  # none of these changes what a conversation holds
+    skip = ("out", "max_prompts", "batch_size", "features", "feature_layers")  # none of these changes what a conversation holds
     values = {k: str(v) for k, v in asdict(cfg).items() if k not in skip}
     values["vocab_size"] = str(target.model.config.vocab_size)
     return values
@@ -87,7 +89,12 @@ def answer_batch(target: LoadedModel, prompts: list[list[int]], cfg: DistillConf
     body, lm_head = model.get_decoder(), model.get_output_embeddings()
     sampling = Sampling(cfg.temperature)
     stops = target.stop_ids
-    rows = [Row(p, [], []) for p in prompts]
+    rows = [Row(p, [], [], []) for p in prompts]
+    layers = cfg.feature_layers if keep_hidden else ()
+
+    def fused(out, j: int) -> torch.Tensor:
+        return torch.cat([out.hidden_states[i][j] for i in layers], dim=-1).to("cpu", torch.float16)
+
     longest = max(len(p) for p in prompts)
     total = longest + cfg.reply_tokens + 1
     # A static cache written in place: a growing cache copies every layer's keys and values at every step, which
@@ -103,12 +110,15 @@ def answer_batch(target: LoadedModel, prompts: list[list[int]], cfg: DistillConf
     for j, p in enumerate(prompts):
         mask[j, longest - len(p) :] = 1  # everything after the padding; the causal mask hides the future
         alone = DynamicCache(config=config)
-        out = body(input_ids=torch.tensor([p], device=device), past_key_values=alone, use_cache=True)
+        out = body(input_ids=torch.tensor([p], device=device), past_key_values=alone, use_cache=True,
+                   output_hidden_states=bool(layers))
         for static, layer in zip(cache.layers, alone.layers):
             static.keys[j, :, longest - len(p) : longest] = layer.keys[0]
             static.values[j, :, longest - len(p) : longest] = layer.values[0]
         if keep_hidden:
             rows[j].hidden.append(out.last_hidden_state[0].to("cpu", torch.float16))
+            if layers:
+                rows[j].fused.append(fused(out, 0))
         logits = lm_head(out.last_hidden_state[:, -1]).float()
         first.append(int(logits.argmax(-1)) if sampling.greedy else
                      int(torch.multinomial(target_probs(logits[0], sampling), 1, generator=generator)))
@@ -123,13 +133,15 @@ def answer_batch(target: LoadedModel, prompts: list[list[int]], cfg: DistillConf
     while active:
         fed = 1
         out = body(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
-                   cache_position=torch.arange(written, written + fed, device=device))
+                   cache_position=torch.arange(written, written + fed, device=device), output_hidden_states=bool(layers))
         written += fed
         hidden = out.last_hidden_state
         if keep_hidden:
             for j, r in enumerate(active):
                 if not rows[r].done:
                     rows[r].hidden.append(hidden[j].to("cpu", torch.float16))
+                    if layers:
+                        rows[r].fused.append(fused(out, j))
         logits = lm_head(hidden[:, -1]).float()
         if sampling.greedy:
             nxt = logits.argmax(-1).tolist()
@@ -202,6 +214,11 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
         raise SpecbenchError(f"--second-turn-share must be in [0, 1], got {cfg.second_turn_share}")
     if cfg.reply_tokens <= 0 or cfg.batch_size <= 0 or cfg.temperature < 0:
         raise SpecbenchError("--reply-tokens and --batch-size must be > 0 and --temperature >= 0")
+    if cfg.feature_layers and cfg.features is None:
+        raise SpecbenchError("--feature-layers goes with --features")
+    n_layers = target.model.config.num_hidden_layers
+    if any(not 0 <= i <= n_layers for i in cfg.feature_layers):
+        raise SpecbenchError(f"--feature-layers are output_hidden_states indices: 0..{n_layers} for this target")
     settings = _settings(cfg, target)
     manifest = cfg.out / "manifest.json"
     if manifest.is_file():
@@ -213,6 +230,7 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
     manifest.write_text(json.dumps({"settings": settings, "format": "specbench-distill-1"}, indent=1))
     if cfg.features is not None:
         write_manifest(cfg.features, {"dataset": str(cfg.out), **settings}, target.model.config.hidden_size)
+
 
     rows = read_prompts(cfg.data, cfg.seed)[: cfg.max_prompts]
     rng = random.Random(cfg.seed)
@@ -240,7 +258,7 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
                 second_prompts[i] = chat_prompt(tok, messages)
                 spans[i] = _earlier_reply_span(tok, rows[i]["turns"][0], text, second_prompts[i])
         second = _answer_all(target, second_prompts, cfg, generator, None) if second_prompts else {}
-        convs, reply_masks, hidden, ids = [], [], [], []
+        convs, reply_masks, hidden, fused, ids = [], [], [], [], []
         for i in part:
             row = second.get(i, first[i])
             tokens = row.prompt + row.reply
@@ -253,8 +271,10 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
             generated += len(first[i].reply) + (len(second[i].reply) if i in second else 0)
             if cfg.features is not None:
                 hidden.append(torch.cat(row.hidden))
+                fused.extend([torch.cat(row.fused)] if cfg.feature_layers else [])
         if cfg.features is not None:
-            write_feature_chunk(cfg.features / f"chunk_{index:05d}.safetensors", convs, hidden, len(part))
+            write_feature_chunk(cfg.features / f"chunk_{index:05d}.safetensors", convs, hidden, len(part),
+                                fused if cfg.feature_layers else None, cfg.feature_layers)
         _write_chunk(cfg.out / f"chunk_{index:05d}.npz", convs, reply_masks, ids, target.model.config.vocab_size)
         bar.set_postfix(new_tok_s=f"{generated / (time.perf_counter() - t_start):.0f}")
     bar.close()

@@ -7,6 +7,9 @@ A cache directory holds manifest.json (settings, to refuse mixing) and chunk_NNN
   hidden    fp16  [N, H]  the target's lm_head input at each position
   loss_mask uint8 [N]     1 where the NEXT token belongs to an assistant reply (the positions a drafter is trained on)
   offsets   int64 [S+1]   where each conversation starts and ends in the arrays above
+  fused     fp16  [N, kH]  optional: the target's hidden states at the output_hidden_states indices the chunk's
+                           metadata "layers" lists, concatenated (EAGLE-3's fused features), kept so that its
+                           training runs no target forward; `add_layer_features` adds them to any cache.
 """
 from __future__ import annotations
 
@@ -114,7 +117,16 @@ class FeatureCache:
         return [load_file(str(c)) for c in chunks]
 
 
-def write_feature_chunk(path: Path, convs: list[Conversation], hidden: list[torch.Tensor], rows: int) -> None:
+def chunk_layers(chunk: Path) -> tuple[int, ...]:
+    """The hidden-state indices the chunk's "fused" tensor holds (empty: it has none)."""
+    with safe_open(str(chunk), "pt") as f:
+        if "fused" not in f.keys():
+            return ()
+        return tuple(int(i) for i in (f.metadata() or {}).get("layers", "").split(",") if i)
+
+
+def write_feature_chunk(path: Path, convs: list[Conversation], hidden: list[torch.Tensor], rows: int,
+                        fused: list[torch.Tensor] | None = None, layers: tuple[int, ...] = ()) -> None:
     offsets = [0]
     for c in convs:
         offsets.append(offsets[-1] + len(c.tokens))
@@ -124,8 +136,11 @@ def write_feature_chunk(path: Path, convs: list[Conversation], hidden: list[torc
         "hidden": torch.cat(hidden).to(torch.float16),
         "offsets": torch.tensor(offsets, dtype=torch.int64),
     }
+    if fused is not None:
+        tensors["fused"] = torch.cat(fused).to(torch.float16)
     tmp = path.with_suffix(".tmp")
-    save_file(tensors, str(tmp), metadata={"rows": str(rows)})
+    metadata = {"rows": str(rows), **({"layers": ",".join(map(str, layers))} if fused is not None else {})}
+    save_file(tensors, str(tmp), metadata=metadata)
     tmp.rename(path)  # a chunk is either whole or absent, whatever the moment of a stop
 
 
@@ -143,9 +158,16 @@ def _rows_in(chunk: Path) -> int:
         return int((f.metadata() or {}).get("rows", 0))
 
 
-@torch.inference_mode()
 def target_features(target: LoadedModel, batch: list[list[int]]) -> list[torch.Tensor]:
     """Final-norm hidden states [len, H] of each sequence, from one padded forward of the target's body."""
+    return target_layer_features(target, batch, ())[0]
+
+
+@torch.inference_mode()
+def target_layer_features(target: LoadedModel, batch: list[list[int]],
+                          layers: tuple[int, ...]) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """Final-norm hidden states [len, H] of each sequence and, for `layers`, the concatenated hidden states
+    [len, kH] at those output_hidden_states indices (None without layers): one padded forward of the body."""
     model = target.model
     longest = max(len(s) for s in batch)
     ids = torch.zeros(len(batch), longest, dtype=torch.long)
@@ -154,9 +176,14 @@ def target_features(target: LoadedModel, batch: list[list[int]]) -> list[torch.T
         ids[row, : len(seq)] = torch.tensor(seq)
         attention[row, : len(seq)] = 1
     # The decoder body alone: its last_hidden_state is the lm_head input, and skipping the lm_head saves a third.
-    out = model.get_decoder()(input_ids=ids.to(model.device), attention_mask=attention.to(model.device))
+    out = model.get_decoder()(input_ids=ids.to(model.device), attention_mask=attention.to(model.device),
+                              output_hidden_states=bool(layers))
     hidden = out.last_hidden_state.float().cpu()
-    return [hidden[row, : len(seq)] for row, seq in enumerate(batch)]
+    finals = [hidden[row, : len(seq)] for row, seq in enumerate(batch)]
+    if not layers:
+        return finals, [None] * len(batch)
+    fused = torch.cat([out.hidden_states[i] for i in layers], dim=-1).to("cpu", torch.float16)
+    return finals, [fused[row, : len(seq)] for row, seq in enumerate(batch)]
 
 
 @torch.inference_mode()
@@ -233,11 +260,44 @@ def extract(cfg: ExtractConfig, target: LoadedModel) -> FeatureCache:
     return cache
 
 
+def add_layer_features(cache: FeatureCache, target: LoadedModel, layers: tuple[int, ...], batch_size: int = 8) -> None:
+    """Give every chunk of the cache the "fused" features of `layers` (one batched prefill of its conversations;
+    chunks that already hold those layers are kept, each rewritten whole or not at all)."""
+    todo = [c for c in cache.chunks() if chunk_layers(c) != tuple(layers)]
+    if not todo:
+        return
+    bar = tqdm(total=len(todo), desc=f"features (layers {','.join(map(str, layers))})", unit="chunk")
+    for path in todo:
+        with safe_open(str(path), "pt") as f:
+            data = {k: f.get_tensor(k) for k in f.keys() if k != "fused"}
+            rows = int((f.metadata() or {}).get("rows", 0))
+        offsets = data["offsets"].tolist()
+        spans = list(zip(offsets, offsets[1:]))
+        order = sorted(range(len(spans)), key=lambda j: spans[j][1] - spans[j][0])  # little padding per batch
+        fused: list[torch.Tensor | None] = [None] * len(spans)
+        for start in range(0, len(order), batch_size):
+            group = order[start : start + batch_size]
+            seqs = [data["tokens"][spans[j][0] : spans[j][1]].tolist() for j in group]
+            for j, layer_feats in zip(group, target_layer_features(target, seqs, layers)[1]):
+                fused[j] = layer_feats
+        convs = [Conversation(data["tokens"][a:b].tolist(), data["loss_mask"][a:b].tolist()) for a, b in spans]
+        hidden = [data["hidden"][a:b] for a, b in spans]
+        write_feature_chunk(path, convs, hidden, rows, fused, layers)
+        bar.update(1)
+    bar.close()
+
+
 def frequent_reply_tokens(cache: FeatureCache, size: int, always: set[int]) -> torch.Tensor:
     """The `size` most frequent reply tokens of a cache (the tokens a drafter must predict), most frequent first;
     `always` (the stop tokens) are kept whatever their count. Drafters score these rows of the lm_head only."""
-    chunks = cache.load()
-    targets = torch.cat([c["tokens"][1:].long()[c["loss_mask"][:-1].bool()] for c in chunks])
+    targets = []
+    for chunk in cache.chunks():  # tokens and masks only: the features may not fit in memory
+        with safe_open(str(chunk), "pt") as f:
+            tokens, loss_mask = f.get_tensor("tokens"), f.get_tensor("loss_mask")
+        targets.append(tokens[1:].long()[loss_mask[:-1].bool()])
+    if not targets:
+        raise SpecbenchError(f"feature cache {cache.folder} holds no chunks yet")
+    targets = torch.cat(targets)
     counts = torch.bincount(targets)
     for t in always:
         if t < len(counts):

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
+from safetensors import safe_open
 from tqdm import tqdm
 
 from specbench.errors import SpecbenchError
-from specbench.features import FeatureCache
+from specbench.features import FeatureCache, chunk_layers
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class Batch:
     hidden: torch.Tensor  # [B, n, H] fp32
     loss_mask: torch.Tensor  # [B, n] bool: train position t (token t+1 is a reply token)
     valid: torch.Tensor  # [B, n] bool: not padding
+    fused: torch.Tensor | None = None  # [B, n, kH] fp32: the cache's fused layer features, when every row has them
+    fused_layers: tuple[int, ...] = ()  # the output_hidden_states indices `fused` concatenates
 
 
 class Trainable(Protocol):
@@ -56,40 +59,62 @@ class Trainable(Protocol):
 
 @dataclass
 class Conversations:
+    """Every conversation's tokens and loss mask in memory; the features stay in the cache's files and are read
+    per batch (safetensors slices, memory-mapped), so memory does not grow with the cache."""
     tokens: list[torch.Tensor]
-    hidden: list[torch.Tensor]
     loss_mask: list[torch.Tensor]
+    spans: list[tuple[int, int, int]]  # (chunk, start, end) of each conversation
+    readers: list  # one open safetensors file per chunk
+    layers: list[tuple[int, ...]]  # per chunk: the layers its "fused" features hold (empty: none)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def features(self, i: int, key: str) -> torch.Tensor:
+        chunk, a, b = self.spans[i]
+        return self.readers[chunk].get_slice(key)[a:b]
+
 
 def load_conversations(cache: FeatureCache) -> Conversations:
-    convs = Conversations([], [], [])
-    for chunk in cache.load():
-        offsets = chunk["offsets"].tolist()
+    chunks = cache.chunks()
+    if not chunks:
+        raise SpecbenchError(f"feature cache {cache.folder} holds no chunks yet")
+    convs = Conversations([], [], [], [], [])
+    for c, path in enumerate(chunks):
+        reader = safe_open(str(path), "pt")
+        convs.readers.append(reader)
+        convs.layers.append(chunk_layers(path))
+        tokens, loss_mask = reader.get_tensor("tokens"), reader.get_tensor("loss_mask")
+        offsets = reader.get_tensor("offsets").tolist()
         for a, b in zip(offsets, offsets[1:]):
-            convs.tokens.append(chunk["tokens"][a:b])
-            convs.hidden.append(chunk["hidden"][a:b])
-            convs.loss_mask.append(chunk["loss_mask"][a:b])
+            convs.tokens.append(tokens[a:b])
+            convs.loss_mask.append(loss_mask[a:b])
+            convs.spans.append((c, a, b))
     return convs
 
 
 def make_batch(convs: Conversations, indices: list[int]) -> Batch:
     longest = max(len(convs.tokens[i]) for i in indices)
-    hidden_size = convs.hidden[indices[0]].shape[-1]
+    first = convs.features(indices[0], "hidden")
+    layers = {convs.layers[convs.spans[i][0]] for i in indices}
+    fused_layers = layers.pop() if len(layers) == 1 else ()
     batch = Batch(
         tokens=torch.zeros(len(indices), longest, dtype=torch.long),
-        hidden=torch.zeros(len(indices), longest, hidden_size),
+        hidden=torch.zeros(len(indices), longest, first.shape[-1]),
         loss_mask=torch.zeros(len(indices), longest, dtype=torch.bool),
         valid=torch.zeros(len(indices), longest, dtype=torch.bool),
+        fused_layers=fused_layers,
     )
+    if fused_layers:
+        batch.fused = torch.zeros(len(indices), longest, convs.features(indices[0], "fused").shape[-1])
     for row, i in enumerate(indices):
         n = len(convs.tokens[i])
         batch.tokens[row, :n] = convs.tokens[i]
-        batch.hidden[row, :n] = convs.hidden[i].float()
+        batch.hidden[row, :n] = convs.features(i, "hidden").float()
         batch.loss_mask[row, :n] = convs.loss_mask[i].bool()
         batch.valid[row, :n] = True
+        if batch.fused is not None:
+            batch.fused[row, :n] = convs.features(i, "fused").float()
     return batch
 
 

@@ -2,16 +2,18 @@
 the same forwards equal a fresh prefill's; resume; a second turn for a share; training from the dataset alone."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from specbench.cli import main
 from specbench.engine import generate
-from specbench.features import target_features
+from specbench.features import FeatureCache, add_layer_features, chunk_layers, target_features, target_layer_features
 from specbench.methods.vanilla import VanillaDrafter
 from specbench.sampling import Sampling
 from specbench.target import chat_prompt, load_model
@@ -92,3 +94,82 @@ def test_train_from_the_dataset_alone_rebuilds_features(distilled, tiny_target_d
     assert torch.equal(rebuilt["tokens"], during["tokens"]) and torch.equal(rebuilt["loss_mask"], during["loss_mask"])
     torch.testing.assert_close(rebuilt["hidden"].float(), during["hidden"].float(), atol=2e-3, rtol=2e-3)
     assert json.loads((tmp_path / "head" / "log.jsonl").read_text().splitlines()[-1])["final"]
+
+
+@pytest.fixture(scope="module")
+def distilled_with_layers(tiny_target_dir, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("distill_layers")
+    turns = [" ".join(WORDS[(5 * i + j) % len(WORDS)] for j in range(2 + i % 5)) for i in range(10)]
+    prompts = write_prompts(folder / "prompts.jsonl", turns)
+    args = ["distill", "--target", str(tiny_target_dir), "--data", str(prompts), "--out", str(folder / "data"),
+            "--features", str(folder / "features"), "--feature-layers", "0,1,2", "--prompts", "10",
+            "--reply-tokens", "12", "--batch-size", "4"]
+    assert main(args) == 0
+    return folder
+
+
+def test_feature_layers_are_kept_from_the_same_forwards(distilled_with_layers, tiny_target_dir):
+    folder = distilled_with_layers
+    target = load_model(str(tiny_target_dir))
+    path = folder / "features" / "chunk_00000.safetensors"
+    assert chunk_layers(path) == (0, 1, 2)
+    chunk = load_file(str(path))
+    offsets = chunk["offsets"].tolist()
+    hidden_size = target.model.config.hidden_size
+    assert chunk["fused"].shape == (offsets[-1], 3 * hidden_size)
+    for a, b in zip(offsets, offsets[1:]):
+        final, fused = target_layer_features(target, [chunk["tokens"][a:b].tolist()], (0, 1, 2))
+        torch.testing.assert_close(chunk["fused"][a:b].float(), fused[0].float(), atol=2e-3, rtol=2e-3)
+        torch.testing.assert_close(chunk["hidden"][a:b].float(), final[0], atol=2e-3, rtol=2e-3)
+
+
+def test_layer_features_added_to_a_cache_equal_the_ones_kept_while_generating(distilled_with_layers, tiny_target_dir,
+                                                                            tmp_path):
+    target = load_model(str(tiny_target_dir))
+    folder_chunk = distilled_with_layers / "features" / "chunk_00000.safetensors"
+    plain = tmp_path / "cache"
+    plain.mkdir()
+    kept = load_file(str(folder_chunk))
+    shutil.copy(distilled_with_layers / "features" / "manifest.json", plain / "manifest.json")
+    save_file({k: v for k, v in kept.items() if k != "fused"}, str(plain / "chunk_00000.safetensors"),
+              metadata={"rows": "10"})
+    cache = FeatureCache(plain)
+    assert chunk_layers(plain / "chunk_00000.safetensors") == ()
+    add_layer_features(cache, target, (0, 1, 2), batch_size=3)
+    added = load_file(str(plain / "chunk_00000.safetensors"))
+    assert chunk_layers(plain / "chunk_00000.safetensors") == (0, 1, 2)
+    for key in ("tokens", "loss_mask", "offsets", "hidden"):
+        assert torch.equal(added[key], kept[key])
+    torch.testing.assert_close(added["fused"].float(), kept["fused"].float(), atol=2e-3, rtol=2e-3)
+    before = (plain / "chunk_00000.safetensors").stat().st_mtime_ns
+    add_layer_features(cache, target, (0, 1, 2))  # already there: untouched
+    assert (plain / "chunk_00000.safetensors").stat().st_mtime_ns == before
+
+
+def test_eagle3_training_reads_cached_layers_instead_of_running_the_target(distilled_with_layers, tiny_target_dir):
+    from specbench.methods.eagle3.checkpoint import head_config
+    from specbench.methods.eagle3.head import Eagle3Head, fused_layers
+    from specbench.methods.eagle3.training import Eagle3Trainable, set_draft_vocabulary
+    from specbench.training import load_conversations, make_batch
+
+    target = load_model(str(tiny_target_dir))
+    layers = fused_layers(target.model.config.num_hidden_layers)
+    cache = FeatureCache(distilled_with_layers / "features")
+    add_layer_features(cache, target, layers)
+    convs = load_conversations(cache)
+    batch = make_batch(convs, list(range(4)))
+    assert batch.fused_layers == layers and batch.fused is not None
+    vocab = target.model.config.vocab_size
+    head = Eagle3Head(head_config(target.model.config, vocab))
+    set_draft_vocabulary(head, torch.arange(vocab))
+    trainable = Eagle3Trainable(head, target.model)
+    calls = []
+    hook = target.model.register_forward_hook(lambda *_: calls.append(1))
+    cached_fused, cached_logits = trainable._target(batch)
+    assert calls == []  # no target forward
+    ran_fused, ran_logits = trainable._target(dataclasses.replace(batch, fused=None, fused_layers=()))
+    assert calls == [1]
+    hook.remove()
+    valid = batch.valid
+    torch.testing.assert_close(cached_fused[valid], ran_fused[valid], atol=3e-3, rtol=3e-3)
+    torch.testing.assert_close(cached_logits[valid], ran_logits[valid], atol=3e-3, rtol=3e-3)

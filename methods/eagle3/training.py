@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from specbench.features import FeatureCache, draft_vocabulary
+from specbench.features import FeatureCache, add_layer_features, draft_vocabulary
 from specbench.methods.eagle3.checkpoint import head_config, save_head
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
 from specbench.target import LoadedModel
@@ -67,12 +67,20 @@ class Eagle3Trainable:
 
     @torch.no_grad()
     def _target(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Fused features [B, n, 3H] and the target's next-token logits over the draft vocabulary [B, n, V_d]."""
+        """Fused features [B, n, 3H] and the target's next-token logits over the draft vocabulary [B, n, V_d]:
+        from the feature cache when it holds this target's fused layers (the logits are then the target's
+        lm_head over the cached final hidden state), else from a target forward."""
         device = self.target.device
+        draft_ids = self.module.draft_to_target().to(device)
+        if batch.fused is not None and batch.fused_layers == self.layers:
+            lm_head = self.target.get_output_embeddings()
+            bias = lm_head.bias[draft_ids] if lm_head.bias is not None else None
+            logits = torch.nn.functional.linear(batch.hidden.to(device, lm_head.weight.dtype),
+                                                lm_head.weight[draft_ids], bias)
+            return batch.fused.to(device), logits.float()
         out = self.target(input_ids=batch.tokens.to(device), attention_mask=batch.valid.long().to(device),
                           output_hidden_states=True)
         fused = torch.cat([out.hidden_states[i] for i in self.layers], dim=-1).float()
-        draft_ids = self.module.draft_to_target().to(device)
         return fused, out.logits.float()[..., draft_ids]
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
@@ -119,5 +127,8 @@ def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: d
     head.embed_tokens.weight.data.copy_(model.get_input_embeddings().weight.detach().float())
     set_draft_vocabulary(head, chosen if chosen is not None else torch.arange(vocab))
     head.to(model.device)
+    # The fused layers cached once (one prefill, or already written by `specbench distill --feature-layers`): the
+    # training loop then runs no target forward.
+    add_layer_features(cache, target, fused_layers(model.config.num_hidden_layers))
     trainable = Eagle3Trainable(head, model, int(options.get("steps", 7)), float(options.get("noise", 0.0)))
     return fit(trainable, cache, cfg)
