@@ -8,8 +8,10 @@ ancestors). Step j's draft distribution is trained against the target's next-tok
 t + 1 + j, restricted to the draft vocabulary and renormalised (cross-entropy, no feature regression), weighted
 0.8^j, on reply tokens the draft vocabulary holds.
 
-Features come from the target while training (one forward with output_hidden_states per batch), from the same
-conversations as `eagle` (the feature cache's token ids and loss masks), so the two heads see the same data.
+Training reads the same conversations as `eagle` (the feature cache's token ids and loss masks), so the two heads
+see the same data. The fused features are added to the cache once (`features.add_layer_features`, one prefill; free
+when `specbench distill --feature-layers` kept them while generating); the target's logits come from the cached
+final hidden state through its lm_head, so training runs no target forward.
 """
 from __future__ import annotations
 
