@@ -219,7 +219,8 @@ class EagleTrainable:
         self.head = head
         self.lm_head_full = lm_head.detach().float()
         self.draft_vocab = draft_vocab
-        self.lm_head = self.lm_head_full if draft_vocab is None else self.lm_head_full[draft_vocab].contiguous()
+        self.lm_head = (self.lm_head_full if draft_vocab is None
+                        else self.lm_head_full[draft_vocab.to(lm_head.device)].contiguous())
         self.noise = noise
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
@@ -230,10 +231,11 @@ class EagleTrainable:
             features = features + (torch.rand_like(features) * 2 - 1) * self.noise
         tokens = batch.tokens[:, shift : n + shift]
         valid = batch.valid[:, :n]
-        allowed = torch.ones(n, n, dtype=torch.bool).tril() & valid[:, None, :]  # [B, n, n]
-        allowed |= torch.eye(n, dtype=torch.bool)  # padding rows see themselves: no row without any key
-        mask = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None]
-        positions = torch.arange(n).expand(len(tokens), n)
+        device = features.device
+        allowed = torch.ones(n, n, dtype=torch.bool, device=device).tril() & valid[:, None, :]  # [B, n, n]
+        allowed |= torch.eye(n, dtype=torch.bool, device=device)  # padding rows see themselves: no row without any key
+        mask = torch.zeros(allowed.shape, device=device).masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None]
+        positions = torch.arange(n, device=device).expand(len(tokens), n)
         predicted = self.head(tokens, features, positions, mask)
         train_at = batch.loss_mask[:, :n] & batch.valid[:, 1:]
         predicted, target = predicted[train_at], batch.hidden[:, 1:][train_at]
@@ -323,6 +325,7 @@ def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: d
         head.embed_tokens.weight.data.copy_(embedding)
         draft_vocab = draft_vocabulary(cache, cfg.out, int(options.get("draft_vocab", 8192)), target.stop_ids)
     lm_head = model.get_output_embeddings().weight
+    head.to(lm_head.device)  # trained in fp32 on the target's device
     trainable = EagleTrainable(head, lm_head, draft_vocab, float(options.get("noise", 0.1)))
     return fit(trainable, cache, cfg)
 

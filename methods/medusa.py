@@ -162,13 +162,14 @@ class MedusaTrainable:
         self.module = heads
         vocab = draft_vocab if draft_vocab is not None else torch.arange(lm_head.shape[0])
         self.draft_vocab = draft_vocab
+        vocab = vocab.to(lm_head.device)
         self.lm_head = lm_head.detach().float()[vocab].contiguous()
-        self.to_draft = torch.full((lm_head.shape[0],), -1, dtype=torch.long)
-        self.to_draft[vocab] = torch.arange(len(vocab))
+        self.to_draft = torch.full((lm_head.shape[0],), -1, dtype=torch.long, device=lm_head.device)
+        self.to_draft[vocab] = torch.arange(len(vocab), device=lm_head.device)
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         n = batch.tokens.shape[1]
-        total = torch.zeros(())
+        total = torch.zeros((), device=batch.hidden.device)
         metrics: dict[str, float] = {}
         for k, head in enumerate(self.module.heads):
             span = n - 2 - k  # positions t with a target token at t + 2 + k
@@ -192,6 +193,7 @@ def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: d
     """Train Medusa heads (options: heads=4, draft_vocab=8192) on a feature cache (the EAGLE one is reused)."""
     model = target.model
     heads = MedusaHeads(model.config.hidden_size, int(options.get("heads", 4)))
+    heads.to(model.get_output_embeddings().weight.device)  # trained in fp32 on the target's device
     draft_vocab = draft_vocabulary(cache, cfg.out, int(options.get("draft_vocab", 8192)), target.stop_ids)
     return fit(MedusaTrainable(heads, model.get_output_embeddings().weight, draft_vocab), cache, cfg)
 

@@ -163,7 +163,8 @@ class SmallDraftTrainable:
     def __init__(self, draft: LlamaForCausalLM, draft_vocab: torch.Tensor) -> None:
         self.module = draft
         self.draft_vocab = draft_vocab
-        self.lm_head = draft.lm_head.weight.detach().float()[draft_vocab].contiguous()
+        weight = draft.lm_head.weight.detach().float()
+        self.lm_head = weight if draft_vocab is None else weight[draft_vocab.to(weight.device)].contiguous()
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         hidden = self.module.model(input_ids=batch.tokens, attention_mask=batch.valid.long()).last_hidden_state
@@ -181,6 +182,7 @@ class SmallDraftTrainable:
 def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: dict[str, str]) -> dict[str, float]:
     """Train a small draft LM for sps (options: layers=2, draft_vocab=8192) by distillation from cached features."""
     draft = small_draft(target.model, int(options.get("layers", 2)))
+    draft.to(target.model.device)  # trained on the target's device (its embedding and lm_head are the target's)
     draft_vocab = draft_vocabulary(cache, cfg.out, int(options.get("draft_vocab", 8192)), target.stop_ids)
     return fit(SmallDraftTrainable(draft, draft_vocab), cache, cfg)
 

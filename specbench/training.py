@@ -46,6 +46,11 @@ class Batch:
     fused: torch.Tensor | None = None  # [B, n, kH] fp32: the cache's fused layer features, when every row has them
     fused_layers: tuple[int, ...] = ()  # the output_hidden_states indices `fused` concatenates
 
+    def to(self, device: torch.device) -> "Batch":
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return Batch(move(self.tokens), move(self.hidden), move(self.loss_mask), move(self.valid), move(self.fused),
+                     self.fused_layers)
+
 
 class Trainable(Protocol):
     module: torch.nn.Module
@@ -118,6 +123,10 @@ def make_batch(convs: Conversations, indices: list[int]) -> Batch:
     return batch
 
 
+def module_device(module: torch.nn.Module) -> torch.device:
+    return next(module.parameters()).device
+
+
 def epoch_batches(lengths: list[int], indices: list[int], batch_tokens: int, seed: int) -> list[list[int]]:
     """Shuffled batches of similar-length conversations, each within batch_tokens once padded."""
     gen = torch.Generator().manual_seed(seed)
@@ -146,10 +155,11 @@ def _lr_at(cfg: TrainConfig, step: int, tokens: int) -> float:
 @torch.no_grad()
 def evaluate(trainable: Trainable, convs: Conversations, indices: list[int], batch_tokens: int) -> dict[str, float]:
     trainable.module.eval()
+    device = module_device(trainable.module)
     totals: dict[str, float] = {}
     weight = 0.0
     for batch_indices in epoch_batches([len(t) for t in convs.tokens], indices, batch_tokens, seed=0):
-        batch = make_batch(convs, batch_indices)
+        batch = make_batch(convs, batch_indices).to(device)
         _, metrics = trainable.loss(batch)
         n = float(batch.loss_mask.sum())
         weight += n
@@ -178,6 +188,7 @@ def fit(trainable: Trainable, cache: FeatureCache, cfg: TrainConfig) -> dict[str
         raise SpecbenchError(f"feature cache {cache.folder} has too few conversations to train on")
     lengths = [len(t) for t in convs.tokens]
     params = [p for p in trainable.module.parameters() if p.requires_grad]
+    device = module_device(trainable.module)  # batches go where the module trains (the target's device)
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     state = {"step": 0, "epoch": 0, "batch": 0, "tokens": 0, "seconds": 0.0}
     checkpoint = cfg.out / "checkpoint.pt"
@@ -214,7 +225,7 @@ def fit(trainable: Trainable, cache: FeatureCache, cfg: TrainConfig) -> dict[str
         batches = epoch_batches(lengths, train, cfg.batch_tokens, cfg.seed + state["epoch"])
         while state["batch"] < len(batches) and not done():
             t0 = time.monotonic()
-            batch = make_batch(convs, batches[state["batch"]])
+            batch = make_batch(convs, batches[state["batch"]]).to(device)
             for group in optimizer.param_groups:
                 group["lr"] = _lr_at(cfg, state["step"], state["tokens"])
             loss, metrics = trainable.loss(batch)
