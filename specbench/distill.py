@@ -73,7 +73,8 @@ class Row:
 
 
 def _settings(cfg: DistillConfig, target: LoadedModel) -> dict[str, str]:
-    skip = ("out", "max_prompts", "batch_size", "features", "feature_layers")  # none of these changes what a conversation holds
+    # None of these changes what a conversation holds.
+    skip = ("out", "max_prompts", "batch_size", "features", "feature_layers")
     values = {k: str(v) for k, v in asdict(cfg).items() if k not in skip}
     values["vocab_size"] = str(target.model.config.vocab_size)
     return values
@@ -133,7 +134,8 @@ def answer_batch(target: LoadedModel, prompts: list[list[int]], cfg: DistillConf
     while active:
         fed = 1
         out = body(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
-                   cache_position=torch.arange(written, written + fed, device=device), output_hidden_states=bool(layers))
+                   cache_position=torch.arange(written, written + fed, device=device),
+                   output_hidden_states=bool(layers))
         written += fed
         hidden = out.last_hidden_state
         if keep_hidden:
@@ -230,7 +232,6 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
     manifest.write_text(json.dumps({"settings": settings, "format": "specbench-distill-1"}, indent=1))
     if cfg.features is not None:
         write_manifest(cfg.features, {"dataset": str(cfg.out), **settings}, target.model.config.hidden_size)
-
 
     rows = read_prompts(cfg.data, cfg.seed)[: cfg.max_prompts]
     rng = random.Random(cfg.seed)
