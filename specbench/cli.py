@@ -195,7 +195,7 @@ def parser() -> argparse.ArgumentParser:
     distill.add_argument("--out", type=Path, required=True, help="dataset folder (manifest.json + chunk_*.npz)")
     distill.add_argument("--features", type=Path, help="also write the features of every conversation here, from "
                                                        "the generation's own forwards (a feature cache for train)")
-    distill.add_argument("--feature-layers", type=_layer_list, default=(),
+    distill.add_argument("--feature-layers", default="",
                          help="with --features, also keep the hidden states at these output_hidden_states indices, "
                               "concatenated (EAGLE-3's fused features: 2,15,27 on a 30-layer target), so that "
                               "`train eagle3` runs no target forward")
@@ -369,13 +369,16 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
     if args.prompts <= 0:
         raise SpecbenchError(f"--prompts must be > 0, got {args.prompts}")
+    feature_layers = _layer_list(args.feature_layers)
+    if feature_layers and args.features is None:
+        raise SpecbenchError("--feature-layers goes with --features")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     target = load_model(args.target, args.device, args.dtype, args.runtime)
     cfg = DistillConfig(data=args.data, out=args.out, target=args.target, max_prompts=args.prompts,
                         reply_tokens=args.reply_tokens, temperature=args.temperature,
                         second_turn_share=args.second_turn_share, batch_size=args.batch_size, seed=args.seed,
-                        features=args.features, feature_layers=args.feature_layers)
+                        features=args.features, feature_layers=feature_layers)
     figures = distill(cfg, target)
     print(f"generated {figures['generated_tokens']} reply tokens in {figures['seconds']:.0f} s "
           f"({figures['tokens_per_second']:.1f} tok/s, prompts' prefill included); dataset: {args.out}")

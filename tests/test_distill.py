@@ -173,3 +173,20 @@ def test_eagle3_training_reads_cached_layers_instead_of_running_the_target(disti
     valid = batch.valid
     torch.testing.assert_close(cached_fused[valid], ran_fused[valid], atol=3e-3, rtol=3e-3)
     torch.testing.assert_close(cached_logits[valid], ran_logits[valid], atol=3e-3, rtol=3e-3)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--feature-layers", "0,99"], "output_hidden_states indices"),
+    (["--feature-layers", "a,b"], "not a comma-separated list"),
+    (["--no-features", "--feature-layers", "0"], "goes with --features"),
+])
+def test_bad_feature_layers_are_one_line(tiny_target_dir, tmp_path, capsys, extra, message):
+    prompts = write_prompts(tmp_path / "prompts.jsonl", ["the quick fox"])
+    args = ["distill", "--target", str(tiny_target_dir), "--data", str(prompts), "--out", str(tmp_path / "data"),
+            "--prompts", "1", "--reply-tokens", "4"]
+    if extra[0] != "--no-features":
+        args += ["--features", str(tmp_path / "features")]
+    assert main(args + [e for e in extra if e != "--no-features"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and message in errors[0]  # (beside the model-loading progress bars)
+    assert not (tmp_path / "data").exists()
