@@ -79,6 +79,10 @@ class Conversations:
         chunk, a, b = self.spans[i]
         return self.readers[chunk].get_slice(key)[a:b]
 
+    def width(self, i: int, key: str) -> int:
+        """The feature width of conversation i's chunk under `key`, read from the file header."""
+        return self.readers[self.spans[i][0]].get_slice(key).get_shape()[-1]
+
 
 def load_conversations(cache: FeatureCache) -> Conversations:
     chunks = cache.chunks()
@@ -100,18 +104,17 @@ def load_conversations(cache: FeatureCache) -> Conversations:
 
 def make_batch(convs: Conversations, indices: list[int]) -> Batch:
     longest = max(len(convs.tokens[i]) for i in indices)
-    first = convs.features(indices[0], "hidden")
     layers = {convs.layers[convs.spans[i][0]] for i in indices}
     fused_layers = layers.pop() if len(layers) == 1 else ()
     batch = Batch(
         tokens=torch.zeros(len(indices), longest, dtype=torch.long),
-        hidden=torch.zeros(len(indices), longest, first.shape[-1]),
+        hidden=torch.zeros(len(indices), longest, convs.width(indices[0], "hidden")),
         loss_mask=torch.zeros(len(indices), longest, dtype=torch.bool),
         valid=torch.zeros(len(indices), longest, dtype=torch.bool),
         fused_layers=fused_layers,
     )
     if fused_layers:
-        batch.fused = torch.zeros(len(indices), longest, convs.features(indices[0], "fused").shape[-1])
+        batch.fused = torch.zeros(len(indices), longest, convs.width(indices[0], "fused"))
     for row, i in enumerate(indices):
         n = len(convs.tokens[i])
         batch.tokens[row, :n] = convs.tokens[i]
