@@ -28,7 +28,7 @@ from tqdm import tqdm
 from transformers import DynamicCache, StaticCache
 
 from specbench.errors import SpecbenchError
-from specbench.features import (Conversation, FeatureCache, read_prompts, target_features, write_feature_chunk,
+from specbench.features import (Conversation, FeatureCache, prefill_features, read_prompts, write_feature_chunk,
                                 write_manifest)
 from specbench.sampling import Sampling, target_probs
 from specbench.target import LoadedModel, chat_prompt
@@ -93,8 +93,8 @@ def answer_batch(target: LoadedModel, prompts: list[list[int]], cfg: DistillConf
     rows = [Row(p, [], [], []) for p in prompts]
     layers = cfg.feature_layers if keep_hidden else ()
 
-    def fused(out, j: int) -> torch.Tensor:
-        return torch.cat([out.hidden_states[i][j] for i in layers], dim=-1).to("cpu", torch.float16)
+    def fused(out) -> torch.Tensor:  # the whole batch's, one copy to the host per forward
+        return torch.cat([out.hidden_states[i] for i in layers], dim=-1).to("cpu", torch.float16)
 
     longest = max(len(p) for p in prompts)
     total = longest + cfg.reply_tokens + 1
@@ -119,7 +119,7 @@ def answer_batch(target: LoadedModel, prompts: list[list[int]], cfg: DistillConf
         if keep_hidden:
             rows[j].hidden.append(out.last_hidden_state[0].to("cpu", torch.float16))
             if layers:
-                rows[j].fused.append(fused(out, 0))
+                rows[j].fused.append(fused(out)[0])
         logits = lm_head(out.last_hidden_state[:, -1]).float()
         first.append(int(logits.argmax(-1)) if sampling.greedy else
                      int(torch.multinomial(target_probs(logits[0], sampling), 1, generator=generator)))
@@ -139,11 +139,12 @@ def answer_batch(target: LoadedModel, prompts: list[list[int]], cfg: DistillConf
         written += fed
         hidden = out.last_hidden_state
         if keep_hidden:
+            step_fused = fused(out) if layers else None
             for j, r in enumerate(active):
                 if not rows[r].done:
                     rows[r].hidden.append(hidden[j].to("cpu", torch.float16))
-                    if layers:
-                        rows[r].fused.append(fused(out, j))
+                    if step_fused is not None:
+                        rows[r].fused.append(step_fused[j])
         logits = lm_head(hidden[:, -1]).float()
         if sampling.greedy:
             nxt = logits.argmax(-1).tolist()
@@ -321,13 +322,7 @@ def features_from_dataset(dataset: Path, out: Path, target: LoadedModel, batch_s
         for a, b in zip(offsets, offsets[1:]):
             reply = data["reply"][a:b].tolist()
             convs.append(Conversation(data["tokens"][a:b].astype("int64").tolist(), reply[1:] + [0]))
-        order = sorted(range(len(convs)), key=lambda j: len(convs[j].tokens))  # little padding per batch
-        hidden: list[torch.Tensor | None] = [None] * len(convs)
-        for start in range(0, len(order), batch_size):
-            group = order[start : start + batch_size]
-            for j, feats in zip(group, target_features(target, [convs[j].tokens for j in group])):
-                hidden[j] = feats
-            bar.update(sum(len(convs[j].tokens) for j in group))
+        hidden = prefill_features(target, [c.tokens for c in convs], (), batch_size, bar.update)[0]
         write_feature_chunk(out / f"chunk_{i:05d}.safetensors", convs, hidden, len(convs))
     bar.close()
     return cache

@@ -260,6 +260,23 @@ def extract(cfg: ExtractConfig, target: LoadedModel) -> FeatureCache:
     return cache
 
 
+def prefill_features(target: LoadedModel, seqs: list[list[int]], layers: tuple[int, ...], batch_size: int,
+                     progress=None) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """target_layer_features for many sequences, batched by length (little padding), returned in their order;
+    `progress(tokens)` is called after each batch."""
+    order = sorted(range(len(seqs)), key=lambda j: len(seqs[j]))
+    finals: list[torch.Tensor | None] = [None] * len(seqs)
+    fused: list[torch.Tensor | None] = [None] * len(seqs)
+    for start in range(0, len(order), batch_size):
+        group = order[start : start + batch_size]
+        batch_finals, batch_fused = target_layer_features(target, [seqs[j] for j in group], layers)
+        for j, final, layer_feats in zip(group, batch_finals, batch_fused):
+            finals[j], fused[j] = final, layer_feats
+        if progress is not None:
+            progress(sum(len(seqs[j]) for j in group))
+    return finals, fused
+
+
 def add_layer_features(cache: FeatureCache, target: LoadedModel, layers: tuple[int, ...], batch_size: int = 8) -> None:
     """Give every chunk of the cache the "fused" features of `layers` (one batched prefill of its conversations;
     chunks that already hold those layers are kept, each rewritten whole or not at all)."""
@@ -273,13 +290,7 @@ def add_layer_features(cache: FeatureCache, target: LoadedModel, layers: tuple[i
             rows = int((f.metadata() or {}).get("rows", 0))
         offsets = data["offsets"].tolist()
         spans = list(zip(offsets, offsets[1:]))
-        order = sorted(range(len(spans)), key=lambda j: spans[j][1] - spans[j][0])  # little padding per batch
-        fused: list[torch.Tensor | None] = [None] * len(spans)
-        for start in range(0, len(order), batch_size):
-            group = order[start : start + batch_size]
-            seqs = [data["tokens"][spans[j][0] : spans[j][1]].tolist() for j in group]
-            for j, layer_feats in zip(group, target_layer_features(target, seqs, layers)[1]):
-                fused[j] = layer_feats
+        fused = prefill_features(target, [data["tokens"][a:b].tolist() for a, b in spans], layers, batch_size)[1]
         convs = [Conversation(data["tokens"][a:b].tolist(), data["loss_mask"][a:b].tolist()) for a, b in spans]
         hidden = [data["hidden"][a:b] for a, b in spans]
         write_feature_chunk(path, convs, hidden, rows, fused, layers)

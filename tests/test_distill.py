@@ -22,14 +22,19 @@ from tests.conftest import write_prompts
 WORDS = "the quick brown fox jumps over the lazy dog what is the answer".split()
 
 
+def distill_args(folder, target_dir, turns: list[str], *extra: str) -> list[str]:
+    """`specbench distill` over these prompts into folder/data, with features in folder/features."""
+    prompts = write_prompts(folder / "prompts.jsonl", turns)
+    return ["distill", "--target", str(target_dir), "--data", str(prompts), "--out", str(folder / "data"),
+            "--features", str(folder / "features"), "--prompts", str(len(turns)), *extra]
+
+
 @pytest.fixture(scope="module")
 def distilled(tiny_target_dir, tmp_path_factory):
     folder = tmp_path_factory.mktemp("distill")
     turns = [" ".join(WORDS[(3 * i + j) % len(WORDS)] for j in range(2 + i % 6)) for i in range(20)]
-    prompts = write_prompts(folder / "prompts.jsonl", turns)
-    args = ["distill", "--target", str(tiny_target_dir), "--data", str(prompts), "--out", str(folder / "data"),
-            "--features", str(folder / "features"), "--prompts", "20", "--reply-tokens", "24", "--batch-size", "6",
-            "--second-turn-share", "0.3"]
+    args = distill_args(folder, tiny_target_dir, turns, "--reply-tokens", "24", "--batch-size", "6",
+                        "--second-turn-share", "0.3")
     assert main(args) == 0
     return folder, args, turns
 
@@ -100,11 +105,8 @@ def test_train_from_the_dataset_alone_rebuilds_features(distilled, tiny_target_d
 def distilled_with_layers(tiny_target_dir, tmp_path_factory):
     folder = tmp_path_factory.mktemp("distill_layers")
     turns = [" ".join(WORDS[(5 * i + j) % len(WORDS)] for j in range(2 + i % 5)) for i in range(10)]
-    prompts = write_prompts(folder / "prompts.jsonl", turns)
-    args = ["distill", "--target", str(tiny_target_dir), "--data", str(prompts), "--out", str(folder / "data"),
-            "--features", str(folder / "features"), "--feature-layers", "0,1,2", "--prompts", "10",
-            "--reply-tokens", "12", "--batch-size", "4"]
-    assert main(args) == 0
+    assert main(distill_args(folder, tiny_target_dir, turns, "--feature-layers", "0,1,2", "--reply-tokens", "12",
+                             "--batch-size", "4")) == 0
     return folder
 
 
