@@ -169,6 +169,9 @@ def parser() -> argparse.ArgumentParser:
                                                      "or results/features/<dataset folder name> with --dataset)")
     train.add_argument("--dataset", type=Path, help="train on a self-distilled dataset (specbench distill) instead "
                                                     "of --data/--mode; its features are rebuilt when missing")
+    train.add_argument("--dataset-chunks", type=int, metavar="K",
+                       help="with --dataset: its first K chunks only (default all), a fixed share of a dataset that "
+                            "is still growing, so heads trained at different times see the same data")
     train.add_argument("--mode", choices=["fixed", "self"], default="fixed",
                        help="replies: the prompts' references (fixed) or the target's own greedy replies (self)")
     train.add_argument("--prompts", type=int, default=4096, help="conversations to extract features for")
@@ -318,8 +321,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     target = load_model(args.target, args.device, args.dtype, args.runtime)
     if args.dataset is not None:
         features = args.features or Path("results/features") / args.dataset.resolve().name
-        cache = features_from_dataset(args.dataset, features, target, args.batch_size)
+        cache = features_from_dataset(args.dataset, features, target, args.batch_size, args.dataset_chunks)
     else:
+        if args.dataset_chunks is not None:
+            raise SpecbenchError("--dataset-chunks goes with --dataset")
         features = args.features or Path("results/features") / f"{Path(args.target).name.lower()}-{args.mode}"
         cache = extract(ExtractConfig(data=args.data, out=features, target=args.target, mode=args.mode,
                                       max_prompts=args.prompts, max_len=args.max_len, batch_size=args.batch_size,

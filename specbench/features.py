@@ -95,15 +95,19 @@ def _template(tokenizer, messages, generation_prompt: bool) -> list[int]:
 
 
 class FeatureCache:
-    def __init__(self, folder: Path) -> None:
+    """A folder of feature chunks; `max_chunks` makes it a view of its first chunks only (a fixed share of a cache
+    that is still growing, so that heads trained at different times see the same data)."""
+
+    def __init__(self, folder: Path, max_chunks: int | None = None) -> None:
         self.folder = folder
+        self.max_chunks = max_chunks
 
     @property
     def manifest_path(self) -> Path:
         return self.folder / "manifest.json"
 
     def chunks(self) -> list[Path]:
-        return sorted(self.folder.glob("chunk_*.safetensors"))
+        return sorted(self.folder.glob("chunk_*.safetensors"))[:self.max_chunks]
 
     def manifest(self) -> dict:
         if not self.manifest_path.is_file():

@@ -101,6 +101,20 @@ def test_train_from_the_dataset_alone_rebuilds_features(distilled, tiny_target_d
     assert json.loads((tmp_path / "head" / "log.jsonl").read_text().splitlines()[-1])["final"]
 
 
+def test_dataset_chunks_train_on_a_fixed_share_of_a_growing_dataset(distilled, tiny_target_dir, tmp_path, capsys):
+    folder, _, _ = distilled
+    dataset = tmp_path / "data"
+    shutil.copytree(folder / "data", dataset)
+    shutil.copy(dataset / "chunk_00000.npz", dataset / "chunk_00001.npz")  # the dataset grew by a chunk
+    args = ["train", "eagle", "--target", str(tiny_target_dir), "--dataset", str(dataset), "--features",
+            str(tmp_path / "features"), "--out", str(tmp_path / "head"), "--max-tokens", "500", "--batch-tokens",
+            "512", "--opt", "draft_vocab=0"]
+    assert main([*args, "--dataset-chunks", "1"]) == 0
+    assert sorted(p.name for p in (tmp_path / "features").glob("chunk_*")) == ["chunk_00000.safetensors"]
+    assert main([*args, "--dataset-chunks", "3"]) == 2
+    assert "--dataset-chunks must be in 1..2" in capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def distilled_with_layers(tiny_target_dir, tmp_path_factory):
     folder = tmp_path_factory.mktemp("distill_layers")
