@@ -3,7 +3,7 @@
 # Each command resumes from its checkpoint when rerun (a session may be stopped at any time), and all of them
 # share two feature caches: 2,560 conversations of ../shared/data/train/prompts.jsonl with their fixed replies,
 # and 1,280 of them with replies the target wrote itself.
-# Usage: bash scripts/train_default_drafters.sh [all|eagle|self|ablations|medusa|sps]
+# Usage: bash scripts/train_default_drafters.sh [all|eagle|self|ablations|medusa|sps|eagle3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1
@@ -12,6 +12,9 @@ what="${1:-all}"
 COMMON=(--features results/features/smollm2-fixed --prompts 2560 --mode fixed)
 SELF=(--features results/features/smollm2-self --prompts 1280 --mode self --batch-size 16)
 HEADS=heads/eagle/smollm2-135m-instruct
+# EAGLE-3 against EAGLE at equal data and budget: the first 11 chunks (2,816 conversations) of the committed
+# self-distilled dataset (README "Self-distilled data in one pass"; its features are rebuilt when missing).
+DISTILLED=(--dataset heads/data/smollm2-135m-instruct/self-t0 --dataset-chunks 11 --features results/features/smollm2-self-t0)
 
 if [[ $what == all || $what == eagle ]]; then
   # The shipped head, in two stages: (1) fixed replies, 3.5M positions; (2) fine-tuned for 1M positions on
@@ -41,4 +44,11 @@ if [[ $what == all || $what == ablations ]]; then
     python -m specbench train eagle "${COMMON[@]}" --out "$HEADS/ablation/$inputs" \
       --max-tokens 400000 --lr 5e-4 --eval-every 50 --opt "inputs=$inputs"
   done
+fi
+if [[ $what == all || $what == eagle3 ]]; then
+  # The shipped EAGLE-3 head, and an EAGLE head from scratch on the same conversations, positions, batches and lr.
+  python -m specbench train eagle3 "${DISTILLED[@]}" --out heads/eagle3/smollm2-135m-instruct \
+    --max-tokens 640000 --lr 5e-4 --batch-tokens 2048 --eval-every 50 --snapshot-tokens 160000
+  python -m specbench train eagle "${DISTILLED[@]}" --out "$HEADS/equal-data" \
+    --max-tokens 640000 --lr 5e-4 --batch-tokens 2048 --eval-every 50
 fi
