@@ -102,35 +102,46 @@ def gemm_seconds(model, k: int, repeats: int = 5) -> float:
     return fastest_seconds(lambda: [m(x) for m, x in zip(linears, inputs)], model.device, repeats)
 
 
-def cost_benchmark(target: LoadedModel, sizes: list[int] = SIZES, repeats: int = 9) -> dict:
+def cost_benchmark(target: LoadedModel, sizes: list[int] = SIZES, repeats: int = 9, rounds: int = 3) -> dict:
     """T(k) for the stock HF forward and for the engine's runtime (causal and under a tree mask), in one run,
-    with the machine's floors. Sizes are measured in turn for the three, so that drift hits them alike; every
-    figure is the fastest of `repeats` after a warm-up."""
+    with the machine's floors. Within a round every size is measured for the three in turn, so that drift hits
+    them alike; a cell is the fastest of `repeats` forwards after a warm-up, and of `rounds` rounds (a busy
+    neighbour on a shared machine slows whole seconds at a time)."""
     model = target.model
-    hf, engine, tree, hf_gemm, engine_gemm = [], [], [], [], []
-    for n in sizes:
-        runtime = stock_linears(model)
-        hf += measure_forward_curve(model, [n], tree=False, repeats=repeats).seconds
-        hf_gemm.append(gemm_seconds(model, n, repeats))
-        restore(model, runtime)
-        engine += measure_forward_curve(model, [n], tree=False, repeats=repeats).seconds
-        tree += measure_forward_curve(model, [n], tree=True, repeats=repeats).seconds
-        engine_gemm.append(gemm_seconds(model, n, repeats))
-    costs = CostModel(target.name, str(model.device), cpu_description(), CostCurve(list(sizes), tree))
+    cells: dict[str, list[float]] = {name: [float("inf")] * len(sizes) for name in
+                                     ("hf", "engine", "tree", "hf_gemm", "engine_gemm")}
+
+    def keep(name: str, i: int, seconds: float) -> None:
+        cells[name][i] = min(cells[name][i], seconds)
+
+    for _ in tqdm(range(rounds), desc="cost rounds", unit="round"):
+        for i, n in enumerate(sizes):
+            runtime = stock_linears(model)
+            keep("hf", i, measure_forward_curve(model, [n], tree=False, repeats=repeats).seconds[0])
+            keep("hf_gemm", i, gemm_seconds(model, n, repeats))
+            restore(model, runtime)
+            keep("engine", i, measure_forward_curve(model, [n], tree=False, repeats=repeats).seconds[0])
+            keep("tree", i, measure_forward_curve(model, [n], tree=True, repeats=repeats).seconds[0])
+            keep("engine_gemm", i, gemm_seconds(model, n, repeats))
+    floor = min(stream_seconds(model, repeats) for _ in range(rounds))
+    costs = CostModel(target.name, str(model.device), cpu_description(), CostCurve(list(sizes), cells["tree"]))
     ms = lambda seconds: [round(s * 1000, 2) for s in seconds]  # noqa: E731
     return {
-        "k": list(sizes), "hf_ms": ms(hf), "engine_ms": ms(engine), "engine_tree_ms": ms(tree),
-        "floor_stream_ms": round(stream_seconds(model, repeats) * 1000, 2), "hf_gemm_ms": ms(hf_gemm),
-        "engine_gemm_ms": ms(engine_gemm), "runtime": target.runtime.name if target.runtime else "stock",
-        "cpu": cpu_description(), "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
-        "threads": torch.get_num_threads(), "target": target.name, "repeats": repeats, "costs": costs.to_dict(),
+        "k": list(sizes), "hf_ms": ms(cells["hf"]), "engine_ms": ms(cells["engine"]),
+        "engine_tree_ms": ms(cells["tree"]), "floor_stream_ms": round(floor * 1000, 2),
+        "hf_gemm_ms": ms(cells["hf_gemm"]), "engine_gemm_ms": ms(cells["engine_gemm"]),
+        "runtime": target.runtime.name if target.runtime else "stock", "cpu": cpu_description(),
+        "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
+        "threads": torch.get_num_threads(), "target": target.name, "repeats": repeats, "rounds": rounds,
+        "costs": costs.to_dict(),
     }
 
 
 def format_costs(result: dict) -> str:
     k, hf, eng, tree = result["k"], result["hf_ms"], result["engine_ms"], result["engine_tree_ms"]
     lines = [f"target {result['target']}, {result['device']} {result['dtype']}, {result['threads']} threads, "
-             f"{result['cpu']}; runtime {result['runtime']}; fastest of {result['repeats']} after a warm-up, "
+             f"{result['cpu']}; runtime {result['runtime']}; fastest of {result['repeats']} after a warm-up in each of "
+             f"{result.get('rounds', 1)} rounds, "
              "256 cached tokens; HF = transformers' own modules, engine = the runtime, tree = under a tree mask",
              f"{'k':>4}{'HF ms':>9}{'engine ms':>11}{'tree ms':>9}{'HF GEMMs':>10}{'our GEMMs':>11}"]
     for i, n in enumerate(k):

@@ -219,6 +219,8 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--cost", action="store_true", help="T(k) for k = 1..32 and the machine's floors")
     bench.add_argument("--json", type=Path, help="--cost: also write the figures to this JSON file "
                                                  "(usable as run --cost-curve)")
+    bench.add_argument("--rounds", type=int, default=3, help="--cost: rounds over all sizes; a cell is the fastest "
+                                                             "of all rounds (default 3)")
     bench.set_defaults(limit=2, max_new_tokens=128)
     return top
 
@@ -349,9 +351,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise SpecbenchError(f"--max-new-tokens must be > 0, got {args.max_new_tokens}")
     if args.json and not args.cost:
         raise SpecbenchError("--json goes with --cost")
+    if args.rounds <= 0:
+        raise SpecbenchError(f"--rounds must be > 0, got {args.rounds}")
     if args.cost:
         target = load_model(args.target, args.device, args.dtype, args.runtime)
-        result = cost_benchmark(target)
+        result = cost_benchmark(target, rounds=args.rounds)
         print(format_costs(result))
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)

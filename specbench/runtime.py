@@ -1,12 +1,24 @@
 """The target runtime: how the target's forward runs, the same for every method (vanilla included), so that the
 ratios stay honest.
 
-On a CPU, speculation lives on forwards over a few tokens (1 to 32), and there PyTorch's `F.linear` (x @ Wᵀ) is
-the slowest path: on a 2-core AVX2 EPYC it took 64 ms for the 30 layers' GEMMs of SmolLM2 at 2-4 tokens against
-37 ms at one token, while the same products computed as W @ xᵀ took 22-24 ms. The runtime swaps every Linear
-module of the target for one that computes W @ xᵀ up to `max_tokens` rows and falls back to `F.linear` above
-(prefills). Its output is made contiguous, as F.linear's is: a transposed view sends attention to its slow kernel. The choice depends on the token count alone, never on a clock, so the same inputs always take the same
-kernel and give the same floats. On a GPU the target is left as it is (cuBLAS has no such hole).
+On a CPU, speculation lives on forwards over a few tokens (1 to 32), and there the best matrix-product kernel
+depends on the token count. Measured on a 2-core AVX2 EPYC for SmolLM2-135M's 30 decoder layers (210 products,
+425 MB of fp32 weights, ms; reports/cost/linear_kernels.txt, from `python scripts/linear_kernels.py`, which prints
+this table on any machine):
+
+    rows              1    2    4    8   12   16   24   32
+    F.linear (x@Wᵀ)  40   61   62   55   61   66   76   86
+    W @ xᵀ           41   34   31   45   71   58   77   78
+    W @ [x; x]ᵀ      31    -
+    oneDNN-packed    31   32   38   44   48   51   63   71
+
+So the runtime swaps every Linear module of the target for a `FewTokenLinear` that computes one row as the first
+column of W @ [x; x]ᵀ (the two-column product takes a faster kernel than the one-column one), 2-4 rows as W @ xᵀ,
+5-32 rows with weights prepacked by oneDNN (as inductor's CPU freezing does; a copy made once, the target is
+frozen), and more rows (prefills) with F.linear. Outputs are contiguous like F.linear's: a transposed view sends
+attention to its slow kernel. The choice depends on the row count alone, never on a clock, so the same inputs
+always take the same kernel and give the same floats. On a GPU the target is left as it is (cuBLAS has no such
+hole).
 
 Swapping modules goes through the model's public module tree (`set_submodule`); the model's own forward, masks
 and caches are untouched.
@@ -24,9 +36,10 @@ from transformers import PreTrainedModel
 
 RUNTIMES = ("fast", "stock")
 
-# Up to this many rows W @ xT beat F.linear on the 2-core AVX2 EPYC, weights streamed from memory as in a forward
-# (30 layers' products: 2 rows 34 vs 64 ms, 4 rows 33 vs 65, 8 rows 43 vs 56, 16 rows 53 vs 68; 1 row a tie).
-FEW_TOKENS = 32
+FEW_TOKENS = 32  # above this many rows (prefills) F.linear is as fast as anything else
+WXT_MAX_ROWS = 4  # W @ xT up to here, oneDNN-packed weights above (table in the module docstring)
+PACK_ROWS_HINT = 16  # the row count oneDNN lays the packed weights out for (8, 16 or 32 measured alike)
+KERNELS = ("pair", "wxt", "packed", "linear")
 
 
 def synchronize(device: torch.device) -> None:
@@ -47,9 +60,30 @@ def fastest_seconds(run: Callable[[], object], device: torch.device, repeats: in
     return min(times[1:])
 
 
+def pick_kernel(rows: int, max_tokens: int, packed: bool) -> str:
+    """The product kernel for a given row count: a fixed rule, so equal inputs always give equal floats."""
+    if rows == 0 or rows > max_tokens:
+        return "linear"
+    if rows == 1:
+        return "pair"
+    if rows <= WXT_MAX_ROWS or not packed:
+        return "wxt"
+    return "packed"
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor | None:
+    """oneDNN's blocked copy of an fp32 CPU weight, or None where oneDNN or its linear op is missing."""
+    if weight.device.type != "cpu" or weight.dtype != torch.float32 or not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS_HINT)
+    except (AttributeError, RuntimeError):
+        return None
+
+
 class FewTokenLinear(nn.Module):
-    """A Linear layer that computes W @ xᵀ for at most max_tokens rows (fast for few tokens on a CPU) and
-    F.linear above. Shares the original module's parameters (tied embeddings stay tied)."""
+    """A Linear layer that picks its product kernel by row count (`pick_kernel`). Shares the original module's
+    parameters (tied embeddings stay tied); the packed copy is made once, for a frozen target."""
 
     def __init__(self, linear: nn.Linear, max_tokens: int) -> None:
         super().__init__()
@@ -57,21 +91,34 @@ class FewTokenLinear(nn.Module):
         self.bias = linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.max_tokens = max_tokens
+        # A plain attribute, not a buffer: it is a cache of the weight, never saved or moved.
+        self.packed = pack_weight(linear.weight) if max_tokens > WXT_MAX_ROWS else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if rows > self.max_tokens or rows == 0:
+        kernel = pick_kernel(rows, self.max_tokens, self.packed is not None and not torch.is_grad_enabled())
+        if kernel == "linear":
             return F.linear(x, self.weight, self.bias)
-        flat = x.reshape(rows, x.shape[-1])
-        if self.bias is None:
-            out = torch.mm(self.weight, flat.T).T
-        else:
-            out = torch.addmm(self.bias.unsqueeze(1), self.weight, flat.T).T
+        return self.product(x.reshape(rows, x.shape[-1]), kernel).reshape(*x.shape[:-1], self.out_features)
+
+    def product(self, flat: torch.Tensor, kernel: str) -> torch.Tensor:
+        """flat [rows, in] -> [rows, out] (contiguous) through the named kernel."""
+        if kernel == "linear":
+            return F.linear(flat, self.weight, self.bias)
+        if kernel == "packed":
+            if self.packed is None:
+                raise ValueError("no packed weights on this module (oneDNN missing, or not fp32 on a CPU)")
+            return torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
+        rows = flat.shape[0]
+        cols = (torch.cat([flat, flat]) if kernel == "pair" else flat).T
+        out = torch.mm(self.weight, cols) if self.bias is None else torch.addmm(self.bias[:, None], self.weight, cols)
         # Contiguous like F.linear's output: a transposed view would push attention onto its slow (math) kernel.
-        return out.contiguous().reshape(*x.shape[:-1], self.out_features)
+        return out[:, :rows].T.contiguous()
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, W @ xT up to {self.max_tokens} rows"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, W @ xT up to "
+                f"{min(WXT_MAX_ROWS, self.max_tokens)} rows, {'packed' if self.packed is not None else 'W @ xT'} "
+                f"up to {self.max_tokens}")
 
 
 @dataclass(frozen=True)
@@ -79,6 +126,7 @@ class RuntimeInfo:
     name: str  # "fast" or "stock"
     swapped_linears: int
     max_tokens: int
+    packed_linears: int = 0  # of the swapped ones, with oneDNN-packed weights
 
 
 def swap_linears(model: PreTrainedModel, max_tokens: int = FEW_TOKENS) -> list[tuple[str, nn.Module]]:
@@ -110,4 +158,6 @@ def prepare(model: PreTrainedModel, runtime: str = "fast", max_tokens: int = FEW
         raise ValueError(f"unknown runtime {runtime!r}; valid: {', '.join(RUNTIMES)}")
     if runtime == "stock" or model.device.type != "cpu":
         return RuntimeInfo("stock" if runtime == "stock" else "fast (GPU: stock kernels)", 0, 0)
-    return RuntimeInfo(runtime, len(swap_linears(model, max_tokens)), max_tokens)
+    swap_linears(model, max_tokens)
+    swapped = [m for m in model.modules() if isinstance(m, FewTokenLinear)]
+    return RuntimeInfo(runtime, len(swapped), max_tokens, sum(m.packed is not None for m in swapped))
