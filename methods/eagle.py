@@ -32,6 +32,7 @@ from specbench.draft import Drafter, parse_tree
 from specbench.errors import SpecbenchError
 from specbench.feature_tree import AUTO_MAX_TOKENS, FeatureTreeDrafter, TreeSpec, measure_level_seconds
 from specbench.registry import BuildContext, MethodInfo
+from specbench.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.features import FeatureCache, draft_vocabulary
 from specbench.target import LoadedModel, shipped_drafters
 from specbench.training import Batch, TrainConfig, fit
@@ -183,13 +184,14 @@ class EagleFeatureHead:
 
     hidden_layers = (-1,)
 
-    def __init__(self, head: EagleHead, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None) -> None:
+    def __init__(self, head: EagleHead, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None,
+                 runtime: RuntimeInfo | None = None) -> None:
         self.head = head.eval()
         self.shift = head.shift
         self.device, self.dtype = head.fc.weight.device, head.fc.weight.dtype
         self.feature_size = head.config.hidden_size
         vocab = (draft_vocab if draft_vocab is not None else torch.arange(lm_head.shape[0])).to(self.device)
-        self.lm_head = lm_head.detach()[vocab].to(self.device, self.dtype).contiguous()
+        self.lm_head = frozen_linear(lm_head.detach()[vocab].to(self.device, self.dtype).contiguous(), runtime)
         self.target_ids = vocab.tolist()
 
     def new_cache(self) -> DynamicCache:
@@ -199,12 +201,13 @@ class EagleFeatureHead:
         return self.head(tokens[None], features[None], positions[None], mask, cache)[0]
 
     def draft_logits(self, predicted):
-        return predicted @ self.lm_head.T
+        return self.lm_head(predicted)
 
 
 class EagleDrafter(FeatureTreeDrafter):
-    def __init__(self, head: EagleHead, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None, tree: TreeSpec):
-        super().__init__(EagleFeatureHead(head, lm_head, draft_vocab), tree)
+    def __init__(self, head: EagleHead, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None, tree: TreeSpec,
+                 runtime: RuntimeInfo | None = None):
+        super().__init__(EagleFeatureHead(head, lm_head, draft_vocab, runtime), tree)
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -276,6 +279,7 @@ def _build(ctx: BuildContext, inputs: str, static: bool, ablation: bool = False)
     if vocab_size < 0:
         draft_vocab = None  # draft_vocab=-1: the full vocabulary
     head.to(target.device, target.dtype)
+    prepare_drafter(head, ctx.target.runtime)
     sizing = ctx.options.get("total_tokens", "auto")
     spec = TreeSpec(top_k=ctx.option("top_k", 4), depth=ctx.option("depth", 5),
                     total_tokens=AUTO_MAX_TOKENS if sizing == "auto" else ctx.option("total_tokens", 12))
@@ -285,12 +289,13 @@ def _build(ctx: BuildContext, inputs: str, static: bool, ablation: bool = False)
         rows = len(draft_vocab) if draft_vocab is not None else lm_head.shape[0]
         key = f"eagle-level:hidden={head.config.hidden_size}:vocab={rows}:top_k={spec.top_k}"
         spec.level_seconds = costs.drafting_cost(
-            key, lambda: measure_level_seconds(EagleFeatureHead(head, lm_head, draft_vocab), spec.top_k))
+            key, lambda: measure_level_seconds(EagleFeatureHead(head, lm_head, draft_vocab, ctx.target.runtime),
+                                               spec.top_k))
     if static:
         spec.static_paths = parse_tree(ctx.option("tree", EAGLE1_TREE))
     if spec.top_k < 1 or spec.depth < 1 or spec.total_tokens < 1:
         raise SpecbenchError("eagle options top_k, depth and total_tokens must be >= 1")
-    return EagleDrafter(head, lm_head, draft_vocab, spec)
+    return EagleDrafter(head, lm_head, draft_vocab, spec, ctx.target.runtime)
 
 
 METHODS = [

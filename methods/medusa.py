@@ -24,6 +24,7 @@ from specbench.draft import ROOT, DecodeContext, Draft, Drafter, StepResult, par
 from specbench.errors import SpecbenchError
 from specbench.features import FeatureCache, draft_vocabulary
 from specbench.registry import BuildContext, MethodInfo
+from specbench.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.sampling import Sampling, sample, target_probs
 from specbench.target import LoadedModel, shipped_drafters
 from specbench.training import Batch, TrainConfig, fit
@@ -89,14 +90,14 @@ class MedusaDrafter(Drafter):
     hidden_layers = (-1,)
 
     def __init__(self, heads: MedusaHeads, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None,
-                 tree: list[tuple[int, ...]], verifier=None) -> None:
+                 tree: list[tuple[int, ...]], verifier=None, runtime: RuntimeInfo | None = None) -> None:
         depth = max(len(p) for p in tree)
         if depth > len(heads.heads):
             raise SpecbenchError(f"the Medusa tree is {depth} deep but there are only {len(heads.heads)} heads")
         self.heads = heads
         device, dtype = heads.heads[0][0].linear.weight.device, heads.heads[0][0].linear.weight.dtype
         vocab = draft_vocab if draft_vocab is not None else torch.arange(lm_head.shape[0])
-        self.lm_head = lm_head.detach()[vocab].to(device, dtype).contiguous()
+        self.lm_head = frozen_linear(lm_head.detach()[vocab].to(device, dtype).contiguous(), runtime)
         self.vocab_list = vocab.tolist()
         self.tree = tree
         self.width = max(max(p) for p in tree) + 1
@@ -115,8 +116,8 @@ class MedusaDrafter(Drafter):
     def propose(self, ctx: DecodeContext) -> Draft:
         if self.last_feature is None:
             return Draft()
-        predicted = self.heads(self.last_feature.to(self.lm_head.dtype))[: self.depth]  # [depth, H]
-        guesses = (predicted @ self.lm_head.T).topk(self.width, dim=-1).indices.tolist()
+        predicted = self.heads(self.last_feature.to(self.lm_head.weight.dtype))[: self.depth]  # [depth, H]
+        guesses = self.lm_head(predicted).topk(self.width, dim=-1).indices.tolist()
         tokens = [self.vocab_list[guesses[len(p) - 1][p[-1]]] for p in self.tree]
         return Draft(tokens, list(self.parents))
 
@@ -213,8 +214,10 @@ def _build(ctx: BuildContext, typical: bool) -> Drafter:
     if heads.heads[0][0].linear.weight.shape[0] != lm_head.shape[1]:
         raise SpecbenchError(f"Medusa heads {folder} do not fit target {ctx.target.name} (hidden size)")
     heads.to(lm_head.device, lm_head.dtype)
+    prepare_drafter(heads, ctx.target.runtime)
     verifier = typical_verifier(ctx.option("threshold", 0.09), ctx.option("alpha", 0.3)) if typical else None
-    return MedusaDrafter(heads, lm_head, vocab, parse_tree(ctx.option("tree", DEFAULT_TREE)), verifier)
+    return MedusaDrafter(heads, lm_head, vocab, parse_tree(ctx.option("tree", DEFAULT_TREE)), verifier,
+                         ctx.target.runtime)
 
 
 METHODS = [

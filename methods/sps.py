@@ -14,6 +14,7 @@ from specbench.errors import SpecbenchError
 from specbench.features import FeatureCache, draft_vocabulary
 from specbench.kv import truncate_cache
 from specbench.registry import BuildContext, MethodInfo
+from specbench.runtime import prepare_drafter
 from specbench.sampling import sample, target_probs
 from specbench.target import LoadedModel, load_model, shipped_drafters
 from specbench.training import Batch, TrainConfig, fit
@@ -195,6 +196,7 @@ def build(ctx: BuildContext) -> Drafter:
         folder = DRAFTS_DIR / PACKAGED_DRAFTS[ctx.target.name.lower()]
     if folder is not None and _is_small_draft(folder):
         draft_model, draft_vocab = load_small_draft(folder, ctx.target.model)
+        prepare_drafter(draft_model, ctx.target.runtime)
         return DraftModelDrafter(draft_model, gamma, vocab, draft_vocab)
     if not ctx.draft:
         raise SpecbenchError("sps needs a draft model: --draft NAME_OR_PATH (an HF causal LM with the target's tokenizer)")

@@ -233,7 +233,7 @@ class FeatureTreeDrafter(Drafter):
 
 
 @torch.inference_mode()
-def measure_level_seconds(head: FeatureHead, top_k: int, repeats: int = 5) -> float:
+def measure_level_seconds(head: FeatureHead, top_k: int, repeats: int = 20) -> float:
     """Fastest of a few runs of one dynamic-tree level: the head over top_k nodes after a cached context, then the
     draft logits, log-softmax and top-k of each. Measured once per run (see specbench.costs)."""
     drafter = FeatureTreeDrafter(head, TreeSpec(top_k=top_k))

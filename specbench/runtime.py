@@ -152,6 +152,27 @@ def restore(model: PreTrainedModel, originals: list[tuple[str, nn.Module]]) -> N
         model.set_submodule(name, module)
 
 
+def drafter_kernels(runtime: RuntimeInfo | None, device: torch.device) -> bool:
+    """Whether a drafter's own products take the runtime's kernels: where the target's do (fast runtime, CPU)."""
+    return runtime is not None and runtime.swapped_linears > 0 and device.type == "cpu"
+
+
+def prepare_drafter(module: nn.Module, runtime: RuntimeInfo | None) -> None:
+    """A drafter's modules run on the target's runtime too: a draft step is a forward over a few rows, where
+    F.linear is slowest (an EAGLE tree level: 4 rows)."""
+    params = list(module.parameters())
+    if params and drafter_kernels(runtime, params[0].device):
+        swap_linears(module)
+
+
+def frozen_linear(weight: torch.Tensor, runtime: RuntimeInfo | None) -> nn.Module:
+    """A bias-free Linear layer over a frozen weight [out, in] (e.g. the target's lm_head rows a drafter scores),
+    on the runtime's kernels where the target runs on them."""
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+    linear.weight = nn.Parameter(weight, requires_grad=False)
+    return FewTokenLinear(linear, FEW_TOKENS) if drafter_kernels(runtime, weight.device) else linear
+
+
 def prepare(model: PreTrainedModel, runtime: str = "fast", max_tokens: int = FEW_TOKENS) -> RuntimeInfo:
     """Set up the target's runtime in place. "stock" leaves the model as transformers built it."""
     if runtime not in RUNTIMES:

@@ -88,3 +88,22 @@ def test_cost_bench_writes_a_curve_that_run_reuses(tiny_target_dir, tmp_path, ca
     assert json.loads((out / "run.json").read_text())["costs"]["verify_ms"] == result["costs"]["verify_ms"]
     assert main(["bench", "--cost", "--rounds", "0", "--target", str(tiny_target_dir)]) == 2
     assert "--rounds must be > 0" in capsys.readouterr().err
+
+
+def test_drafters_run_on_the_targets_kernels_and_stay_stock_with_a_stock_target():
+    from specbench.runtime import RuntimeInfo, frozen_linear, prepare_drafter
+
+    fast, stock = RuntimeInfo("fast", 15, FEW_TOKENS), RuntimeInfo("stock", 0, 0)
+    head = nn.Sequential(nn.Linear(16, 16), nn.SiLU(), nn.Linear(16, 8, bias=False))
+    x = torch.randn(4, 16)
+    expected = head(x)
+    prepare_drafter(head, stock)
+    assert not any(isinstance(m, FewTokenLinear) for m in head.modules())
+    prepare_drafter(head, fast)
+    assert sum(isinstance(m, FewTokenLinear) for m in head.modules()) == 2
+    with torch.inference_mode():
+        torch.testing.assert_close(head(x), expected, rtol=1e-5, atol=1e-5)
+        rows = torch.randn(10, 16)
+        assert isinstance(frozen_linear(rows, fast), FewTokenLinear)
+        assert type(frozen_linear(rows, stock)) is nn.Linear
+        torch.testing.assert_close(frozen_linear(rows, fast)(x), x @ rows.T, rtol=1e-5, atol=1e-5)

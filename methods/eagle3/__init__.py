@@ -18,6 +18,7 @@ from specbench.methods.eagle3.checkpoint import load_head
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
 from specbench.methods.eagle3.training import train
 from specbench.registry import BuildContext, MethodInfo
+from specbench.runtime import prepare_drafter
 from specbench.target import shipped_drafters
 
 PACKAGED_HEADS = {"smollm2-135m-instruct": "smollm2-135m-instruct"}  # target short name -> folder in heads/eagle3
@@ -65,6 +66,7 @@ def build(ctx: BuildContext) -> Drafter:
             head.fc.in_features != 3 * config.hidden_size:
         raise SpecbenchError(f"EAGLE-3 head {folder} does not fit target {ctx.target.name} (vocabulary or hidden size)")
     head.to(target.device, target.dtype)
+    prepare_drafter(head, ctx.target.runtime)
     adapter = Eagle3FeatureHead(head, config.num_hidden_layers)
     sizing = ctx.options.get("total_tokens", "auto")
     spec = TreeSpec(top_k=ctx.option("top_k", 4), depth=ctx.option("depth", 6),
