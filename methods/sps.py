@@ -200,7 +200,9 @@ def build(ctx: BuildContext) -> Drafter:
         return DraftModelDrafter(draft_model, gamma, vocab, draft_vocab)
     if not ctx.draft:
         raise SpecbenchError("sps needs a draft model: --draft NAME_OR_PATH (an HF causal LM with the target's tokenizer)")
-    draft = load_model(ctx.draft, ctx.device, ctx.dtype)
+    # The draft runs on the target's runtime (stock when the target is stock).
+    runtime = ctx.target.runtime.name if ctx.target.runtime and ctx.target.runtime.swapped_linears else "stock"
+    draft = load_model(ctx.draft, ctx.device, ctx.dtype, runtime)
     if draft.tokenizer.get_vocab() != ctx.target.tokenizer.get_vocab():
         raise SpecbenchError(f"--draft {ctx.draft} has a different tokenizer from the target {ctx.target.name}")
     return DraftModelDrafter(draft.model, gamma, vocab)

@@ -3,7 +3,7 @@
 # Each command resumes from its checkpoint when rerun (a session may be stopped at any time), and all of them
 # share two feature caches: 2,560 conversations of ../shared/data/train/prompts.jsonl with their fixed replies,
 # and 1,280 of them with replies the target wrote itself.
-# Usage: bash scripts/train_default_drafters.sh [all|eagle|self|ablations|medusa|sps|eagle3]
+# Usage: bash scripts/train_default_drafters.sh [all|eagle|self|ablations|medusa|sps|eagle3|self-t0]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1
@@ -51,4 +51,10 @@ if [[ $what == all || $what == eagle3 ]]; then
     --max-tokens 640000 --lr 5e-4 --batch-tokens 2048 --eval-every 50 --snapshot-tokens 160000
   python -m specbench train eagle "${DISTILLED[@]}" --out "$HEADS/equal-data" \
     --max-tokens 640000 --lr 5e-4 --batch-tokens 2048 --eval-every 50
+fi
+if [[ $what == self-t0 ]]; then
+  # Candidate default head (issue 13, in progress): the shipped recipe's stage 1 (`fixed`) fine-tuned on the first
+  # 11 chunks of the self-distilled dataset (2,816 conversations, 2.2x the 1,280 of stage 2) for 2M positions.
+  python -m specbench train eagle "${DISTILLED[@]}" --out "$HEADS/self-t0" \
+    --max-tokens 2000000 --lr 2e-4 --eval-every 50 --snapshot-tokens 500000 --opt "init=$HEADS/fixed"
 fi
