@@ -45,6 +45,9 @@ HEAD_CONFIG_KEYS = (
     "max_position_embeddings", "vocab_size", "hidden_act", "rope_parameters", "attention_bias", "mlp_bias",
 )
 PACKAGED_HEADS = {"smollm2-135m-instruct": "smollm2-135m-instruct"}  # target short name -> folder in heads/
+# The default head's folder within a target's folder: `shifted` was the first recipe; `self-t0` is the same
+# stage 1 fine-tuned on more of the target's own replies (heads/README.md), better on the target's own text.
+DEFAULT_HEAD = "self-t0"
 HEADS_DIR = shipped_drafters("eagle")
 SAFETENSORS, BIN = "model.safetensors", "pytorch_model.bin"
 
@@ -155,11 +158,13 @@ def load_head(folder: Path, target_embedding: torch.Tensor | None = None) -> tup
     return head, None if draft_vocab is None else torch.tensor(draft_vocab, dtype=torch.long)
 
 
-def find_head(target_name: str, inputs: str = "shifted", ablation: bool = False) -> Path:
-    """The shipped head for a target: heads/eagle/<target>/shifted, or one of the four ablation heads (trained on
-    the same, smaller budget) in heads/eagle/<target>/ablation/<inputs>."""
+def find_head(target_name: str, ablation_inputs: str | None = None) -> Path:
+    """The shipped head for a target: heads/eagle/<target>/<DEFAULT_HEAD>, or one of the four ablation heads
+    (trained on the same, smaller budget) in heads/eagle/<target>/ablation/<ablation_inputs>."""
     name = PACKAGED_HEADS.get(target_name.lower())
-    folder = HEADS_DIR / name / ("ablation" if ablation else "") / inputs if name else None
+    inputs = ablation_inputs or "shifted"
+    within = Path("ablation", ablation_inputs) if ablation_inputs else Path(DEFAULT_HEAD)
+    folder = HEADS_DIR / name / within if name else None
     if folder is None or not (folder / "config.json").is_file():
         raise SpecbenchError(
             f"no trained EAGLE head ({inputs}) ships for target {target_name!r}: pass --draft HEAD_FOLDER, or train "
@@ -268,7 +273,7 @@ def _build(ctx: BuildContext, inputs: str, static: bool, ablation: bool = False)
     target = ctx.target.model
     # head=FOLDER (e.g. eagle@head=...) compares heads side by side in one run; --draft sets it for every method.
     chosen = ctx.options.get("head") or ctx.draft
-    folder = Path(chosen) if chosen else find_head(ctx.target.name, inputs, ablation)
+    folder = Path(chosen) if chosen else find_head(ctx.target.name, inputs if ablation else None)
     head, draft_vocab = load_head(folder, target.get_input_embeddings().weight.detach())
     lm_head = target.get_output_embeddings().weight
     if head.config.hidden_size != lm_head.shape[1] or head.embed_tokens.weight.shape[0] != lm_head.shape[0]:

@@ -17,7 +17,7 @@ HEADS=heads/eagle/smollm2-135m-instruct
 DISTILLED=(--dataset heads/data/smollm2-135m-instruct/self-t0 --dataset-chunks 11 --features results/features/smollm2-self-t0)
 
 if [[ $what == all || $what == eagle ]]; then
-  # The shipped head, in two stages: (1) fixed replies, 3.5M positions; (2) fine-tuned for 1M positions on
+  # The previous default head, in two stages: (1) fixed replies, 3.5M positions; (2) fine-tuned for 1M positions on
   # self-distilled replies (the target writes its own replies to 1,280 training prompts, greedy, batched), which
   # is what it has to predict when decoding.
   python -m specbench train eagle "${COMMON[@]}" --out "$HEADS/fixed" \
@@ -52,8 +52,8 @@ if [[ $what == all || $what == eagle3 ]]; then
   python -m specbench train eagle "${DISTILLED[@]}" --out "$HEADS/equal-data" \
     --max-tokens 640000 --lr 5e-4 --batch-tokens 2048 --eval-every 50
 fi
-if [[ $what == self-t0 ]]; then
-  # Candidate default head (issue 13, in progress): the shipped recipe's stage 1 (`fixed`) fine-tuned on the first
+if [[ $what == all || $what == self-t0 ]]; then
+  # The default EAGLE head (methods/eagle.py DEFAULT_HEAD): the earlier recipe's stage 1 (`fixed`) fine-tuned on the first
   # 11 chunks of the self-distilled dataset (2,816 conversations, 2.2x the 1,280 of stage 2) for 2M positions.
   python -m specbench train eagle "${DISTILLED[@]}" --out "$HEADS/self-t0" \
     --max-tokens 2000000 --lr 2e-4 --eval-every 50 --snapshot-tokens 500000 --opt "init=$HEADS/fixed"
