@@ -53,8 +53,9 @@ if [[ $what == all || $what == eagle3 ]]; then
     --max-tokens 640000 --lr 5e-4 --batch-tokens 2048 --eval-every 50
 fi
 if [[ $what == all || $what == self-t0 ]]; then
-  # The default EAGLE head (methods/eagle.py DEFAULT_HEAD): the earlier recipe's stage 1 (`fixed`) fine-tuned on the first
-  # 11 chunks of the self-distilled dataset (2,816 conversations, 2.2x the 1,280 of stage 2) for 2M positions.
+  # The default EAGLE head (methods/eagle.py DEFAULT_HEAD): the earlier recipe's stage 1 (`fixed`) fine-tuned on
+  # the first 11 chunks of the self-distilled dataset (2,816 conversations, 2.2x the 1,280 of stage 2) for 2M
+  # positions.
   python -m specbench train eagle "${DISTILLED[@]}" --out "$HEADS/self-t0" \
     --max-tokens 2000000 --lr 2e-4 --eval-every 50 --snapshot-tokens 500000 --opt "init=$HEADS/fixed"
 fi
