@@ -12,7 +12,7 @@ from pathlib import Path
 
 from specbench.errors import SpecbenchError
 from specbench.records import read_records
-from specbench.report import per_question_frame
+from specbench.report import labelled_rows, per_question_frame
 
 
 def main() -> None:
@@ -32,7 +32,7 @@ def main() -> None:
     print(f"T={args.temperature:g}, {questions} questions, pooled over tasks (τ in the report is a mean of tasks)")
     print("| method | draft ms / step | forward ms / step | wall ms / token | tokens / step |")
     print("| --- | --- | --- | --- | --- |")
-    for method, row in sums.sort_index(key=lambda index: index.map(lambda m: (m != "vanilla", m))).iterrows():
+    for method, row in labelled_rows(sums, frame).iterrows():  # vanilla first; lossy methods labelled
         print(f"| {method} | {1000 * row.draft_time / row.steps:.1f} | {1000 * row.verify_time / row.steps:.1f} | "
               f"{1000 * row.wall_time / row.new_tokens:.1f} | {row.new_tokens / row.steps:.2f} |")
 
