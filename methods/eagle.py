@@ -269,11 +269,11 @@ class EagleTrainable:
 # ---------------------------------------------------------------------------------------------- methods
 
 
-def _build(ctx: BuildContext, inputs: str, static: bool, ablation: bool = False) -> Drafter:
+def _build(ctx: BuildContext, static: bool, ablation_inputs: str | None = None) -> Drafter:
     target = ctx.target.model
     # head=FOLDER (e.g. eagle@head=...) compares heads side by side in one run; --draft sets it for every method.
     chosen = ctx.options.get("head") or ctx.draft
-    folder = Path(chosen) if chosen else find_head(ctx.target.name, inputs if ablation else None)
+    folder = Path(chosen) if chosen else find_head(ctx.target.name, ablation_inputs)
     head, draft_vocab = load_head(folder, target.get_input_embeddings().weight.detach())
     lm_head = target.get_output_embeddings().weight
     if head.config.hidden_size != lm_head.shape[1] or head.embed_tokens.weight.shape[0] != lm_head.shape[0]:
@@ -306,12 +306,12 @@ def _build(ctx: BuildContext, inputs: str, static: bool, ablation: bool = False)
 METHODS = [
     MethodInfo("eagle", "EAGLE-2: feature-level draft head, dynamic tree (top_k=4, depth=5, total_tokens=auto: sized per step "
                "from this machine's measured verification cost)", True,
-               lambda ctx: _build(ctx, "shifted", static=False)),
+               lambda ctx: _build(ctx, static=False)),
     MethodInfo("eagle1", "EAGLE-1: the same head, static 25-node tree (--opt tree=JSON paths)", True,
-               lambda ctx: _build(ctx, "shifted", static=True)),
+               lambda ctx: _build(ctx, static=True)),
 ] + [
     MethodInfo(f"eagle-{inputs}", f"EAGLE ablation head reading {what}, dynamic tree (the four ablation heads share "
-               "one training budget)", True, lambda ctx, inputs=inputs: _build(ctx, inputs, False, ablation=True))
+               "one training budget)", True, lambda ctx, inputs=inputs: _build(ctx, False, ablation_inputs=inputs))
     for inputs, what in [("shifted", "feature + shifted token (EAGLE)"), ("unshifted", "feature + unshifted token"),
                          ("feature", "feature only"), ("token", "token only")]
 ]
