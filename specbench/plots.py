@@ -27,9 +27,34 @@ def _save(fig, out_dir: Path, stem: str) -> list[Path]:
     return paths
 
 
+def short_label(label: str) -> str:
+    """A method's name for a legend: option values that are paths keep their last two parts (a head's full path
+    crowds a plot out; the tables keep the exact names)."""
+    base, at, opts = label.partition("@")
+    if not at:
+        return label
+    parts = []
+    for opt in opts.split(":"):
+        key, eq, value = opt.partition("=")
+        pieces = value.split(" ")  # "PATH (lossy)": the suffix stays
+        path = pieces[0].rstrip("/").split("/")
+        if eq and len(path) > 2:
+            pieces[0] = "…/" + "/".join(path[-2:])
+        parts.append(key + eq + " ".join(pieces))
+    return f"{base}@{':'.join(parts)}"
+
+
+def short_labels(labels: list[str]) -> dict[str, str]:
+    """Each label shortened, unless two would then read the same (heads named alike in different folders)."""
+    short = {label: short_label(label) for label in labels}
+    return short if len(set(short.values())) == len(short) else {label: label for label in labels}
+
+
 def _labels(part: pd.DataFrame) -> dict[str, str]:
     lossless = part.groupby("method")["lossless"].first()
-    return {m: method_label(m, bool(lossless[m])) for m in lossless.index}
+    full = {m: method_label(m, bool(lossless[m])) for m in lossless.index}
+    short = short_labels(list(full.values()))
+    return {m: short[label] for m, label in full.items()}
 
 
 def _methods(part: pd.DataFrame) -> list[str]:
@@ -47,10 +72,11 @@ def speedup_bars(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(tasks) + 2), 3.8))
     width = 0.8 / len(table.index)
     x = np.arange(len(tasks))
+    labels = short_labels(list(table.index))
     for i, method in enumerate(table.index):
         errors = None if half is None else [half.loc[method, (task, "Speedup")] for task in tasks]
         ax.bar(x + i * width - 0.4 + width / 2, [table.loc[method, (task, "Speedup")] for task in tasks], width,
-               yerr=errors, capsize=2, label=method)
+               yerr=errors, capsize=2, label=labels[method])
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(x, [task.replace("_", " ") for task in tasks])
     ax.set_ylabel("speedup over vanilla (×)")
@@ -156,10 +182,11 @@ def speedup_against_batch(part: pd.DataFrame, out_dir: Path, t: str) -> list[Pat
     table = throughput_table(part)
     sizes = [int(c[0].removeprefix("B=")) for c in table.columns if c[1] == "Speedup"]
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    labels = short_labels(list(table.index))
     for method in table.index:
         if method == "vanilla":
             continue
-        ax.plot(sizes, [table.loc[method, (f"B={b}", "Speedup")] for b in sizes], marker="o", label=method)
+        ax.plot(sizes, [table.loc[method, (f"B={b}", "Speedup")] for b in sizes], marker="o", label=labels[method])
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(b) for b in sizes])

@@ -221,3 +221,13 @@ def test_list_shows_methods_and_tasks(capsys):
     out = capsys.readouterr().out
     for name in ("vanilla", "pld", "sps", "mt_bench", "natural_questions", "lossless"):
         assert name in out
+
+
+def test_plot_legends_shorten_head_paths_unless_two_would_read_the_same():
+    from specbench.plots import short_labels
+    labels = ["vanilla", "eagle@head=/tmp/x/heads/self-t0/snapshots/500000", "medusa@head=/a/b/c/d (lossy)",
+              "eagle@total_tokens=8"]
+    assert list(short_labels(labels).values()) == ["vanilla", "eagle@head=…/snapshots/500000",
+                                                   "medusa@head=…/c/d (lossy)", "eagle@total_tokens=8"]
+    alike = ["eagle@head=/a/shifted/snapshots/1", "eagle@head=/a/self-t0/snapshots/1"]
+    assert short_labels(alike) == {label: label for label in alike}
