@@ -209,6 +209,10 @@ def parser() -> argparse.ArgumentParser:
                          help="fraction of conversations that get a generic follow-up turn and a second reply")
     distill.add_argument("--batch-size", type=int, default=32, help="rows decoded at once")
     distill.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    distill.add_argument("--shard", default="0/1",
+                         help="I/N: answer only the chunks whose index is I modulo N, so that N processes (e.g. one "
+                              "per CPU core, --threads 1) fill one dataset together; the chunks are the same")
+    distill.add_argument("--chunk-size", type=int, default=256, help="conversations per chunk file")
     distill.add_argument("--seed", type=int, default=0)
     _add_model_args(distill)
 
@@ -370,6 +374,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shard(text: str) -> tuple[int, int]:
+    index, slash, count = text.partition("/")
+    try:
+        shard = (int(index), int(count))
+    except ValueError:
+        shard = (-1, 0)
+    if not slash or not 0 <= shard[0] < shard[1]:
+        raise SpecbenchError(f"--shard must be I/N with 0 <= I < N (e.g. 1/2), got {text!r}")
+    return shard
+
+
 def cmd_distill(args: argparse.Namespace) -> int:
     import torch
 
@@ -381,13 +396,17 @@ def cmd_distill(args: argparse.Namespace) -> int:
     feature_layers = _layer_list(args.feature_layers)
     if feature_layers and args.features is None:
         raise SpecbenchError("--feature-layers goes with --features")
+    shard = _shard(args.shard)
+    if args.chunk_size <= 0:
+        raise SpecbenchError(f"--chunk-size must be > 0, got {args.chunk_size}")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     target = load_model(args.target, args.device, args.dtype, args.runtime)
     cfg = DistillConfig(data=args.data, out=args.out, target=args.target, max_prompts=args.prompts,
                         reply_tokens=args.reply_tokens, temperature=args.temperature,
                         second_turn_share=args.second_turn_share, batch_size=args.batch_size, seed=args.seed,
-                        features=args.features, feature_layers=feature_layers)
+                        features=args.features, feature_layers=feature_layers, shard=shard,
+                        chunk_size=args.chunk_size)
     figures = distill(cfg, target)
     print(f"generated {figures['generated_tokens']} reply tokens in {figures['seconds']:.0f} s "
           f"({figures['tokens_per_second']:.1f} tok/s, prompts' prefill included); dataset: {args.out}")

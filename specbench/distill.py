@@ -29,7 +29,7 @@ from transformers import DynamicCache, StaticCache
 
 from specbench.errors import SpecbenchError
 from specbench.features import (Conversation, FeatureCache, prefill_features, read_prompts, write_feature_chunk,
-                                write_manifest)
+                                write_json, write_manifest)
 from specbench.sampling import Sampling, target_probs
 from specbench.target import LoadedModel, chat_prompt
 
@@ -59,6 +59,7 @@ class DistillConfig:
     seed: int = 0
     features: Path | None = None  # also write the features of every conversation here
     feature_layers: tuple[int, ...] = ()  # and the concatenated hidden states at these indices ("fused", EAGLE-3)
+    shard: tuple[int, int] = (0, 1)  # (i, n): this process answers the chunks whose index is i modulo n
 
 
 @dataclass
@@ -74,7 +75,7 @@ class Row:
 
 def _settings(cfg: DistillConfig, target: LoadedModel) -> dict[str, str]:
     # None of these changes what a conversation holds.
-    skip = ("out", "max_prompts", "batch_size", "features", "feature_layers")
+    skip = ("out", "max_prompts", "batch_size", "features", "feature_layers", "shard")
     values = {k: str(v) for k, v in asdict(cfg).items() if k not in skip}
     values["vocab_size"] = str(target.model.config.vocab_size)
     return values
@@ -205,10 +206,24 @@ def read_dataset(folder: Path) -> tuple[dict, list[dict[str, np.ndarray]]]:
     manifest = folder / "manifest.json"
     if not manifest.is_file():
         raise SpecbenchError(f"{folder} is not a self-distilled dataset (no manifest.json)")
-    chunks = sorted(folder.glob("chunk_*.npz"))
+    chunks = finished_chunks(folder)
     if not chunks:
-        raise SpecbenchError(f"dataset {folder} holds no chunks yet")
+        raise SpecbenchError(f"dataset {folder} holds no chunks yet (chunk_00000.npz is missing)")
     return json.loads(manifest.read_text()), [dict(np.load(c)) for c in chunks]
+
+
+def chunk_path(folder: Path, index: int) -> Path:
+    return folder / f"chunk_{index:05d}.npz"
+
+
+def finished_chunks(folder: Path) -> list[Path]:
+    """The dataset's chunks from 0 up to the first one missing: processes answering shards (`--shard`) may have
+    written later ones already, and a dataset is read as an unbroken prefix, so that chunk i of it is always
+    chunk i of the feature cache."""
+    chunks: list[Path] = []
+    while chunk_path(folder, len(chunks)).is_file():
+        chunks.append(chunk_path(folder, len(chunks)))
+    return chunks
 
 
 def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> dict[str, float]:
@@ -219,6 +234,9 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
         raise SpecbenchError("--reply-tokens and --batch-size must be > 0 and --temperature >= 0")
     if cfg.feature_layers and cfg.features is None:
         raise SpecbenchError("--feature-layers goes with --features")
+    shard, shards = cfg.shard
+    if not 0 <= shard < shards:
+        raise SpecbenchError(f"--shard I/N needs 0 <= I < N, got {shard}/{shards}")
     n_layers = target.model.config.num_hidden_layers
     if any(not 0 <= i <= n_layers for i in cfg.feature_layers):
         raise SpecbenchError(f"--feature-layers are output_hidden_states indices: 0..{n_layers} for this target")
@@ -230,7 +248,7 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
         if changed:
             raise SpecbenchError(f"{cfg.out} was generated with other settings ({', '.join(changed)}): use another --out")
     cfg.out.mkdir(parents=True, exist_ok=True)
-    manifest.write_text(json.dumps({"settings": settings, "format": "specbench-distill-1"}, indent=1))
+    write_json(manifest, {"settings": settings, "format": "specbench-distill-1"})
     if cfg.features is not None:
         write_manifest(cfg.features, {"dataset": str(cfg.out), **settings}, target.model.config.hidden_size)
 
@@ -238,14 +256,18 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
     rng = random.Random(cfg.seed)
     follow = [rng.random() < cfg.second_turn_share for _ in rows]  # fixed per prompt, whatever is resumed
     follow_text = [FOLLOW_UPS[rng.randrange(len(FOLLOW_UPS))] for _ in rows]
-    done = len(list(cfg.out.glob("chunk_*.npz")))
+    n_chunks = -(-len(rows) // cfg.chunk_size)
+    todo = [i for i in range(shard, n_chunks, shards) if not chunk_path(cfg.out, i).is_file()]
     generator = torch.Generator(device=target.model.device).manual_seed(cfg.seed) if cfg.temperature > 0 else None
     tok = target.tokenizer
-    bar = tqdm(total=len(rows), initial=min(done * cfg.chunk_size, len(rows)), desc="distill", unit="conv",
-               disable=not progress)
+    size = lambda i: min(cfg.chunk_size, len(rows) - i * cfg.chunk_size)  # noqa: E731  (conversations in chunk i)
+    share = sum(size(i) for i in range(shard, n_chunks, shards))
+    left = sum(size(i) for i in todo)
+    bar = tqdm(total=share, initial=share - left, unit="conv", disable=not progress,
+               desc="distill" if shards == 1 else f"distill {shard}/{shards}")
     t_start, generated = time.perf_counter(), 0
-    for chunk_start in range(done * cfg.chunk_size, len(rows), cfg.chunk_size):
-        index = chunk_start // cfg.chunk_size
+    for index in todo:
+        chunk_start = index * cfg.chunk_size
         part = list(range(chunk_start, min(chunk_start + cfg.chunk_size, len(rows))))
         if generator is not None:  # each chunk's samples depend on the seed and the chunk alone, not on resumes
             generator.manual_seed(cfg.seed * 1_000_003 + index)
@@ -277,7 +299,7 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
         if cfg.features is not None:
             write_feature_chunk(cfg.features / f"chunk_{index:05d}.safetensors", convs, hidden, len(part),
                                 fused if cfg.feature_layers else None, cfg.feature_layers)
-        _write_chunk(cfg.out / f"chunk_{index:05d}.npz", convs, reply_masks, ids, target.model.config.vocab_size)
+        _write_chunk(chunk_path(cfg.out, index), convs, reply_masks, ids, target.model.config.vocab_size)
         bar.set_postfix(new_tok_s=f"{generated / (time.perf_counter() - t_start):.0f}")
     bar.close()
     seconds = time.perf_counter() - t_start
@@ -306,7 +328,9 @@ def features_from_dataset(dataset: Path, out: Path, target: LoadedModel, batch_s
     are kept. Chunk i of the cache holds the conversations of the dataset's chunk i. `max_chunks`: the dataset's
     first chunks only."""
     manifest, chunks = read_dataset(dataset)
-    if max_chunks is not None:
+    if max_chunks is None:
+        max_chunks = len(chunks)  # the feature cache may hold chunks past the dataset's unbroken prefix
+    else:
         if not 0 < max_chunks <= len(chunks):
             raise SpecbenchError(f"--dataset-chunks must be in 1..{len(chunks)} (the chunks {dataset} holds), "
                                  f"got {max_chunks}")

@@ -14,6 +14,7 @@ A cache directory holds manifest.json (settings, to refuse mixing) and chunk_NNN
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -148,9 +149,16 @@ def write_feature_chunk(path: Path, convs: list[Conversation], hidden: list[torc
     tmp.rename(path)  # a chunk is either whole or absent, whatever the moment of a stop
 
 
+def write_json(path: Path, value: dict) -> None:
+    """Whole or absent: a process reading it while another (a distill shard) writes it never sees half a file."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(value, indent=1))
+    tmp.replace(path)
+
+
 def write_manifest(folder: Path, settings: dict[str, str], hidden_size: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "manifest.json").write_text(json.dumps({"settings": settings, "hidden_size": hidden_size}))
+    write_json(folder / "manifest.json", {"settings": settings, "hidden_size": hidden_size})
 
 
 def _text_length(row: dict) -> int:

@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specbench.cli import main
+from specbench.distill import finished_chunks
 from specbench.engine import generate
 from specbench.features import FeatureCache, add_layer_features, chunk_layers, target_features, target_layer_features
 from specbench.methods.vanilla import VanillaDrafter
@@ -113,6 +114,28 @@ def test_dataset_chunks_train_on_a_fixed_share_of_a_growing_dataset(distilled, t
     assert sorted(p.name for p in (tmp_path / "features").glob("chunk_*")) == ["chunk_00000.safetensors"]
     assert main([*args, "--dataset-chunks", "3"]) == 2
     assert "--dataset-chunks must be in 1..2" in capsys.readouterr().err
+
+
+def test_shards_fill_one_dataset_with_the_chunks_one_process_writes(tiny_target_dir, tmp_path):
+    turns = [" ".join(WORDS[(7 * i + j) % len(WORDS)] for j in range(2 + i % 4)) for i in range(10)]
+    common = ("--reply-tokens", "8", "--batch-size", "3", "--chunk-size", "4", "--second-turn-share", "0.3")
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+    assert main(distill_args(tmp_path / "one", tiny_target_dir, turns, *common)) == 0
+    two = tmp_path / "two"
+    assert main(distill_args(two, tiny_target_dir, turns, *common, "--shard", "1/2")) == 0
+    assert sorted(p.name for p in (two / "data").glob("chunk_*")) == ["chunk_00001.npz"]
+    assert finished_chunks(two / "data") == []  # read as an unbroken prefix: chunk 0 is missing
+    assert main(distill_args(two, tiny_target_dir, turns, *common, "--shard", "0/2")) == 0
+    assert [p.name for p in finished_chunks(two / "data")] == ["chunk_00000.npz", "chunk_00001.npz",
+                                                                "chunk_00002.npz"]
+    for i in range(3):
+        one_chunk, two_chunk = (np.load(f / "data" / f"chunk_{i:05d}.npz") for f in (tmp_path / "one", two))
+        for key in ("tokens", "reply", "offsets", "ids"):
+            assert np.array_equal(one_chunk[key], two_chunk[key]), (i, key)
+        one_features, two_features = (load_file(str(f / "features" / f"chunk_{i:05d}.safetensors"))
+                                      for f in (tmp_path / "one", two))
+        assert torch.equal(one_features["hidden"], two_features["hidden"])
 
 
 @pytest.fixture(scope="module")
