@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from specbench.cli import main
+from specbench.plots import short_labels
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -224,7 +225,6 @@ def test_list_shows_methods_and_tasks(capsys):
 
 
 def test_plot_legends_shorten_head_paths_unless_two_would_read_the_same():
-    from specbench.plots import short_labels
     labels = ["vanilla", "eagle@head=/tmp/x/heads/self-t0/snapshots/500000", "medusa@head=/a/b/c/d (lossy)",
               "eagle@total_tokens=8"]
     assert list(short_labels(labels).values()) == ["vanilla", "eagle@head=…/snapshots/500000",
