@@ -7,7 +7,7 @@ chunk_NNNNN.npz files, each with
   reply    uint8 [N]         1 where the token was written by the target (a reply token, its stop token included)
   offsets  int64 [S+1]       where each conversation starts and ends
   ids      str [S]           the training prompt's id
-A conversation's tokens are exactly the ones the target was fed, so `features.features_from_dataset` rebuilds its
+A conversation's tokens are exactly the ones the target was fed, so `features_from_dataset` (below) rebuilds its
 features with one batched prefill on any machine. With `features` set, the features are written at once, from
 the generation's own forwards, to a feature cache in `specbench.features`' format (same chunk numbering).
 
