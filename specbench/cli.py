@@ -113,7 +113,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--repeats", type=int, default=1,
                      help="decode every question N times (methods interleaved); tables then show mean ± 95%% interval")
     run.add_argument("--out", type=Path, help="run directory (default results/<timestamp>); reuse it to resume")
-    run.add_argument("--report-dir", type=Path, help="where the tables go (default reports/<run name>)")
+    run.add_argument("--report-dir", type=Path,
+                     help="where the tables go (default reports/<run name>); refused when it holds another run's tables")
     run.add_argument("--batch-size", default="1", metavar="B[,B...]",
                      help="decode B questions of a task at once (every method, vanilla included; one target forward "
                           "verifies every row's draft); a list (1,2,4,8) decodes each question at each size in one "
@@ -230,10 +231,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from specbench.report import build_report
+    from specbench.records import read_run_info
+    from specbench.report import build_report, check_report_dir
     from specbench.runner import RunConfig, run
 
     out = args.out or Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    report_dir = args.report_dir or Path("reports") / out.name
+    check_report_dir(report_dir, read_run_info(out).get("started"))  # before hours of decoding, not after
     selection = _selection(args)
     cfg = RunConfig(
         out=out, methods=args.methods, tasks=args.tasks, suite=args.suite, question_files=selection.question_files,
@@ -251,7 +255,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("vanilla is not among --methods: it runs as the baseline, interleaved like the others "
               "(--no-baseline skips it)", file=sys.stderr)
     run(cfg)
-    report_dir = args.report_dir or Path("reports") / out.name
     print(build_report(out, report_dir))
     print(f"\nrecords: {out}\ntables:  {report_dir}")
     return 0

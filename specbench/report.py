@@ -16,6 +16,7 @@ With --repeats N (N ≥ 2) every cell is the mean over the N repeats ± the half
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -268,12 +269,31 @@ def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, or
     return [f"Throughput T={t}\n{markdown}", f"Cost per forward T={t}\n{costs}"]
 
 
+def runs_in(out_dir: Path) -> set[str]:
+    """When the runs whose tables a report folder holds were started (from the tables' provenance headers)."""
+    found = set()
+    for table in out_dir.glob("*.md"):
+        match = re.search(r"; started (\S+?)(?:;| -->)", table.read_text(encoding="utf-8")[:4000])
+        if match:
+            found.add(match.group(1))
+    return found
+
+
+def check_report_dir(out_dir: Path, started: str | None) -> None:
+    """Refuse to write a run's tables over another run's (a committed report, say); the same run, resumed, may."""
+    others = runs_in(out_dir) - {started}
+    if others:
+        raise SpecbenchError(f"{out_dir} holds the tables of another run (started {', '.join(sorted(others))}): "
+                             "pass --report-dir DIR, or remove that folder first")
+
+
 def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
     records = read_records(run_dir)
     if not records:
         raise SpecbenchError(f"{run_dir}: no finished records yet")
     frame = per_question_frame(records)
     info = read_run_info(run_dir)
+    check_report_dir(out_dir, info.get("started"))
     origin = provenance(info)
     target = info.get("settings", {}).get("target", "")
     out_dir.mkdir(parents=True, exist_ok=True)
