@@ -3,7 +3,7 @@
 # Each command resumes from its checkpoint when rerun (a session may be stopped at any time), and all of them
 # share two feature caches: 2,560 conversations of ../shared/data/train/prompts.jsonl with their fixed replies,
 # and 1,280 of them with replies the target wrote itself.
-# Usage: bash scripts/train_default_drafters.sh [all|eagle|self|ablations|medusa|sps|eagle3|self-t0]
+# Usage: bash scripts/train_default_drafters.sh [all|eagle|self|ablations|medusa|sps|eagle3|self-t0|self-t0-6m]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1
@@ -15,6 +15,7 @@ HEADS=heads/eagle/smollm2-135m-instruct
 # EAGLE-3 against EAGLE at equal data and budget: the first 11 chunks (2,816 conversations) of the committed
 # self-distilled dataset (README "Self-distilled data in one pass"; its features are rebuilt when missing).
 DISTILLED=(--dataset heads/data/smollm2-135m-instruct/self-t0 --dataset-chunks 11 --features results/features/smollm2-self-t0)
+DISTILLED18=(--dataset heads/data/smollm2-135m-instruct/self-t0 --dataset-chunks 18 --features results/features/smollm2-self-t0)
 
 if [[ $what == all || $what == eagle ]]; then
   # The previous default head, in two stages: (1) fixed replies, 3.5M positions; (2) fine-tuned for 1M positions on
@@ -53,9 +54,15 @@ if [[ $what == all || $what == eagle3 ]]; then
     --max-tokens 640000 --lr 5e-4 --batch-tokens 2048 --eval-every 50
 fi
 if [[ $what == all || $what == self-t0 ]]; then
-  # The default EAGLE head (methods/eagle.py DEFAULT_HEAD): the earlier recipe's stage 1 (`fixed`) fine-tuned on
+  # The previous default EAGLE head: the earlier recipe's stage 1 (`fixed`) fine-tuned on
   # the first 11 chunks of the self-distilled dataset (2,816 conversations, 2.2x the 1,280 of stage 2) for 2M
   # positions.
   python -m specbench train eagle "${DISTILLED[@]}" --out "$HEADS/self-t0" \
     --max-tokens 2000000 --lr 2e-4 --eval-every 50 --snapshot-tokens 500000 --opt "init=$HEADS/fixed"
+fi
+if [[ $what == all || $what == self-t0-6m ]]; then
+  # The default EAGLE head (methods/eagle.py DEFAULT_HEAD): `fixed` fine-tuned on the first 18 chunks (4,608
+  # conversations) for 6M positions, three times self-t0's schedule.
+  python -m specbench train eagle "${DISTILLED18[@]}" --out "$HEADS/self-t0-6m" \
+    --max-tokens 6000000 --lr 2e-4 --eval-every 100 --snapshot-tokens 1000000 --opt "init=$HEADS/fixed"
 fi
