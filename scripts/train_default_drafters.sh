@@ -14,8 +14,9 @@ SELF=(--features results/features/smollm2-self --prompts 1280 --mode self --batc
 HEADS=heads/eagle/smollm2-135m-instruct
 # EAGLE-3 against EAGLE at equal data and budget: the first 11 chunks (2,816 conversations) of the committed
 # self-distilled dataset (README "Self-distilled data in one pass"; its features are rebuilt when missing).
-DISTILLED=(--dataset heads/data/smollm2-135m-instruct/self-t0 --dataset-chunks 11 --features results/features/smollm2-self-t0)
-DISTILLED18=(--dataset heads/data/smollm2-135m-instruct/self-t0 --dataset-chunks 18 --features results/features/smollm2-self-t0)
+# Heads trained while the dataset grows name their share of it with --dataset-chunks K (its first K chunks).
+DATASET=(--dataset heads/data/smollm2-135m-instruct/self-t0 --features results/features/smollm2-self-t0)
+DISTILLED=("${DATASET[@]}" --dataset-chunks 11)
 
 if [[ $what == all || $what == eagle ]]; then
   # The previous default head, in two stages: (1) fixed replies, 3.5M positions; (2) fine-tuned for 1M positions on
@@ -63,6 +64,6 @@ fi
 if [[ $what == all || $what == self-t0-6m ]]; then
   # The default EAGLE head (methods/eagle.py DEFAULT_HEAD): `fixed` fine-tuned on the first 18 chunks (4,608
   # conversations) for 6M positions, three times self-t0's schedule.
-  python -m specbench train eagle "${DISTILLED18[@]}" --out "$HEADS/self-t0-6m" \
+  python -m specbench train eagle "${DATASET[@]}" --dataset-chunks 18 --out "$HEADS/self-t0-6m" \
     --max-tokens 6000000 --lr 2e-4 --eval-every 100 --snapshot-tokens 1000000 --opt "init=$HEADS/fixed"
 fi
