@@ -44,6 +44,15 @@ FOLLOW_UPS = (
     "Turn your answer into a bulleted list.",
 )
 
+# A batch ends before a prompt over this many times as long as the batch's first (once it has MIN_SPLIT_ROWS rows):
+# every row attends over the left padding up to the batch's longest prompt.
+SPLIT_LENGTH_RATIO = 2.0
+MIN_SPLIT_ROWS = 16
+# Finished rows leave the batch once the live ones are at most this share of it: a finished row fed on costs as much
+# as a live one, and dropping rows copies the cache (on 96 real prompts, 1/2 computed 1.32x the needed row-steps
+# with 2 copies, 7/8 1.05x with 11).
+COMPACT_SHARE = 0.875
+
 
 @dataclass(frozen=True)
 class DistillConfig:
@@ -55,6 +64,9 @@ class DistillConfig:
     temperature: float = 0.0  # 0 = greedy replies
     second_turn_share: float = 0.0  # fraction of conversations that get a follow-up turn
     batch_size: int = 32  # rows decoded at once; only padding depends on it
+    # The static cache grows by this many positions at a time: attention reads every position of the cache, written
+    # or not, so one sized for the longest reply from the start would cost those reads at every step.
+    cache_block: int = 64
     chunk_size: int = 256  # conversations per chunk file
     seed: int = 0
     features: Path | None = None  # also write the features of every conversation here
@@ -75,7 +87,7 @@ class Row:
 
 def _settings(cfg: DistillConfig, target: LoadedModel) -> dict[str, str]:
     # None of these changes what a conversation holds.
-    skip = ("out", "max_prompts", "batch_size", "features", "feature_layers", "shard")
+    skip = ("out", "max_prompts", "batch_size", "cache_block", "features", "feature_layers", "shard")
     values = {k: str(v) for k, v in asdict(cfg).items() if k not in skip}
     values["vocab_size"] = str(target.model.config.vocab_size)
     return values
@@ -99,12 +111,14 @@ def answer_batch(target: LoadedModel, prompts: list[list[int]], cfg: DistillConf
 
     longest = max(len(p) for p in prompts)
     total = longest + cfg.reply_tokens + 1
-    # A static cache written in place: a growing cache copies every layer's keys and values at every step, which
-    # costs more than the step's GEMMs at batch 32 on a CPU. Prompts sit left-padded, so all rows write at one
-    # position. Each prompt is prefilled alone (no compute on padding, which a batch of mixed lengths would waste)
-    # and its keys and values are copied into its row of the cache.
+    # A static cache written in place, grown by cfg.cache_block positions once in a while: a DynamicCache copies
+    # every layer's keys and values at every step, which costs more than the step's GEMMs at batch 32 on a CPU, and
+    # one sized for the longest reply from the start makes attention read unwritten positions. Prompts sit
+    # left-padded, so all rows write at one position. Each prompt is prefilled alone (no compute on padding, which a
+    # batch of mixed lengths would waste) and its keys and values are copied into its row of the cache.
     config = model.config
-    cache = StaticCache(config=config, max_cache_len=total)
+    capacity = min(total, longest + cfg.cache_block)
+    cache = StaticCache(config=config, max_cache_len=capacity)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     cache.early_initialization(len(prompts), config.num_key_value_heads, head_dim, model.dtype, device)
     mask = torch.zeros(len(prompts), total, dtype=torch.long, device=device)
@@ -134,8 +148,11 @@ def answer_batch(target: LoadedModel, prompts: list[list[int]], cfg: DistillConf
     positions = torch.tensor([[len(row.prompt)] for row in rows], device=device)
     while active:
         fed = 1
-        out = body(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
-                   cache_position=torch.arange(written, written + fed, device=device),
+        if written + fed > capacity:
+            capacity = min(total, capacity + cfg.cache_block)
+            _reshape_cache(cache, None, capacity)
+        out = body(input_ids=ids, attention_mask=mask[:, :capacity], position_ids=positions, past_key_values=cache,
+                   use_cache=True, cache_position=torch.arange(written, written + fed, device=device),
                    output_hidden_states=bool(layers))
         written += fed
         hidden = out.last_hidden_state
@@ -160,17 +177,46 @@ def answer_batch(target: LoadedModel, prompts: list[list[int]], cfg: DistillConf
                 keep.append(j)
         if not keep:
             break
-        if len(keep) <= len(active) // 2:
+        if len(keep) <= COMPACT_SHARE * len(active):
             # Finished rows stop costing: keep the live rows' cache entries only (on the cache's own tensors).
             index = torch.tensor(keep, device=device)
-            for layer in cache.layers:
-                layer.keys, layer.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
-                layer.batch_size = len(keep)
+            _reshape_cache(cache, index, capacity)
             mask = mask.index_select(0, index)
             active = [active[j] for j in keep]
         ids = torch.tensor([[rows[r].reply[-1]] for r in active], device=device)
         positions = torch.tensor([[len(rows[r].prompt) + len(rows[r].reply) - 1] for r in active], device=device)
     return rows
+
+
+def _reshape_cache(cache: StaticCache, rows: torch.Tensor | None, length: int) -> None:
+    """Keep only these batch rows of a static cache (all where None) and give it `length` positions, the new ones
+    zero (finite: masked positions still enter attention's products), on the cache's own layer tensors."""
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            states = getattr(layer, name)
+            if rows is not None:
+                states = states.index_select(0, rows)
+            if states.shape[2] < length:
+                grown = states.new_zeros(*states.shape[:2], length, states.shape[3])
+                grown[:, :, : states.shape[2]] = states
+                states = grown
+            setattr(layer, name, states)
+        layer.batch_size, layer.max_cache_len = layer.keys.shape[0], layer.keys.shape[2]
+
+
+def length_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Indices of `lengths` in batches of prompts of similar length: sorted, at most batch_size per batch, and a
+    batch of MIN_SPLIT_ROWS or more ends before a prompt over SPLIT_LENGTH_RATIO times its first one's length."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        batch = batches[-1] if batches else None
+        if (batch is None or len(batch) >= batch_size
+                or (len(batch) >= MIN_SPLIT_ROWS and lengths[i] > SPLIT_LENGTH_RATIO * lengths[batch[0]])):
+            batches.append([i])
+        else:
+            batch.append(i)
+    return batches
 
 
 def _reply_mask(prompt_len: int, reply_len: int, earlier: list[tuple[int, int]]) -> list[int]:
@@ -232,6 +278,8 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
         raise SpecbenchError(f"--second-turn-share must be in [0, 1], got {cfg.second_turn_share}")
     if cfg.reply_tokens <= 0 or cfg.batch_size <= 0 or cfg.temperature < 0:
         raise SpecbenchError("--reply-tokens and --batch-size must be > 0 and --temperature >= 0")
+    if cfg.cache_block <= 0:
+        raise SpecbenchError(f"cache_block must be > 0, got {cfg.cache_block}")
     if cfg.feature_layers and cfg.features is None:
         raise SpecbenchError("--feature-layers goes with --features")
     shard, shards = cfg.shard
@@ -309,10 +357,10 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
 def _answer_all(target: LoadedModel, prompts: dict[int, list[int]], cfg: DistillConfig,
                 generator: torch.Generator | None, bar) -> dict[int, Row]:
     """Replies to many prompts, batched by prompt length (little padding)."""
-    order = sorted(prompts, key=lambda i: len(prompts[i]))
+    keys = list(prompts)
     answers: dict[int, Row] = {}
-    for start in range(0, len(order), cfg.batch_size):
-        group = order[start : start + cfg.batch_size]
+    for batch in length_batches([len(prompts[i]) for i in keys], cfg.batch_size):
+        group = [keys[j] for j in batch]
         for i, row in zip(group, answer_batch(target, [prompts[i] for i in group], cfg, generator,
                                                cfg.features is not None)):
             answers[i] = row

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specbench.cli import main
-from specbench.distill import finished_chunks
+from specbench.distill import DistillConfig, answer_batch, finished_chunks, length_batches
 from specbench.engine import generate
 from specbench.features import FeatureCache, add_layer_features, chunk_layers, target_features, target_layer_features
 from specbench.methods.vanilla import VanillaDrafter
@@ -78,6 +78,40 @@ def test_features_from_the_same_forwards_equal_a_fresh_prefill(distilled, tiny_t
         stored = chunk["hidden"][offsets[k] : offsets[k + 1]].float()
         torch.testing.assert_close(stored, fresh, atol=2e-3, rtol=2e-3)  # fp16 storage
         assert chunk["loss_mask"][offsets[k] : offsets[k + 1]].tolist() == reply[1:] + [0]
+
+
+def test_a_cache_grown_block_by_block_and_rows_dropped_early_change_no_reply(tiny_target_dir, tmp_path):
+    target = load_model(str(tiny_target_dir))
+    turns = [" ".join(WORDS[(5 * i + j) % len(WORDS)] for j in range(1 + 3 * i)) for i in range(5)]
+    prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": t}]) for t in turns]
+    assert len({len(p) for p in prompts}) == 5  # left padding of different widths
+    cfg = DistillConfig(data=tmp_path, out=tmp_path, target=str(tiny_target_dir), reply_tokens=20)
+    # The random target seldom stops: make a token that some replies hold (and others lack) a stop token, so that
+    # rows finish at different steps and leave the batch while others go on.
+    free = answer_batch(target, prompts, cfg, None, False)
+    held = {t: sum(t in r.reply[2:] for r in free) for r in free for t in r.reply[2:]}
+    target.model.generation_config.eos_token_id = min(held, key=lambda t: (abs(held[t] - 2), t))
+    whole = answer_batch(target, prompts, dataclasses.replace(cfg, cache_block=10_000), None, True)
+    grown = answer_batch(target, prompts, dataclasses.replace(cfg, cache_block=3), None, True)
+    assert [r.reply for r in grown] == [r.reply for r in whole]
+    for row in grown:  # each row's features are a fresh prefill's of its conversation: no other row's mask or keys
+        stored = torch.cat(row.hidden).float()
+        assert len(stored) == len(row.prompt) + len(row.reply)  # every token fed, the last one included
+        fresh = target_features(target, [row.prompt + row.reply])[0]
+        torch.testing.assert_close(stored, fresh, atol=2e-3, rtol=2e-3)  # fp16 storage
+    # Both are the engine's greedy decoding (up to float noise at a near tie), and rows stopped at different steps.
+    vanilla = [generate(target.model, p, VanillaDrafter(), Sampling(), 20, target.stop_ids).token_ids for p in prompts]
+    assert sum(r.reply == v for r, v in zip(grown, vanilla)) >= len(prompts) - 1
+    assert len({len(r.reply) for r in grown}) > 1
+
+
+def test_length_batches_keep_long_prompts_apart():
+    lengths = [10] * 20 + [25, 30, 100] + [12] * 3
+    batches = length_batches(lengths, batch_size=16)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert [[lengths[i] for i in b] for b in batches] == [[10] * 16, [10] * 4 + [12] * 3 + [25, 30, 100]]
+    assert length_batches([10] * 20 + [25], batch_size=64) == [list(range(20)), [20]]  # 25 > 2 x 10 after 16 rows
+    assert length_batches([10] * 8 + [25], batch_size=64) == [list(range(9))]  # too few rows to split
 
 
 def test_rerun_resumes_and_changed_settings_are_refused(distilled, capsys):
