@@ -44,14 +44,7 @@ FOLLOW_UPS = (
     "Turn your answer into a bulleted list.",
 )
 
-# A batch ends before a prompt over this many times as long as the batch's first (once it has MIN_SPLIT_ROWS rows):
-# every row attends over the left padding up to the batch's longest prompt.
-SPLIT_LENGTH_RATIO = 2.0
-MIN_SPLIT_ROWS = 16
-# Finished rows leave the batch once the live ones are at most this share of it: a finished row fed on costs as much
-# as a live one, and dropping rows copies the cache (on 96 real prompts, 1/2 computed 1.32x the needed row-steps
-# with 2 copies, 7/8 1.05x with 11).
-COMPACT_SHARE = 0.875
+MIN_SPLIT_ROWS = 16  # a batch with fewer rows is never split for length (small batches waste the GEMMs)
 
 
 @dataclass(frozen=True)
@@ -64,9 +57,16 @@ class DistillConfig:
     temperature: float = 0.0  # 0 = greedy replies
     second_turn_share: float = 0.0  # fraction of conversations that get a follow-up turn
     batch_size: int = 32  # rows decoded at once; only padding depends on it
-    # The static cache grows by this many positions at a time: attention reads every position of the cache, written
-    # or not, so one sized for the longest reply from the start would cost those reads at every step.
+    # How the decode loop spends its time (none changes a reply; scripts/distill_batching.py measures them):
+    # the static cache grows by this many positions at a time: attention reads every position of the cache, written
+    # or not, so one sized for the longest reply from the start would cost those reads at every step;
     cache_block: int = 64
+    # finished rows leave the batch once the live ones are at most this share of it: a finished row fed on costs as
+    # much as a live one, and dropping rows copies the cache;
+    compact_share: float = 0.875
+    # a batch (of MIN_SPLIT_ROWS or more) ends before a prompt over this many times its first one's length: every
+    # row attends over the left padding up to the batch's longest prompt.
+    split_length_ratio: float = 2.0
     chunk_size: int = 256  # conversations per chunk file
     seed: int = 0
     features: Path | None = None  # also write the features of every conversation here
@@ -87,7 +87,8 @@ class Row:
 
 def _settings(cfg: DistillConfig, target: LoadedModel) -> dict[str, str]:
     # None of these changes what a conversation holds.
-    skip = ("out", "max_prompts", "batch_size", "cache_block", "features", "feature_layers", "shard")
+    skip = ("out", "max_prompts", "batch_size", "cache_block", "compact_share", "split_length_ratio", "features",
+            "feature_layers", "shard")
     values = {k: str(v) for k, v in asdict(cfg).items() if k not in skip}
     values["vocab_size"] = str(target.model.config.vocab_size)
     return values
@@ -177,7 +178,7 @@ def answer_batch(target: LoadedModel, prompts: list[list[int]], cfg: DistillConf
                 keep.append(j)
         if not keep:
             break
-        if len(keep) <= COMPACT_SHARE * len(active):
+        if len(keep) <= cfg.compact_share * len(active):
             # Finished rows stop costing: keep the live rows' cache entries only (on the cache's own tensors).
             index = torch.tensor(keep, device=device)
             _reshape_cache(cache, index, capacity)
@@ -204,15 +205,15 @@ def _reshape_cache(cache: StaticCache, rows: torch.Tensor | None, length: int) -
         layer.batch_size, layer.max_cache_len = layer.keys.shape[0], layer.keys.shape[2]
 
 
-def length_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+def length_batches(lengths: list[int], batch_size: int, split_ratio: float = 2.0) -> list[list[int]]:
     """Indices of `lengths` in batches of prompts of similar length: sorted, at most batch_size per batch, and a
-    batch of MIN_SPLIT_ROWS or more ends before a prompt over SPLIT_LENGTH_RATIO times its first one's length."""
+    batch of MIN_SPLIT_ROWS or more ends before a prompt over split_ratio times its first one's length."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     batches: list[list[int]] = []
     for i in order:
         batch = batches[-1] if batches else None
         if (batch is None or len(batch) >= batch_size
-                or (len(batch) >= MIN_SPLIT_ROWS and lengths[i] > SPLIT_LENGTH_RATIO * lengths[batch[0]])):
+                or (len(batch) >= MIN_SPLIT_ROWS and lengths[i] > split_ratio * lengths[batch[0]])):
             batches.append([i])
         else:
             batch.append(i)
@@ -278,8 +279,8 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
         raise SpecbenchError(f"--second-turn-share must be in [0, 1], got {cfg.second_turn_share}")
     if cfg.reply_tokens <= 0 or cfg.batch_size <= 0 or cfg.temperature < 0:
         raise SpecbenchError("--reply-tokens and --batch-size must be > 0 and --temperature >= 0")
-    if cfg.cache_block <= 0:
-        raise SpecbenchError(f"cache_block must be > 0, got {cfg.cache_block}")
+    if cfg.cache_block <= 0 or not 0 <= cfg.compact_share < 1 or cfg.split_length_ratio < 1:
+        raise SpecbenchError("cache_block must be > 0, compact_share in [0, 1) and split_length_ratio >= 1")
     if cfg.feature_layers and cfg.features is None:
         raise SpecbenchError("--feature-layers goes with --features")
     shard, shards = cfg.shard
@@ -359,7 +360,7 @@ def _answer_all(target: LoadedModel, prompts: dict[int, list[int]], cfg: Distill
     """Replies to many prompts, batched by prompt length (little padding)."""
     keys = list(prompts)
     answers: dict[int, Row] = {}
-    for batch in length_batches([len(prompts[i]) for i in keys], cfg.batch_size):
+    for batch in length_batches([len(prompts[i]) for i in keys], cfg.batch_size, cfg.split_length_ratio):
         group = [keys[j] for j in batch]
         for i, row in zip(group, answer_batch(target, [prompts[i] for i in group], cfg, generator,
                                                cfg.features is not None)):
