@@ -123,6 +123,38 @@ def test_training_time_test_matches_incremental_drafting(target):
                 feature = out[0]
 
 
+def test_training_loss_is_the_weighted_cross_entropy_over_the_counted_positions(target):
+    """Step j at position t: cross-entropy of the head's draft distribution against the target's at t + 1 + j
+    (renormalised over the draft vocabulary), averaged over positions whose next-next token is a counted reply
+    token, not padding and in the draft vocabulary; steps weighted 0.8^j. Written out position by position."""
+    draft_ids = [0, 1, 2, 3, 5, 7, 9, 11, 13]  # some tokens are not draftable
+    head = random_head(target, draft_ids, seed=5)
+    tokens = torch.tensor([[2, 3, 5, 7, 11, 13, 1, 4, 6, 8], [9, 7, 5, 3, 1, 2, 4, 0, 0, 0]])
+    valid = tokens != 0
+    valid[0] = True
+    loss_mask = valid.clone()
+    loss_mask[:, :3] = False  # a prompt
+    batch = Batch(tokens, torch.zeros(2, 10, 1), loss_mask, valid)
+    trainable = Eagle3Trainable(head, target, steps=3)
+    loss, metrics = trainable.loss(batch)
+    with torch.no_grad():
+        fused, target_logits = trainable._target(batch)
+        states = unroll(head, tokens, fused, 3)
+        expected, n = 0.0, tokens.shape[1]
+        for j, hidden in enumerate(states):
+            terms = []
+            for b in range(2):
+                for t in range(n - 1 - j):
+                    u = t + 1 + j
+                    if loss_mask[b, u] and valid[b, u] and int(tokens[b, u + 1 if u + 1 < n else 0]) in draft_ids:
+                        p = torch.softmax(target_logits[b, u], -1)
+                        terms.append(-(p * torch.log_softmax(head.logits(hidden[b, t]), -1)).sum())
+            assert terms  # every step counts some positions
+            expected += 0.8 ** j * torch.stack(terms).mean()
+    torch.testing.assert_close(loss.detach(), expected, atol=1e-5, rtol=1e-5)
+    assert set(metrics) >= {"acc_step0", "acc_step1", "acc_step2", "top1"}
+
+
 def trained_head(target, prompts: list[list[int]], draft_ids: list[int], steps: int = 200) -> Eagle3Head:
     """A head trained for a moment with the training-time test on the target's own greedy continuations."""
     head = random_head(target, draft_ids, seed=4)

@@ -100,16 +100,15 @@ class Eagle3Trainable:
         total = torch.zeros((), device=device)
         metrics: dict[str, float] = {}
         for j, hidden in enumerate(unroll(head, tokens, fused, self.steps)):
-            logp = torch.log_softmax(head.logits(hidden).float(), dim=-1)
-            # position t's step j predicts the target's distribution at t + 1 + j
-            target = torch.zeros_like(target_p)
-            target[:, : n - 1 - j] = target_p[:, 1 + j :]
-            where = torch.zeros_like(trained)
-            where[:, : n - 1 - j] = trained[:, 1 + j :] & valid[:, 1 + j :] & in_vocab[:, 1 + j :]
-            step_loss = -(target * logp).sum(-1)[where].sum() / where.sum().clamp(min=1)
+            # Position t's step j predicts the target's distribution at t + 1 + j. Only the positions the loss
+            # counts go through lm_head and the log-softmax (the draft vocabulary's product is the head's largest).
+            where = trained[:, 1 + j :] & valid[:, 1 + j :] & in_vocab[:, 1 + j :]
+            logp = torch.log_softmax(head.logits(hidden[:, : n - 1 - j][where]).float(), dim=-1)
+            target = target_p[:, 1 + j :][where]
+            step_loss = -(target * logp).sum() / where.sum().clamp(min=1)
             total = total + STEP_WEIGHT ** j * step_loss
             with torch.no_grad():
-                hits = (logp.argmax(-1) == target.argmax(-1))[where].float()
+                hits = (logp.argmax(-1) == target.argmax(-1)).float()
                 metrics[f"acc_step{j}"] = float(hits.mean()) if hits.numel() else 0.0
         metrics["loss"] = float(total.detach())
         metrics["top1"] = metrics.get("acc_step0", 0.0)
