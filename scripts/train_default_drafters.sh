@@ -49,7 +49,8 @@ if [[ $what == all || $what == ablations ]]; then
 fi
 if [[ $what == all || $what == eagle3 ]]; then
   # The shipped EAGLE-3 head, and an EAGLE head from scratch on the same conversations, positions, batches and lr.
-  python -m specbench train eagle3 "${DISTILLED[@]}" --out heads/eagle3/smollm2-135m-instruct \
+  # --feature-layers: features rebuilt on a fresh machine keep EAGLE-3's fused layers from the same prefill.
+  python -m specbench train eagle3 "${DISTILLED[@]}" --feature-layers 2,15,27 --out heads/eagle3/smollm2-135m-instruct \
     --max-tokens 640000 --lr 5e-4 --batch-tokens 2048 --eval-every 50 --snapshot-tokens 160000
   python -m specbench train eagle "${DISTILLED[@]}" --out "$HEADS/equal-data" \
     --max-tokens 640000 --lr 5e-4 --batch-tokens 2048 --eval-every 50

@@ -170,6 +170,10 @@ def parser() -> argparse.ArgumentParser:
                                                      "or results/features/<dataset folder name> with --dataset)")
     train.add_argument("--dataset", type=Path, help="train on a self-distilled dataset (specbench distill) instead "
                                                     "of --data/--mode; its features are rebuilt when missing")
+    train.add_argument("--feature-layers", default="",
+                       help="with --dataset: features rebuilt here also keep the concatenated hidden states at these "
+                            "output_hidden_states indices (2,15,27: EAGLE-3's for the default target), from the same "
+                            "prefill, so that `train eagle3` needs no second one")
     train.add_argument("--dataset-chunks", type=int, metavar="K",
                        help="with --dataset: its first K chunks only (default all), a fixed share of a dataset that "
                             "is still growing, so heads trained at different times see the same data")
@@ -327,13 +331,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise SpecbenchError(f"nothing to train called {args.method!r}; valid: {', '.join(trainers)}")
     if args.prompts <= 0 or args.max_tokens <= 0 or args.max_len < 2 or args.batch_size <= 0:
         raise SpecbenchError("--prompts, --max-tokens and --batch-size must be > 0 and --max-len >= 2")
+    feature_layers = _layer_list(args.feature_layers)
+    if args.dataset is None and (args.dataset_chunks is not None or feature_layers):
+        raise SpecbenchError("--dataset-chunks and --feature-layers go with --dataset")
     target = load_model(args.target, args.device, args.dtype, args.runtime)
     if args.dataset is not None:
         features = args.features or Path("results/features") / args.dataset.resolve().name
-        cache = features_from_dataset(args.dataset, features, target, args.batch_size, args.dataset_chunks)
+        cache = features_from_dataset(args.dataset, features, target, args.batch_size, args.dataset_chunks,
+                                      feature_layers)
     else:
-        if args.dataset_chunks is not None:
-            raise SpecbenchError("--dataset-chunks goes with --dataset")
         features = args.features or Path("results/features") / f"{Path(args.target).name.lower()}-{args.mode}"
         cache = extract(ExtractConfig(data=args.data, out=features, target=args.target, mode=args.mode,
                                       max_prompts=args.prompts, max_len=args.max_len, batch_size=args.batch_size,

@@ -219,6 +219,32 @@ def test_layer_features_added_to_a_cache_equal_the_ones_kept_while_generating(di
     assert (plain / "chunk_00000.safetensors").stat().st_mtime_ns == before
 
 
+def test_features_rebuilt_for_eagle3_keep_the_fused_layers_from_the_same_prefill(distilled_with_layers,
+                                                                               tiny_target_dir, tmp_path, capsys):
+    from specbench.methods.eagle3.head import fused_layers
+
+    target = load_model(str(tiny_target_dir))
+    layers = fused_layers(target.model.config.num_hidden_layers)
+    args = ["train", "eagle3", "--target", str(tiny_target_dir), "--dataset", str(distilled_with_layers / "data"),
+            "--features", str(tmp_path / "features"), "--out", str(tmp_path / "head"), "--max-tokens", "300",
+            "--batch-tokens", "256", "--feature-layers", ",".join(map(str, layers))]
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "features (layers" not in capsys.readouterr().err  # add_layer_features found nothing to add
+    path = tmp_path / "features" / "chunk_00000.safetensors"
+    assert chunk_layers(path) == layers
+    rebuilt = load_file(str(path))
+    offsets = rebuilt["offsets"].tolist()
+    for a, b in zip(offsets, offsets[1:]):
+        final, fused = target_layer_features(target, [rebuilt["tokens"][a:b].tolist()], layers)
+        torch.testing.assert_close(rebuilt["fused"][a:b].float(), fused[0].float(), atol=2e-3, rtol=2e-3)
+        torch.testing.assert_close(rebuilt["hidden"][a:b].float(), final[0], atol=2e-3, rtol=2e-3)
+    assert json.loads((tmp_path / "head" / "log.jsonl").read_text().splitlines()[-1])["final"]
+    assert main(["train", "eagle3", "--target", str(tiny_target_dir), "--out", str(tmp_path / "x"),
+                 "--feature-layers", "0"]) == 2
+    assert "--feature-layers go with --dataset" in capsys.readouterr().err
+
+
 def test_eagle3_training_reads_cached_layers_instead_of_running_the_target(distilled_with_layers, tiny_target_dir):
     from specbench.methods.eagle3.checkpoint import head_config
     from specbench.methods.eagle3.head import Eagle3Head, fused_layers
