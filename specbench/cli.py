@@ -186,6 +186,9 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument("--out", type=Path, required=True, help="where the trained weights, log and checkpoint go")
     train.add_argument("--max-tokens", type=int, default=2_000_000, help="training positions to stop after")
     train.add_argument("--hours", type=float, default=0.0, help="training time to stop after (0 = no limit)")
+    train.add_argument("--autocast", choices=["bfloat16", "float16"],
+                       help="mixed precision: each step's loss under torch.autocast (weights, optimizer and held-out "
+                            "evaluation stay fp32); on a CPU it pays only with native bf16 (avx512_bf16 or AMX)")
     train.add_argument("--lr", type=float, default=3e-4)
     train.add_argument("--batch-tokens", type=int, default=4096)
     train.add_argument("--eval-every", type=int, default=200, help="steps between held-out evaluations")
@@ -346,6 +349,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                                       seed=args.seed), target)
     cfg = TrainConfig(out=args.out, lr=args.lr, batch_tokens=args.batch_tokens, max_tokens=args.max_tokens,
                       max_hours=args.hours, eval_every=args.eval_every, snapshot_tokens=args.snapshot_tokens,
+                      autocast=args.autocast,
                       seed=args.seed)
     result = trainers[args.method](target, cache, cfg, _options(args.opt))
     print("held-out: " + " ".join(f"{k}={v:.4f}" for k, v in result.items()))

@@ -35,6 +35,9 @@ class TrainConfig:
     heldout: int = 64  # conversations of the first chunk kept out of training, the same ones as the cache grows
     snapshot_tokens: int = 0  # also save the weights every this many positions (snapshots/<tokens>/), 0 = never
     seed: int = 0
+    # "bfloat16": each training step's loss runs under torch.autocast (mixed precision, as the official EAGLE
+    # trainers train; weights and optimizer stay fp32, held-out evaluation too). None: fp32 throughout.
+    autocast: str | None = None
 
 
 @dataclass
@@ -181,6 +184,17 @@ def log_eval(log, state: dict, metrics: dict[str, float], final: bool = False) -
     return " ".join(f"{k}={v}" for k, v in record.items())
 
 
+AUTOCAST_TYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def autocast_type(name: str | None) -> torch.dtype | None:
+    if name is None:
+        return None
+    if name not in AUTOCAST_TYPES:
+        raise SpecbenchError(f"--autocast {name!r}: use one of {', '.join(AUTOCAST_TYPES)}")
+    return AUTOCAST_TYPES[name]
+
+
 def fit(trainable: Trainable, cache: FeatureCache, cfg: TrainConfig) -> dict[str, float]:
     """Train until max_tokens or max_hours; resume from cfg.out/checkpoint.pt when present. Returns the last eval."""
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -192,6 +206,7 @@ def fit(trainable: Trainable, cache: FeatureCache, cfg: TrainConfig) -> dict[str
     lengths = [len(t) for t in convs.tokens]
     params = [p for p in trainable.module.parameters() if p.requires_grad]
     device = module_device(trainable.module)  # batches go where the module trains (the target's device)
+    autocast_dtype = autocast_type(cfg.autocast)
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     state = {"step": 0, "epoch": 0, "batch": 0, "tokens": 0, "seconds": 0.0}
     checkpoint = cfg.out / "checkpoint.pt"
@@ -231,7 +246,8 @@ def fit(trainable: Trainable, cache: FeatureCache, cfg: TrainConfig) -> dict[str
             batch = make_batch(convs, batches[state["batch"]]).to(device)
             for group in optimizer.param_groups:
                 group["lr"] = _lr_at(cfg, state["step"], state["tokens"])
-            loss, metrics = trainable.loss(batch)
+            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                loss, metrics = trainable.loss(batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_value_(params, 0.5)

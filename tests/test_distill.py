@@ -136,6 +136,19 @@ def test_train_from_the_dataset_alone_rebuilds_features(distilled, tiny_target_d
     assert json.loads((tmp_path / "head" / "log.jsonl").read_text().splitlines()[-1])["final"]
 
 
+@pytest.mark.parametrize("method", ["eagle", "eagle3"])
+def test_mixed_precision_training_keeps_fp32_weights(distilled, tiny_target_dir, tmp_path, method):
+    folder, _, _ = distilled
+    code = main(["train", method, "--target", str(tiny_target_dir), "--dataset", str(folder / "data"),
+                 "--features", str(tmp_path / "features"), "--out", str(tmp_path / "head"), "--max-tokens", "1500",
+                 "--batch-tokens", "512", "--autocast", "bfloat16"])
+    assert code == 0
+    final = json.loads((tmp_path / "head" / "log.jsonl").read_text().splitlines()[-1])
+    assert final["final"] and all(np.isfinite(v) for k, v in final.items() if k.startswith("heldout_"))
+    trained = torch.load(tmp_path / "head" / "checkpoint.pt", weights_only=False)["module"]  # what resumes
+    assert {t.dtype for t in trained.values() if t.is_floating_point()} == {torch.float32}
+
+
 def test_dataset_chunks_train_on_a_fixed_share_of_a_growing_dataset(distilled, tiny_target_dir, tmp_path, capsys):
     folder, _, _ = distilled
     dataset = tmp_path / "data"

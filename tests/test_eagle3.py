@@ -155,6 +155,20 @@ def test_training_loss_is_the_weighted_cross_entropy_over_the_counted_positions(
     assert set(metrics) >= {"acc_step0", "acc_step1", "acc_step2", "top1"}
 
 
+def test_the_targets_side_stays_fp32_under_mixed_precision(target):
+    head = random_head(target, list(range(VOCAB)), seed=6)
+    tokens = torch.tensor([[2, 3, 5, 7, 11, 13, 1, 4]])
+    valid = torch.ones_like(tokens, dtype=torch.bool)
+    batch = Batch(tokens, torch.zeros(1, 8, 1), valid, valid)
+    trainable = Eagle3Trainable(head, target, steps=2)
+    fused, logits = trainable._target(batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused_amp, logits_amp = trainable._target(batch)
+        loss, _ = trainable.loss(batch)
+    assert torch.equal(logits_amp, logits) and torch.equal(fused_amp, fused)
+    assert torch.isfinite(loss)
+
+
 def trained_head(target, prompts: list[list[int]], draft_ids: list[int], steps: int = 200) -> Eagle3Head:
     """A head trained for a moment with the training-time test on the target's own greedy continuations."""
     head = random_head(target, draft_ids, seed=4)

@@ -73,6 +73,10 @@ class Eagle3Trainable:
         from the feature cache when it holds this target's fused layers (the logits are then the target's
         lm_head over the cached final hidden state), else from a target forward."""
         device = self.target.device
+        with torch.autocast(device.type, enabled=False):  # under mixed precision the target's side stays fp32
+            return self._target_fp32(batch, device)
+
+    def _target_fp32(self, batch: Batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         draft_ids = self.module.draft_to_target().to(device)
         if batch.fused is not None and batch.fused_layers == self.layers:
             lm_head = self.target.get_output_embeddings()
