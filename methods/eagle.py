@@ -250,7 +250,7 @@ class EagleTrainable:
         predicted, target = predicted[train_at], batch.hidden[:, 1:][train_at]
         feature_loss = F.smooth_l1_loss(predicted.float(), target, reduction="none").mean(-1).mean()
         with torch.autocast(device.type, enabled=False):  # under mixed precision the target's side stays fp32
-            target_logits = target.float() @ self.lm_head.T
+            target_logits = target @ self.lm_head.T
         draft_logits = (predicted @ self.lm_head.T).float()
         target_p = target_logits.softmax(-1)
         token_loss = -(target_p * draft_logits.log_softmax(-1)).sum(-1).mean()

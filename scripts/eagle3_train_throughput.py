@@ -21,7 +21,22 @@ from specbench.methods.eagle3.checkpoint import head_config
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
 from specbench.methods.eagle3.training import Eagle3Trainable, set_draft_vocabulary
 from specbench.target import DEFAULT_TARGET, load_model
-from specbench.training import epoch_batches, load_conversations, make_batch
+from specbench.training import Batch, Trainable, epoch_batches, load_conversations, make_batch
+
+
+def timed_steps(trainable: Trainable, optimizer: torch.optim.Optimizer,
+                batches: list[Batch]) -> tuple[int, float, float]:
+    """One optimizer step per batch: (training positions, seconds in the steps, the last loss)."""
+    positions, seconds, loss = 0, 0.0, torch.zeros(())
+    for batch in batches:
+        t0 = time.perf_counter()
+        loss, _ = trainable.loss(batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        seconds += time.perf_counter() - t0
+        positions += int(batch.valid.sum())
+    return positions, seconds, float(loss.detach())
 
 
 def main() -> int:
@@ -50,17 +65,8 @@ def main() -> int:
     optimizer = torch.optim.AdamW(head.parameters(), lr=1e-4)
     rates = {}
     for name, use_cache in (("target forward", False), ("cached layers", True), ("target forward ", False)):
-        positions, seconds = 0, 0.0
-        for batch in batches:
-            if not use_cache:
-                batch = dataclasses.replace(batch, fused=None, fused_layers=())
-            t0 = time.perf_counter()
-            loss, _ = trainable.loss(batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            seconds += time.perf_counter() - t0
-            positions += int(batch.valid.sum())
+        run = batches if use_cache else [dataclasses.replace(b, fused=None, fused_layers=()) for b in batches]
+        positions, seconds, _ = timed_steps(trainable, optimizer, run)
         rates.setdefault(name.strip(), []).append(positions / seconds)
         print(f"{name.strip():<15} {positions} positions in {seconds:.1f} s: {positions / seconds:.0f} positions/s")
     ratio = rates["cached layers"][0] / (sum(rates["target forward"]) / len(rates["target forward"]))

@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-import time
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
+from eagle3_train_throughput import timed_steps  # this folder (the script's own) is on sys.path
 from specbench.costs import cpu_description
 from specbench.errors import SpecbenchError
 from specbench.features import FeatureCache
@@ -42,16 +42,8 @@ def positions_per_second(trainer: ModuleType, target: LoadedModel, batches: list
     trainer.set_draft_vocabulary(head, torch.arange(vocab))  # which ids does not change the cost
     trainable = trainer.Eagle3Trainable(head, target.model)
     optimizer = torch.optim.AdamW(head.parameters(), lr=1e-4)
-    positions, seconds = 0, 0.0
-    for batch in batches:
-        t0 = time.perf_counter()
-        loss, _ = trainable.loss(batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        seconds += time.perf_counter() - t0
-        positions += int(batch.valid.sum())
-    return positions / seconds, float(loss.detach())
+    positions, seconds, loss = timed_steps(trainable, optimizer, batches)
+    return positions / seconds, loss
 
 
 def main() -> int:
