@@ -7,6 +7,8 @@ chunk_NNNNN.npz files, each with
   reply    uint8 [N]         1 where the token was written by the target (a reply token, its stop token included)
   offsets  int64 [S+1]       where each conversation starts and ends
   ids      str [S]           the training prompt's id
+  origin   str               where it was generated: device (and GPU name), dtype, torch version. A chunk made on a
+                             GPU in fp32 may differ from a CPU's at a near-tie token; it is still the target's text.
 A conversation's tokens are exactly the ones the target was fed, so `features_from_dataset` (below) rebuilds its
 features with one batched prefill on any machine. With `features` set, the features are written at once, from
 the generation's own forwards, to a feature cache in `specbench.features`' format (same chunk numbering).
@@ -238,13 +240,22 @@ def _earlier_reply_span(tokenizer, first_user: str, first_reply: str, prompt2: l
     return [(len(before), len(with_reply))]
 
 
-def _write_chunk(path: Path, convs: list[Conversation], reply: list[list[int]], ids: list[str], vocab: int) -> None:
+def generation_origin(model: torch.nn.Module) -> str:
+    """Where a chunk was generated, as the chunk records it (e.g. "cuda NVIDIA H100 80GB HBM3, float32, torch 2.11.0")."""
+    device = next(model.parameters()).device
+    name = f"cuda {torch.cuda.get_device_name(device)}" if device.type == "cuda" else device.type
+    return f"{name}, {str(next(model.parameters()).dtype).removeprefix('torch.')}, torch {torch.__version__}"
+
+
+def _write_chunk(path: Path, convs: list[Conversation], reply: list[list[int]], ids: list[str], vocab: int,
+                 origin: str) -> None:
     offsets = np.cumsum([0] + [len(c.tokens) for c in convs]).astype(np.int64)
     dtype = np.uint16 if vocab <= 1 << 16 else np.int32
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez_compressed(
         tmp, tokens=np.array([t for c in convs for t in c.tokens], dtype=dtype),
-        reply=np.array([m for r in reply for m in r], dtype=np.uint8), offsets=offsets, ids=np.array(ids))
+        reply=np.array([m for r in reply for m in r], dtype=np.uint8), offsets=offsets, ids=np.array(ids),
+        origin=np.array(origin))
     tmp.rename(path)  # whole or absent, whatever the moment of a stop
 
 
@@ -309,6 +320,7 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
     todo = [i for i in range(shard, n_chunks, shards) if not chunk_path(cfg.out, i).is_file()]
     generator = torch.Generator(device=target.model.device).manual_seed(cfg.seed) if cfg.temperature > 0 else None
     tok = target.tokenizer
+    origin = generation_origin(target.model)
     size = lambda i: min(cfg.chunk_size, len(rows) - i * cfg.chunk_size)  # noqa: E731  (conversations in chunk i)
     share = sum(size(i) for i in range(shard, n_chunks, shards))
     left = sum(size(i) for i in todo)
@@ -348,7 +360,7 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
         if cfg.features is not None:
             write_feature_chunk(cfg.features / f"chunk_{index:05d}.safetensors", convs, hidden, len(part),
                                 fused if cfg.feature_layers else None, cfg.feature_layers)
-        _write_chunk(chunk_path(cfg.out, index), convs, reply_masks, ids, target.model.config.vocab_size)
+        _write_chunk(chunk_path(cfg.out, index), convs, reply_masks, ids, target.model.config.vocab_size, origin)
         bar.set_postfix(new_tok_s=f"{generated / (time.perf_counter() - t_start):.0f}")
     bar.close()
     seconds = time.perf_counter() - t_start
