@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm import tqdm
-from transformers import DynamicCache, StaticCache
+from transformers import DynamicCache, PreTrainedModel, StaticCache
 
 from specbench.errors import SpecbenchError
 from specbench.features import (Conversation, FeatureCache, prefill_features, read_prompts, write_feature_chunk,
@@ -240,11 +240,11 @@ def _earlier_reply_span(tokenizer, first_user: str, first_reply: str, prompt2: l
     return [(len(before), len(with_reply))]
 
 
-def generation_origin(model: torch.nn.Module) -> str:
+def generation_origin(model: PreTrainedModel) -> str:
     """Where a chunk was generated, as the chunk records it (e.g. "cuda NVIDIA H100 80GB HBM3, float32, torch 2.11.0")."""
-    device = next(model.parameters()).device
+    device = model.device
     name = f"cuda {torch.cuda.get_device_name(device)}" if device.type == "cuda" else device.type
-    return f"{name}, {str(next(model.parameters()).dtype).removeprefix('torch.')}, torch {torch.__version__}"
+    return f"{name}, {str(model.dtype).removeprefix('torch.')}, torch {torch.__version__}"
 
 
 def _write_chunk(path: Path, convs: list[Conversation], reply: list[list[int]], ids: list[str], vocab: int,
