@@ -241,7 +241,7 @@ def _earlier_reply_span(tokenizer, first_user: str, first_reply: str, prompt2: l
 
 
 def generation_origin(model: PreTrainedModel) -> str:
-    """Where a chunk was generated, as the chunk records it (e.g. "cuda NVIDIA H100 80GB HBM3, float32, torch 2.11.0")."""
+    """Where a chunk was generated, as it records it: e.g. "cuda NVIDIA H100 80GB HBM3, float32, torch 2.11.0"."""
     device = model.device
     name = f"cuda {torch.cuda.get_device_name(device)}" if device.type == "cuda" else device.type
     return f"{name}, {str(model.dtype).removeprefix('torch.')}, torch {torch.__version__}"
