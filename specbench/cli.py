@@ -9,6 +9,7 @@ from pathlib import Path
 from specbench.errors import SpecbenchError
 from specbench.target import DEFAULT_TARGET
 from specbench.tasks import SOURCES, QuestionSelection, parse_category_map
+from specbench.training import AUTOCAST_TYPES
 
 
 def _csv(text: str) -> list[str]:
@@ -186,7 +187,7 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument("--out", type=Path, required=True, help="where the trained weights, log and checkpoint go")
     train.add_argument("--max-tokens", type=int, default=2_000_000, help="training positions to stop after")
     train.add_argument("--hours", type=float, default=0.0, help="training time to stop after (0 = no limit)")
-    train.add_argument("--autocast", choices=["bfloat16"],
+    train.add_argument("--autocast", choices=sorted(AUTOCAST_TYPES),
                        help="mixed precision: each step's loss under torch.autocast (weights, optimizer and held-out "
                             "evaluation stay fp32); on a CPU it pays only with native bf16 (avx512_bf16 or AMX)")
     train.add_argument("--lr", type=float, default=3e-4)
