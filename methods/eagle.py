@@ -46,9 +46,9 @@ HEAD_CONFIG_KEYS = (
 )
 PACKAGED_HEADS = {"smollm2-135m-instruct": "smollm2-135m-instruct"}  # target short name -> folder in heads/
 # The default head's folder within a target's folder: `shifted` was the first recipe, `self-t0` the same stage 1
-# fine-tuned on more of the target's own replies; `self-t0-6m` fine-tunes it on more of them for three times as
-# long (heads/README.md), the best of them on the target's own text.
-DEFAULT_HEAD = "self-t0-6m"
+# fine-tuned on more of the target's own replies, `self-t0-6m` on more of them for three times as long, and
+# `self-t0-all` continues it on all of them (README), the best of them on the target's own text.
+DEFAULT_HEAD = "self-t0-all"
 HEADS_DIR = shipped_drafters("eagle")
 SAFETENSORS, BIN = "model.safetensors", "pytorch_model.bin"
 
