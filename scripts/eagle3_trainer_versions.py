@@ -23,7 +23,7 @@ from specbench.methods.eagle3 import training as this_training
 from specbench.methods.eagle3.checkpoint import head_config
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
 from specbench.target import DEFAULT_TARGET, LoadedModel, load_model
-from specbench.training import Batch, epoch_batches, load_conversations, make_batch
+from specbench.training import AUTOCAST_TYPES, Batch, autocast_type, epoch_batches, load_conversations, make_batch
 
 
 def load_trainer(path: Path) -> ModuleType:
@@ -35,14 +35,17 @@ def load_trainer(path: Path) -> ModuleType:
     return module
 
 
-def positions_per_second(trainer: ModuleType, target: LoadedModel, batches: list[Batch], vocab: int) -> tuple[float, float]:
-    """(positions/s, last loss) of a fresh head (seed 0) trained on the batches."""
+def positions_per_second(trainer: ModuleType, target: LoadedModel, batches: list[Batch], vocab: int,
+                         autocast: torch.dtype | None) -> tuple[float, float]:
+    """(positions/s, last loss) of a fresh head (seed 0) trained on the batches, under autocast when given (as
+    `train --autocast` runs the loss)."""
     torch.manual_seed(0)
     head = Eagle3Head(head_config(target.model.config, vocab))
     trainer.set_draft_vocabulary(head, torch.arange(vocab))  # which ids does not change the cost
     trainable = trainer.Eagle3Trainable(head, target.model)
     optimizer = torch.optim.AdamW(head.parameters(), lr=1e-4)
-    positions, seconds, loss = timed_steps(trainable, optimizer, batches)
+    with torch.autocast("cpu", dtype=autocast, enabled=autocast is not None):
+        positions, seconds, loss = timed_steps(trainable, optimizer, batches)
     return positions / seconds, loss
 
 
@@ -54,6 +57,7 @@ def main() -> int:
     parser.add_argument("--batch-tokens", type=int, default=2048)
     parser.add_argument("--draft-vocab", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--autocast", choices=sorted(AUTOCAST_TYPES), help="mixed precision, as `train --autocast`")
     parser.add_argument("--target", default=DEFAULT_TARGET)
     args = parser.parse_args()
     if args.threads > 0:
@@ -73,14 +77,14 @@ def main() -> int:
         return 2
     rates: dict[str, list[float]] = {"other": [], "this": []}
     for name, trainer in (("other", other), ("this", this_training)) * 2:
-        rate, loss = positions_per_second(trainer, target, batches, args.draft_vocab)
+        rate, loss = positions_per_second(trainer, target, batches, args.draft_vocab, autocast_type(args.autocast))
         rates[name].append(rate)
         print(f"{name:<5} ({Path(trainer.__file__).name}): {rate:.0f} positions/s, loss after "
               f"{len(batches)} batches {loss:.4f}")
     mean = {name: sum(r) / len(r) for name, r in rates.items()}
     print(f"this / other = {mean['this'] / mean['other']:.2f}x; {cpu_description()}; {torch.get_num_threads()} "
           f"threads; {sum(int(b.valid.sum()) for b in batches)} positions per run, batches of "
-          f"{args.batch_tokens} tokens, draft vocab {args.draft_vocab}")
+          f"{args.batch_tokens} tokens, draft vocab {args.draft_vocab}, autocast {args.autocast or 'off'}")
     return 0
 
 

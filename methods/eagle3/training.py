@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
 
 from specbench.features import FeatureCache, add_layer_features, draft_vocabulary
 from specbench.methods.eagle3.checkpoint import head_config, save_head
@@ -37,22 +37,63 @@ def set_draft_vocabulary(head: Eagle3Head, target_ids: torch.Tensor) -> None:
     head.t2d[ids] = True
 
 
+def _attend(q: torch.Tensor, context: tuple[torch.Tensor, torch.Tensor],
+            own: list[tuple[torch.Tensor, torch.Tensor]], scaling: float) -> torch.Tensor:
+    """Attention of queries q [B, h, n, d] over the context's keys and values [B, h, n, d] (causal: query t sees
+    keys 0..t) and, for each earlier step and this one, the single key and value at the query's own position
+    (the node's ancestors). Written out rather than a dense mask over all steps' keys, as the official trainer
+    does: step j then costs one n x n product, not j + 1 of them."""
+    keys, values = context
+    n = q.shape[2]
+    scores = torch.matmul(q, keys.transpose(2, 3)) * scaling
+    future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+    scores = scores.masked_fill(future, torch.finfo(scores.dtype).min)
+    diagonal = [(q * k).sum(-1, keepdim=True) * scaling for k, _ in own]
+    probs = torch.softmax(torch.cat([scores, *diagonal], dim=-1), dim=-1, dtype=torch.float32).to(values.dtype)
+    out = torch.matmul(probs[..., :n], values)
+    for i, (_, v) in enumerate(own):
+        out = out + probs[..., n + i : n + i + 1] * v
+    return out
+
+
+def _step(head: Eagle3Head, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
+          context: tuple[torch.Tensor, torch.Tensor] | None, own: list[tuple[torch.Tensor, torch.Tensor]]
+          ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """One step of the unroll through the head's own modules (Eagle3Head.forward and Eagle3Layer.forward, with the
+    attention above): the head's hidden states [B, n, H] and this step's keys and values, GQA-expanded."""
+    layer, attn = head.midlayer, head.midlayer.self_attn
+    embedded = head.embed_tokens(tokens)
+    features = features.to(embedded.dtype)
+    if features.shape[-1] != head.config.hidden_size:
+        features = head.fc(features)
+    cos, sin = head.rotary_emb(features, positions)
+    both = torch.cat([layer.input_layernorm(embedded), layer.hidden_norm(features)], dim=-1)
+    shape = (*tokens.shape, -1, attn.head_dim)
+    q = attn.q_proj(both).view(shape).transpose(1, 2)
+    k = attn.k_proj(both).view(shape).transpose(1, 2)
+    v = attn.v_proj(both).view(shape).transpose(1, 2)
+    q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    kv = (repeat_kv(k, attn.num_key_value_groups), repeat_kv(v, attn.num_key_value_groups))
+    attended = _attend(q, context or kv, own + ([kv] if context is not None else []), attn.scaling)
+    hidden = features + attn.o_proj(attended.transpose(1, 2).reshape(*tokens.shape, -1))
+    return hidden + layer.mlp(layer.post_attention_layernorm(hidden)), kv
+
+
 def unroll(head: Eagle3Head, tokens: torch.Tensor, fused: torch.Tensor, steps: int) -> list[torch.Tensor]:
     """The head's hidden states [B, n, H] at each step of the training-time test (see the module docstring)."""
     b, n = tokens.shape
-    device = fused.device
-    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
-    eye = torch.eye(n, dtype=torch.bool, device=device)
-    cache = DynamicCache(config=head.config)  # every step's keys: step j attends to steps 0..j
-    positions = torch.arange(n, device=device).expand(b, n)
+    positions = torch.arange(n, device=fused.device).expand(b, n)
     features, out = fused, []
+    context: tuple[torch.Tensor, torch.Tensor] | None = None  # step 0's keys and values: the target context
+    own: list[tuple[torch.Tensor, torch.Tensor]] = []  # steps 1..j's, one per position
     for j in range(min(steps, n - 1)):
         step_tokens = torch.zeros_like(tokens)  # step j at position t reads token t + 1 + j (0 past the end)
         step_tokens[:, : n - 1 - j] = tokens[:, 1 + j :]
-        allowed = torch.cat([causal] + [eye] * j, dim=1)  # [n, (j + 1) n]: the context, then its own earlier steps
-        mask = torch.zeros(allowed.shape, dtype=fused.dtype, device=device)
-        mask = mask.masked_fill(~allowed, torch.finfo(fused.dtype).min)[None, None]
-        features = head(step_tokens, features, positions + j, mask, cache)
+        features, kv = _step(head, step_tokens, features, positions + j, context, own)
+        if context is None:
+            context = kv
+        else:
+            own.append(kv)
         out.append(features)
     return out
 
