@@ -74,7 +74,10 @@ def _step(head: Eagle3Head, tokens: torch.Tensor, features: torch.Tensor, positi
     v = attn.v_proj(both).view(shape).transpose(1, 2)
     q, k = apply_rotary_pos_emb(q, k, cos, sin)
     kv = (repeat_kv(k, attn.num_key_value_groups), repeat_kv(v, attn.num_key_value_groups))
-    attended = _attend(q, context or kv, own + ([kv] if context is not None else []), attn.scaling)
+    if context is None:  # step 0: the context is this step's own keys
+        attended = _attend(q, kv, [], attn.scaling)
+    else:
+        attended = _attend(q, context, own + [kv], attn.scaling)
     hidden = features + attn.o_proj(attended.transpose(1, 2).reshape(*tokens.shape, -1))
     return hidden + layer.mlp(layer.post_attention_layernorm(hidden)), kv
 
