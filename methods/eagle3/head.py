@@ -42,7 +42,10 @@ class Eagle3Layer(nn.Module):
         both = torch.cat([self.input_layernorm(embedded), self.hidden_norm(hidden)], dim=-1)
         attended, _ = self.self_attn(both, position_embeddings=position_embeddings, attention_mask=attention_mask,
                                      past_key_values=cache)
-        hidden = residual + attended
+        return self.feed_forward(residual + attended)
+
+    def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The MLP half of the layer, after the attention's residual."""
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
@@ -66,12 +69,18 @@ class Eagle3Head(nn.Module):
                 attention_mask: torch.Tensor | None, cache: DynamicCache | None = None) -> torch.Tensor:
         """tokens [B, n], features [B, n, 3H'] (fused target states) or [B, n, H] (the head's own), position_ids
         [B, n], attention_mask [B, 1, n, cached + n] additive or None -> the head's hidden states [B, n, H]."""
+        embedded, features = self.inputs(tokens, features)
+        rope = self.rotary_emb(features, position_ids)
+        return self.midlayer(embedded, features, rope, attention_mask, cache)
+
+    def inputs(self, tokens: torch.Tensor, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The token embeddings and the H-wide hidden state the layer reads: fused target states go through fc,
+        the head's own states (deeper steps) as they are."""
         embedded = self.embed_tokens(tokens)
         features = features.to(embedded.dtype)
         if features.shape[-1] != self.config.hidden_size:
             features = self.fc(features)
-        rope = self.rotary_emb(features, position_ids)
-        return self.midlayer(embedded, features, rope, attention_mask, cache)
+        return embedded, features
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Draft logits over the draft vocabulary."""

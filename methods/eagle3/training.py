@@ -62,10 +62,7 @@ def _step(head: Eagle3Head, tokens: torch.Tensor, features: torch.Tensor, positi
     """One step of the unroll through the head's own modules (Eagle3Head.forward and Eagle3Layer.forward, with the
     attention above): the head's hidden states [B, n, H] and this step's keys and values, GQA-expanded."""
     layer, attn = head.midlayer, head.midlayer.self_attn
-    embedded = head.embed_tokens(tokens)
-    features = features.to(embedded.dtype)
-    if features.shape[-1] != head.config.hidden_size:
-        features = head.fc(features)
+    embedded, features = head.inputs(tokens, features)
     cos, sin = head.rotary_emb(features, positions)
     both = torch.cat([layer.input_layernorm(embedded), layer.hidden_norm(features)], dim=-1)
     shape = (*tokens.shape, -1, attn.head_dim)
@@ -78,8 +75,7 @@ def _step(head: Eagle3Head, tokens: torch.Tensor, features: torch.Tensor, positi
         attended = _attend(q, kv, [], attn.scaling)
     else:
         attended = _attend(q, context, own + [kv], attn.scaling)
-    hidden = features + attn.o_proj(attended.transpose(1, 2).reshape(*tokens.shape, -1))
-    return hidden + layer.mlp(layer.post_attention_layernorm(hidden)), kv
+    return layer.feed_forward(features + attn.o_proj(attended.transpose(1, 2).reshape(*tokens.shape, -1))), kv
 
 
 def unroll(head: Eagle3Head, tokens: torch.Tensor, fused: torch.Tensor, steps: int) -> list[torch.Tensor]:
