@@ -3,7 +3,12 @@
 The training log's held-out top-1 is measured on the training data's reference replies; this measures the same
 quantity on what the target actually writes, which is what decides τ. Usage:
     python scripts/eagle_top1_on_outputs.py RUN_DIR [--head FOLDER] [--question-dir ../shared/data/tasks]
+        [--temperature T]
 (first turns only; the prompt is rebuilt from the question file through the chat template, as the runner does).
+With --temperature T > 0 it reads the run's vanilla turns sampled at T and scores, at each position, the
+probability that the target's sample at T equals the head's first guess: the chance that the first draft token
+is accepted, since the tree's candidates are the head's top picks and the engine accepts a fixed candidate x with
+probability p_T(x).
 A folder whose config.json has draft_vocab_size is an EAGLE-3 head: its first draft step reads the target's fused
 layers, and its guess (over its draft vocabulary, mapped through d2t) is the first token it would draft. Both kinds
 are scored on the same positions: position i guesses the token at i + 2.
@@ -28,16 +33,17 @@ def causal_mask(n: int) -> torch.Tensor:
 
 
 def eagle_guesses(head, model):
-    """full token ids -> the head's guess at every position i of the token at i + 2 (full vocabulary)."""
+    """full token ids -> (the head's guess at every position i of the token at i + 2 (full vocabulary), the target's
+    logits for that token)."""
     lm_head = model.get_output_embeddings().weight.detach()
 
-    def guess(full: list[int]) -> torch.Tensor:
+    def guess(full: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         n = len(full) - 1
         features = model.get_decoder()(input_ids=torch.tensor([full])).last_hidden_state[0]
         tokens = full[head.shift : n + head.shift]
         predicted = head(torch.tensor([tokens]), features[:n].unsqueeze(0), torch.arange(n).unsqueeze(0),
                          causal_mask(n))[0]
-        return (predicted @ lm_head.T).argmax(-1)
+        return (predicted @ lm_head.T).argmax(-1), features[1:] @ lm_head.T
     return guess
 
 
@@ -46,12 +52,12 @@ def eagle3_guesses(head, model):
     layers = fused_layers(model.config.num_hidden_layers)
     draft_ids = head.draft_to_target()
 
-    def guess(full: list[int]) -> torch.Tensor:
+    def guess(full: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         n = len(full) - 1
-        states = model(input_ids=torch.tensor([full]), output_hidden_states=True).hidden_states
-        fused = torch.cat([states[i][:, :n] for i in layers], dim=-1)
+        out = model(input_ids=torch.tensor([full]), output_hidden_states=True)
+        fused = torch.cat([out.hidden_states[i][:, :n] for i in layers], dim=-1)
         hidden = head(torch.tensor([full[1:]]), fused, torch.arange(n).unsqueeze(0), causal_mask(n))
-        return draft_ids[head.logits(hidden)[0].argmax(-1)]
+        return draft_ids[head.logits(hidden)[0].argmax(-1)], out.logits[0, 1:]
     return guess
 
 
@@ -60,7 +66,11 @@ def main() -> None:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--head", type=Path)
     parser.add_argument("--question-dir", type=Path, default=Path("../shared/data/tasks"))
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="score the vanilla turns sampled at this temperature (0: greedy turns, top-1)")
     args = parser.parse_args()
+    if args.temperature < 0:
+        raise SystemExit(f"--temperature must be >= 0, got {args.temperature}")
     target_name = read_run_info(args.run_dir)["settings"]["target"]
     target = load_model(target_name)
     folder = args.head or find_head(target_name)
@@ -68,25 +78,39 @@ def main() -> None:
     is_eagle3 = "draft_vocab_size" in json.loads((folder / "config.json").read_text())
     guess = eagle3_guesses(load_eagle3_head(folder, embedding), target.model) if is_eagle3 else \
         eagle_guesses(load_head(folder, embedding)[0], target.model)
-    hits: dict[str, list[int]] = {}
+    hits: dict[str, list[float]] = {}
     for record in read_records(args.run_dir):
-        if record["method"] != "vanilla" or float(record["temperature"]) != 0.0:
+        if record["method"] != "vanilla" or float(record["temperature"]) != args.temperature:
             continue
+        if args.temperature > 0 and (float(record["top_p"]) != 1.0 or int(record["top_k"]) != 0):
+            raise SystemExit("--temperature > 0 scores turns sampled without top-p/top-k truncation only")
         questions = args.question_dir / record["task"] / "question.jsonl"
         question = next(q for q in map(json.loads, questions.open()) if str(q["question_id"]) == str(record["question_id"]))
         prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": question["turns"][0]}])
         full = prompt + record["choices"][0]["token_ids"][0]
         with torch.no_grad():
-            guesses = guess(full)[len(prompt) - 1 : len(full) - 2]  # the generated tokens after the first one
+            guesses, target_logits = guess(full)
+        span = slice(len(prompt) - 1, len(full) - 2)  # the generated tokens after the first one
+        guesses = guesses[span]
         actual = torch.tensor(full[len(prompt) + 1 :])
-        task = hits.setdefault(record["task"], [0, 0])
-        task[0] += int((guesses == actual).sum())
+        task = hits.setdefault(record["task"], [0.0, 0, 0.0])
+        if args.temperature > 0:
+            probs = torch.softmax(target_logits[span].float() / args.temperature, dim=-1)
+            task[0] += float(probs.gather(1, guesses.unsqueeze(1)).sum())
+            task[2] += float(probs.max(-1).values.sum())  # a head that always guessed the target's greedy token
+        else:
+            task[0] += int((guesses == actual).sum())
         task[1] += len(actual)
-    print("| task | tokens | top-1 on the target's own outputs |\n| --- | --- | --- |")
-    for task, (hit, total) in hits.items():
-        print(f"| {task} | {total} | {hit / total:.3f} |")
-    hit, total = map(sum, zip(*hits.values()))
-    print(f"| all | {total} | {hit / total:.3f} |")
+    if not hits:
+        raise SystemExit(f"{args.run_dir} has no vanilla turns at temperature {args.temperature}")
+    if args.temperature == 0:
+        print("| task | tokens | top-1 on the target's own outputs |\n| --- | --- | --- |")
+    else:
+        print(f"| task | tokens | P(target's T={args.temperature:g} sample = head's guess), on its own T={args.temperature:g} "
+              "outputs | the same for the target's greedy token (ceiling) |\n| --- | --- | --- | --- |")
+    hits["all"] = [sum(column) for column in zip(*hits.values())]
+    for task, (hit, total, ceiling) in hits.items():
+        print(f"| {task} | {total} | {hit / total:.3f} |" + (f" {ceiling / total:.3f} |" if args.temperature else ""))
 
 
 if __name__ == "__main__":
