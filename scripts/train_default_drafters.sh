@@ -3,7 +3,7 @@
 # Each command resumes from its checkpoint when rerun (a session may be stopped at any time), and all of them
 # share two feature caches: 2,560 conversations of ../shared/data/train/prompts.jsonl with their fixed replies,
 # and 1,280 of them with replies the target wrote itself.
-# Usage: bash scripts/train_default_drafters.sh [all|eagle|self|ablations|medusa|sps|eagle3|self-t0|self-t0-6m|self-t0-all]
+# Usage: bash scripts/train_default_drafters.sh [all|eagle|self|ablations|medusa|sps|eagle3-640k|eagle3|self-t0|self-t0-6m|self-t0-all]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1
@@ -47,13 +47,23 @@ if [[ $what == all || $what == ablations ]]; then
       --max-tokens 400000 --lr 5e-4 --eval-every 50 --opt "inputs=$inputs"
   done
 fi
-if [[ $what == all || $what == eagle3 ]]; then
-  # The shipped EAGLE-3 head, and an EAGLE head from scratch on the same conversations, positions, batches and lr.
-  # --feature-layers: features rebuilt on a fresh machine keep EAGLE-3's fused layers from the same prefill.
-  python -m specbench train eagle3 "${DISTILLED[@]}" --feature-layers 2,15,27 --out heads/eagle3/smollm2-135m-instruct \
+if [[ $what == all || $what == eagle3-640k ]]; then
+  # The first EAGLE-3 head (640k positions on 11 chunks), and an EAGLE head from scratch on the same conversations,
+  # positions, batches and lr. --feature-layers: features rebuilt on a fresh machine keep EAGLE-3's fused layers
+  # from the same prefill.
+  python -m specbench train eagle3 "${DISTILLED[@]}" --feature-layers 2,15,27 \
+    --out heads/eagle3/smollm2-135m-instruct-640k \
     --max-tokens 640000 --lr 5e-4 --batch-tokens 2048 --eval-every 50 --snapshot-tokens 160000
   python -m specbench train eagle "${DISTILLED[@]}" --out "$HEADS/equal-data" \
     --max-tokens 640000 --lr 5e-4 --batch-tokens 2048 --eval-every 50
+fi
+if [[ $what == all || $what == eagle3 ]]; then
+  # The shipped EAGLE-3 head (what `--methods eagle3` loads): the whole dataset, 4M positions from scratch, and the
+  # EAGLE head it is compared with at equal data (same batches, schedule and lr; kept under results/).
+  WHOLE=("${DATASET[@]}" --dataset-chunks 67 --max-tokens 4000000 --lr 5e-4 --batch-tokens 2048 --eval-every 200
+         --snapshot-tokens 1000000 --autocast bfloat16)
+  python -m specbench train eagle3 "${WHOLE[@]}" --feature-layers 2,15,27 --out heads/eagle3/smollm2-135m-instruct
+  python -m specbench train eagle "${WHOLE[@]}" --out results/heads/eagle-all-4m
 fi
 if [[ $what == all || $what == self-t0 ]]; then
   # The previous default EAGLE head: the earlier recipe's stage 1 (`fixed`) fine-tuned on
