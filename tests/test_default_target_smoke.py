@@ -32,7 +32,7 @@ def test_default_target_pld_matches_vanilla(target):
     assert len(lookup.token_ids) / len(lookup.accept_lengths) > 1.05  # drafts were accepted (1.09 when written)
 
 
-@pytest.mark.parametrize("method", ["eagle", "eagle1", "medusa", "sps", "lookahead"])
+@pytest.mark.parametrize("method", ["eagle", "eagle1", "eagle3", "medusa", "sps", "lookahead"])
 def test_shipped_drafters_match_vanilla(target, method):
     drafter = available_methods()[method].build(BuildContext(target, options={"total_tokens": "8"}))
     prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": "Natalia sold 48 clips in April and half "

@@ -29,7 +29,7 @@ def test_wheel_carries_methods_tasks_and_shipped_drafters(wheel):
     for drafter in ("eagle/smollm2-135m-instruct/self-t0-all", "eagle/smollm2-135m-instruct/self-t0-6m",
                     "eagle/smollm2-135m-instruct/self-t0",
                     "eagle/smollm2-135m-instruct/shifted",
-                    "medusa/smollm2-135m-instruct", "sps/smollm2-135m-instruct"):
+                    "eagle3/smollm2-135m-instruct", "medusa/smollm2-135m-instruct", "sps/smollm2-135m-instruct"):
         assert f"specbench/heads/{drafter}/config.json" in names
         assert f"specbench/heads/{drafter}/model.safetensors" in names
     assert not any(n.startswith(("methods/", "tasks/", "heads/")) for n in names)  # no top-level packages
