@@ -25,6 +25,7 @@ from specbench.methods.eagle import find_head, load_head
 from specbench.methods.eagle3.checkpoint import load_head as load_eagle3_head
 from specbench.methods.eagle3.head import fused_layers
 from specbench.records import read_records, read_run_info
+from specbench.sampling import Sampling, target_probs
 from specbench.target import chat_prompt, load_model
 
 
@@ -82,8 +83,6 @@ def main() -> None:
     for record in read_records(args.run_dir):
         if record["method"] != "vanilla" or float(record["temperature"]) != args.temperature:
             continue
-        if args.temperature > 0 and (float(record["top_p"]) != 1.0 or int(record["top_k"]) != 0):
-            raise SystemExit("--temperature > 0 scores turns sampled without top-p/top-k truncation only")
         questions = args.question_dir / record["task"] / "question.jsonl"
         question = next(q for q in map(json.loads, questions.open()) if str(q["question_id"]) == str(record["question_id"]))
         prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": question["turns"][0]}])
@@ -95,7 +94,8 @@ def main() -> None:
         actual = torch.tensor(full[len(prompt) + 1 :])
         task = hits.setdefault(record["task"], [0.0, 0, 0.0])
         if args.temperature > 0:
-            probs = torch.softmax(target_logits[span].float() / args.temperature, dim=-1)
+            sampling = Sampling(args.temperature, float(record["top_p"]), int(record["top_k"]))
+            probs = target_probs(target_logits[span], sampling)  # what vanilla sampled from
             task[0] += float(probs.gather(1, guesses.unsqueeze(1)).sum())
             task[2] += float(probs.max(-1).values.sum())  # a head that always guessed the target's greedy token
         else:
