@@ -12,6 +12,9 @@ probability p_T(x).
 A folder whose config.json has draft_vocab_size is an EAGLE-3 head: its first draft step reads the target's fused
 layers, and its guess (over its draft vocabulary, mapped through d2t) is the first token it would draft. Both kinds
 are scored on the same positions: position i guesses the token at i + 2.
+With --draft-vocab FOLDER (an EAGLE-3 head) it also splits the positions by whether the token to guess lies in
+that head's draft vocabulary: an EAGLE-3 head can never draft the others, so their share bounds its top-1, and the
+top-1 of any head on them is what a draft vocabulary that narrow gives up.
 """
 from __future__ import annotations
 
@@ -69,6 +72,8 @@ def main() -> None:
     parser.add_argument("--question-dir", type=Path, default=Path("../shared/data/tasks"))
     parser.add_argument("--temperature", type=float, default=0.0,
                         help="score the vanilla turns sampled at this temperature (0: greedy turns, top-1)")
+    parser.add_argument("--draft-vocab", type=Path, metavar="FOLDER",
+                        help="an EAGLE-3 head: also split the scores by whether the token is in its draft vocabulary")
     args = parser.parse_args()
     if args.temperature < 0:
         raise SystemExit(f"--temperature must be >= 0, got {args.temperature}")
@@ -79,6 +84,10 @@ def main() -> None:
     is_eagle3 = "draft_vocab_size" in json.loads((folder / "config.json").read_text())
     guess = eagle3_guesses(load_eagle3_head(folder, embedding), target.model) if is_eagle3 else \
         eagle_guesses(load_head(folder, embedding)[0], target.model)
+    in_draft_vocab = torch.zeros(embedding.shape[0], dtype=torch.bool)
+    if args.draft_vocab:
+        in_draft_vocab[load_eagle3_head(args.draft_vocab, embedding).draft_to_target()] = True
+    # per task: score, tokens, ceiling, score on tokens in the draft vocabulary, tokens in it
     hits: dict[str, list[float]] = {}
     for record in read_records(args.run_dir):
         if record["method"] != "vanilla" or float(record["temperature"]) != args.temperature:
@@ -92,25 +101,38 @@ def main() -> None:
         span = slice(len(prompt) - 1, len(full) - 2)  # the generated tokens after the first one
         guesses = guesses[span]
         actual = torch.tensor(full[len(prompt) + 1 :])
-        task = hits.setdefault(record["task"], [0.0, 0, 0.0])
+        task = hits.setdefault(record["task"], [0.0, 0, 0.0, 0.0, 0])
         if args.temperature > 0:
             sampling = Sampling(args.temperature, float(record["top_p"]), int(record["top_k"]))
             probs = target_probs(target_logits[span], sampling)  # what vanilla sampled from
-            task[0] += float(probs.gather(1, guesses.unsqueeze(1)).sum())
+            scores = probs.gather(1, guesses.unsqueeze(1))[:, 0]
             task[2] += float(probs.max(-1).values.sum())  # a head that always guessed the target's greedy token
         else:
-            task[0] += int((guesses == actual).sum())
+            scores = (guesses == actual).float()
+        inside = in_draft_vocab[actual]
+        task[0] += float(scores.sum())
         task[1] += len(actual)
+        task[3] += float(scores[inside].sum())
+        task[4] += int(inside.sum())
     if not hits:
         raise SystemExit(f"{args.run_dir} has no vanilla turns at temperature {args.temperature}")
+    columns = ["task", "tokens"]
     if args.temperature == 0:
-        print("| task | tokens | top-1 on the target's own outputs |\n| --- | --- | --- |")
+        columns.append("top-1 on the target's own outputs")
     else:
-        print(f"| task | tokens | P(target's T={args.temperature:g} sample = head's guess), on its own T={args.temperature:g} "
-              "outputs | the same for the target's greedy token (ceiling) |\n| --- | --- | --- | --- |")
+        columns += [f"P(target's T={args.temperature:g} sample = head's guess), on its own T={args.temperature:g} outputs",
+                    "the same for the target's greedy token (ceiling)"]
+    if args.draft_vocab:
+        columns += ["share of tokens in the draft vocabulary", "score on those tokens", "score on the others"]
+    print("| " + " | ".join(columns) + " |\n|" + " --- |" * len(columns))
     hits["all"] = [sum(column) for column in zip(*hits.values())]
-    for task, (hit, total, ceiling) in hits.items():
-        print(f"| {task} | {total} | {hit / total:.3f} |" + (f" {ceiling / total:.3f} |" if args.temperature else ""))
+    for task, (hit, total, ceiling, hit_inside, inside) in hits.items():
+        row = [task, str(total), f"{hit / total:.3f}"] + ([f"{ceiling / total:.3f}"] if args.temperature else [])
+        if args.draft_vocab:
+            outside = total - inside
+            row += [f"{inside / total:.3f}", f"{hit_inside / max(inside, 1):.3f}",
+                    f"{(hit - hit_inside) / max(outside, 1):.3f}"]
+        print("| " + " | ".join(row) + " |")
 
 
 if __name__ == "__main__":
