@@ -46,9 +46,10 @@ HEAD_CONFIG_KEYS = (
 )
 PACKAGED_HEADS = {"smollm2-135m-instruct": "smollm2-135m-instruct"}  # target short name -> folder in heads/
 # The default head's folder within a target's folder: `shifted` was the first recipe, `self-t0` the same stage 1
-# fine-tuned on more of the target's own replies, `self-t0-6m` on more of them for three times as long, and
-# `self-t0-all` continues it on all of them (README), the best of them on the target's own text.
-DEFAULT_HEAD = "self-t0-all"
+# fine-tuned on more of the target's own replies, `self-t0-6m` on more of them for three times as long,
+# `self-t0-all` continues it on all of them, and `self-t0-12m`, trained from scratch on all of them for 12M
+# positions, is the best of them on the target's own text (README).
+DEFAULT_HEAD = "self-t0-12m"
 HEADS_DIR = shipped_drafters("eagle")
 SAFETENSORS, BIN = "model.safetensors", "pytorch_model.bin"
 

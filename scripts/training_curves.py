@@ -4,8 +4,8 @@ Every head's trainer appends one line per held-out evaluation to OUT/log.jsonl (
 losses and top-1). Usage:
     python scripts/training_curves.py HEAD_FOLDER [HEAD_FOLDER ...] [--label NAME ...] [--at 2e6,4e6]
         [--metric heldout_top1] [--plot curves.png]
-The table gives, for each head, the last evaluation at or before each position of --at (default: every
-evaluation of the first head), so heads logged at slightly different positions are read at the same point.
+The table gives, for each head, the evaluation nearest each position of --at (default: every evaluation of the
+first head), so heads logged at slightly different positions are read at about the same point.
 """
 from __future__ import annotations
 
@@ -27,9 +27,12 @@ def read_log(folder: Path) -> list[dict]:
 
 
 def value_at(rows: list[dict], positions: float, metric: str) -> float | None:
-    """The metric at the last evaluation at or before `positions` training positions (None if there is none)."""
-    seen = [row for row in rows if metric in row and row["tokens"] <= positions]
-    return seen[-1][metric] if seen else None
+    """The metric at the evaluation nearest `positions` training positions (None if the log has none, or if the
+    head stopped training well before `positions`)."""
+    logged = [row for row in rows if metric in row]
+    if not logged or positions > 1.05 * logged[-1]["tokens"]:
+        return None
+    return min(logged, key=lambda row: abs(row["tokens"] - positions))[metric]
 
 
 def positions_label(positions: float) -> str:

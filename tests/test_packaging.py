@@ -26,7 +26,8 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_carries_methods_tasks_and_shipped_drafters(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "specbench/methods/eagle.py" in names and "specbench/builtin_tasks/mt_bench.yaml" in names
-    for drafter in ("eagle/smollm2-135m-instruct/self-t0-all", "eagle/smollm2-135m-instruct/self-t0-6m",
+    for drafter in ("eagle/smollm2-135m-instruct/self-t0-12m", "eagle/smollm2-135m-instruct/self-t0-all",
+                    "eagle/smollm2-135m-instruct/self-t0-6m",
                     "eagle/smollm2-135m-instruct/self-t0",
                     "eagle/smollm2-135m-instruct/shifted",
                     "eagle3/smollm2-135m-instruct", "medusa/smollm2-135m-instruct", "sps/smollm2-135m-instruct"):
