@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -65,6 +66,19 @@ def eagle3_guesses(head, model):
     return guess
 
 
+@dataclass
+class Tally:
+    """One task's sums over its scored positions."""
+    score: float = 0.0  # top-1 hits at T=0; P(sample = guess) at T > 0
+    tokens: int = 0
+    ceiling: float = 0.0  # the same for a head that always guessed the target's greedy token (T > 0)
+    score_in_vocab: float = 0.0  # score on the tokens in --draft-vocab's draft vocabulary
+    tokens_in_vocab: int = 0
+
+    def __add__(self, other: "Tally") -> "Tally":
+        return Tally(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("run_dir", type=Path)
@@ -87,8 +101,7 @@ def main() -> None:
     in_draft_vocab = torch.zeros(embedding.shape[0], dtype=torch.bool)
     if args.draft_vocab:
         in_draft_vocab[load_eagle3_head(args.draft_vocab, embedding).draft_to_target()] = True
-    # per task: score, tokens, ceiling, score on tokens in the draft vocabulary, tokens in it
-    hits: dict[str, list[float]] = {}
+    tallies: dict[str, Tally] = {}
     for record in read_records(args.run_dir):
         if record["method"] != "vanilla" or float(record["temperature"]) != args.temperature:
             continue
@@ -101,20 +114,20 @@ def main() -> None:
         span = slice(len(prompt) - 1, len(full) - 2)  # the generated tokens after the first one
         guesses = guesses[span]
         actual = torch.tensor(full[len(prompt) + 1 :])
-        task = hits.setdefault(record["task"], [0.0, 0, 0.0, 0.0, 0])
+        task = tallies.setdefault(record["task"], Tally())
         if args.temperature > 0:
             sampling = Sampling(args.temperature, float(record["top_p"]), int(record["top_k"]))
             probs = target_probs(target_logits[span], sampling)  # what vanilla sampled from
             scores = probs.gather(1, guesses.unsqueeze(1))[:, 0]
-            task[2] += float(probs.max(-1).values.sum())  # a head that always guessed the target's greedy token
+            task.ceiling += float(probs.max(-1).values.sum())
         else:
             scores = (guesses == actual).float()
         inside = in_draft_vocab[actual]
-        task[0] += float(scores.sum())
-        task[1] += len(actual)
-        task[3] += float(scores[inside].sum())
-        task[4] += int(inside.sum())
-    if not hits:
+        task.score += float(scores.sum())
+        task.tokens += len(actual)
+        task.score_in_vocab += float(scores[inside].sum())
+        task.tokens_in_vocab += int(inside.sum())
+    if not tallies:
         raise SystemExit(f"{args.run_dir} has no vanilla turns at temperature {args.temperature}")
     columns = ["task", "tokens"]
     if args.temperature == 0:
@@ -125,13 +138,15 @@ def main() -> None:
     if args.draft_vocab:
         columns += ["share of tokens in the draft vocabulary", "score on those tokens", "score on the others"]
     print("| " + " | ".join(columns) + " |\n|" + " --- |" * len(columns))
-    hits["all"] = [sum(column) for column in zip(*hits.values())]
-    for task, (hit, total, ceiling, hit_inside, inside) in hits.items():
-        row = [task, str(total), f"{hit / total:.3f}"] + ([f"{ceiling / total:.3f}"] if args.temperature else [])
+    tallies["all"] = sum(tallies.values(), Tally())
+    for task, t in tallies.items():
+        row = [task, str(t.tokens), f"{t.score / t.tokens:.3f}"]
+        if args.temperature:
+            row.append(f"{t.ceiling / t.tokens:.3f}")
         if args.draft_vocab:
-            outside = total - inside
-            row += [f"{inside / total:.3f}", f"{hit_inside / max(inside, 1):.3f}",
-                    f"{(hit - hit_inside) / max(outside, 1):.3f}"]
+            outside = t.tokens - t.tokens_in_vocab
+            row += [f"{t.tokens_in_vocab / t.tokens:.3f}", f"{t.score_in_vocab / max(t.tokens_in_vocab, 1):.3f}",
+                    f"{(t.score - t.score_in_vocab) / max(outside, 1):.3f}"]
         print("| " + " | ".join(row) + " |")
 
 

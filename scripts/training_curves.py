@@ -26,13 +26,12 @@ def read_log(folder: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def value_at(rows: list[dict], positions: float, metric: str) -> float | None:
-    """The metric at the evaluation nearest `positions` training positions (None if the log has none, or if the
-    head stopped training well before `positions`)."""
-    logged = [row for row in rows if metric in row]
-    if not logged or positions > 1.05 * logged[-1]["tokens"]:
+def value_at(evals: list[dict], positions: float, metric: str) -> float | None:
+    """The metric at the evaluation nearest `positions` training positions (None if there is none, or if the head
+    stopped training well before `positions`)."""
+    if not evals or positions > 1.05 * evals[-1]["tokens"]:
         return None
-    return min(logged, key=lambda row: abs(row["tokens"] - positions))[metric]
+    return min(evals, key=lambda row: abs(row["tokens"] - positions))[metric]
 
 
 def positions_label(positions: float) -> str:
@@ -50,23 +49,24 @@ def main() -> None:
     if args.label and len(args.label) != len(args.heads):
         raise SystemExit(f"--label given {len(args.label)} times for {len(args.heads)} heads")
     labels = args.label or [folder.name for folder in args.heads]
-    logs = [read_log(folder) for folder in args.heads]
-    if not any(args.metric in row for rows in logs for row in rows):
+    # each head's evaluations that logged the metric (step 0 included)
+    logs = [[row for row in read_log(folder) if args.metric in row] for folder in args.heads]
+    if not any(logs):
         raise SystemExit(f"no log has the metric {args.metric!r}")
     try:
         points = [float(x) for x in args.at.split(",")] if args.at else \
-            [row["tokens"] for row in logs[0] if args.metric in row and row["tokens"] > 0]
+            [row["tokens"] for row in logs[0] if row["tokens"] > 0]
     except ValueError:
         raise SystemExit(f"--at takes comma-separated numbers, got {args.at!r}") from None
     print(f"| head ({args.metric}) | " + " | ".join(positions_label(p) for p in points) + " |")
     print("| --- |" + " --- |" * len(points))
-    for label, rows in zip(labels, logs):
-        values = [value_at(rows, p, args.metric) for p in points]
+    for label, evals in zip(labels, logs):
+        values = [value_at(evals, p, args.metric) for p in points]
         print(f"| {label} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in values) + " |")
     if args.plot:
         fig, ax = plt.subplots(figsize=(5.5, 3.6))
-        for label, rows in zip(labels, logs):
-            curve = [(row["tokens"] / 1e6, row[args.metric]) for row in rows if args.metric in row and row["tokens"] > 0]
+        for label, evals in zip(labels, logs):
+            curve = [(row["tokens"] / 1e6, row[args.metric]) for row in evals if row["tokens"] > 0]
             ax.plot(*zip(*curve), marker=".", label=label)
         ax.set_xlabel("training positions (millions)")
         ax.set_ylabel(args.metric.replace("_", " "))
