@@ -24,7 +24,7 @@ from specbench.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.kv import compact_cache, gather_rows
 from specbench.runtime import synchronize
 from specbench.sampling import Sampling
-from specbench.verify import VerifyFn, verify_lossless
+from specbench.verify import Verdict, VerifyFn, verify_lossless
 
 
 @dataclass
@@ -125,6 +125,16 @@ def compact(cache: DynamicCache, kept: list[tuple[int, list[int]]], live: list[i
     if not live:
         return 0
     return gather_rows(cache, live, [list(range(kept[b][0])) + kept[b][1] for b in live])
+
+
+def emitted_tokens(draft: Draft, verdict: Verdict, remaining: int, stop_ids: set[int]) -> tuple[list[int], bool]:
+    """What a step emits: the accepted draft tokens, then the bonus token, cut to the row's remaining budget and
+    after the first stop id (which is kept). Returns the tokens and whether a stop id ended them."""
+    emitted = ([draft.tokens[i] for i in verdict.path] + [verdict.bonus])[:remaining]
+    for j, token in enumerate(emitted):
+        if token in stop_ids:
+            return emitted[: j + 1], True
+    return emitted, False
 
 
 @dataclass
@@ -228,13 +238,9 @@ def generate_batch(
             start = width + pad  # where the row's block landed in the cache
             kept.append((row.cache_len, list(range(start, start + n_pending))
                          + [start + n_pending + i for i in verdict.path]))
-            remaining = row.budget - len(row.result.token_ids)
-            emitted = ([draft.tokens[i] for i in verdict.path] + [verdict.bonus])[:remaining]
-            for j, token in enumerate(emitted):
-                if token in stop_ids:
-                    emitted = emitted[: j + 1]
-                    row.result.stop_reason = "eos"
-                    break
+            emitted, stopped = emitted_tokens(draft, verdict, row.budget - len(row.result.token_ids), stop_ids)
+            if stopped:
+                row.result.stop_reason = "eos"
             hidden = None
             if row.drafter.hidden_layers:
                 positions = [pad + j for j in range(n_pending)] + [pad + n_pending + i for i in verdict.path]

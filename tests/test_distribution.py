@@ -17,7 +17,6 @@ from typing import Callable
 import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter, EagleHead, TreeSpec, head_config
 from specbench.feature_tree import FeatureTreeDrafter
@@ -38,6 +37,7 @@ from specbench.training import Batch
 from specbench.verify import RejectionRules, Verdict, VerifyFn, rejection_walk, residual_after_one_hot
 from tests.conftest import tiny_llama
 from tests.drafters import ModelTreeDrafter, RandomTreeDrafter
+from tests.stats import goodness_of_fit
 
 VOCAB = 12
 TOKENS = 4
@@ -100,19 +100,6 @@ def sample_method(target, prompt, drafter: Drafter, verify: VerifyFn | None = No
         result.deep_accepts += sum(max(0, a - 2) for a, n in zip(out.accept_lengths, out.tree_sizes) if n)
         result.full_paths += sum(out.full_paths)
     return result
-
-
-def goodness_of_fit(counts: np.ndarray, joint: np.ndarray) -> float:
-    expected = joint.ravel() / joint.sum() * counts.sum()
-    observed = counts.ravel()
-    if observed[expected == 0].sum():
-        return 0.0  # a sequence vanilla can never produce
-    big = expected >= 5  # pool the rare cells so the chi-square approximation holds
-    obs = np.append(observed[big], observed[~big].sum())
-    exp = np.append(expected[big], expected[~big].sum())
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    return float(chisquare(obs, exp).pvalue)
 
 
 # ---------------------------------------------------------------------------------------------- drafters

@@ -1,0 +1,301 @@
+"""The verification and sampling rules alone, with no model: fast, exact where they can be, and built so that every
+term of the rejection rule decides the outcome often.
+
+A synthetic target p(. | prefix) and draft q(. | prefix) depend on the prefix's length and last token. The draft is
+far from the target (top-k and top-p cut tokens that q likes) and spreads its mass over several tokens, so the
+second and third sampled siblings are tried and accepted often, residuals are drawn after one, two and three
+rejections, and bonus tokens are drawn at every depth. Decoding runs the engine's own pieces (Draft.limited,
+verify_lossless, emitted_tokens) step by step until three tokens are out; their joint must be the exact one, computed
+from transformers' own temperature/top-k/top-p warpers (independent of specbench.sampling). Every sampled case
+asserts power floors: how often each sibling rank was accepted at each depth and each kind of residual drawn.
+
+These tests are the first that scripts/mutation/run.sh runs against each mutant of verify.py, sampling.py and the
+engine's emission rule (reports/mutation/).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pytest
+import torch
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from specbench.draft import ROOT, Draft
+from specbench.engine import emitted_tokens
+from specbench.sampling import Sampling, sample, target_probs
+from specbench.verify import Verdict, verify_lossless
+from tests.stats import goodness_of_fit
+
+V = 6
+TOKENS = 3
+SAMPLING = Sampling(temperature=0.8, top_p=0.9, top_k=4)
+SAMPLES = 4_000
+PASS_P = 1e-3
+TARGET_SCALE = 1.0
+DRAFT_SCALE = 1.0
+
+
+def reference_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """The target's distribution through transformers' warpers, in generate's order: temperature, top-k, top-p."""
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(sampling.temperature)])
+    if sampling.top_k:
+        warpers.append(TopKLogitsWarper(sampling.top_k))
+    if sampling.top_p < 1:
+        warpers.append(TopPLogitsWarper(sampling.top_p))
+    return warpers(None, logits.float().reshape(-1, logits.shape[-1])).softmax(-1).reshape(logits.shape)
+
+
+class World:
+    """Target logits and draft distributions indexed by (prefix length, last token)."""
+
+    def __init__(self, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.target_logits = TARGET_SCALE * torch.randn(TOKENS + 3, V, V, generator=g)
+        draft_logits = DRAFT_SCALE * torch.randn(TOKENS + 3, V, V, generator=g)
+        self.q_rows = draft_logits.softmax(-1)
+
+    def logits(self, prefix: list[int]) -> torch.Tensor:
+        return self.target_logits[len(prefix), prefix[-1] if prefix else 0]
+
+    def q(self, prefix: list[int]) -> torch.Tensor:
+        return self.q_rows[len(prefix), prefix[-1] if prefix else 0]
+
+    def exact_joint(self, sampling: Sampling) -> np.ndarray:
+        joint = np.zeros((V,) * TOKENS)
+        for seq in np.ndindex(*joint.shape):
+            prob = 1.0
+            for i, token in enumerate(seq):
+                prob *= float(reference_probs(self.logits(list(seq[:i])), sampling)[token])
+            joint[seq] = prob
+        return joint
+
+
+DraftFn = Callable[[World, list[int], torch.Generator], Draft]
+
+
+def sampled_tree(widths: tuple[int, ...]) -> DraftFn:
+    """widths[d] children per node at depth d + 1, drawn without replacement from q(. | the node's context); each
+    carries the q it was drawn from."""
+
+    def draft(world: World, prefix: list[int], generator: torch.Generator) -> Draft:
+        tokens, parents, q_rows = [], [], []
+        frontier = [(ROOT, prefix)]
+        for width in widths:
+            grown = []
+            for parent, context in frontier:
+                q = world.q(context)
+                for token in torch.multinomial(q, width, replacement=False, generator=generator).tolist():
+                    tokens.append(token)
+                    parents.append(parent)
+                    q_rows.append(q)
+                    grown.append((len(tokens) - 1, context + [token]))
+            frontier = grown
+        return Draft(tokens, parents, torch.stack(q_rows))
+
+    return draft
+
+
+def one_hot_tree(widths: tuple[int, ...]) -> DraftFn:
+    """The same shape with deterministic candidates (q None): the widths[d] tokens q likes best, in that order."""
+
+    def draft(world: World, prefix: list[int], generator: torch.Generator) -> Draft:
+        tokens, parents = [], []
+        frontier = [(ROOT, prefix)]
+        for width in widths:
+            grown = []
+            for parent, context in frontier:
+                for token in world.q(context).topk(width).indices.tolist():
+                    tokens.append(token)
+                    parents.append(parent)
+                    grown.append((len(tokens) - 1, context + [token]))
+            frontier = grown
+        return Draft(tokens, parents)
+
+    return draft
+
+
+@dataclass
+class Tally:
+    counts: np.ndarray = field(default_factory=lambda: np.zeros((V,) * TOKENS))
+    accepted: Counter = field(default_factory=Counter)  # (depth, sibling rank) of each accepted node
+    residual: Counter = field(default_factory=Counter)  # (depth, siblings rejected) of each residual draw
+    full_paths: int = 0  # bonus tokens drawn after a fully accepted path
+
+
+def path_logits(world: World, prefix: list[int], draft: Draft) -> torch.Tensor:
+    """Row 0: the target's logits after the prefix; row i + 1: after the prefix and node i's path."""
+    contexts = [prefix]
+    for token, parent in zip(draft.tokens, draft.parents):
+        contexts.append(contexts[parent + 1] + [token])
+    return torch.stack([world.logits(c) for c in contexts])
+
+
+def decode(world: World, make: DraftFn, sampling: Sampling, generator: torch.Generator | None,
+           tally: Tally) -> list[int]:
+    out: list[int] = []
+    while len(out) < TOKENS:
+        remaining = TOKENS - len(out)
+        draft = make(world, out, generator).limited(remaining - 1)
+        verdict = verify_lossless(draft, path_logits(world, out, draft), sampling, generator)
+        kids = draft.children()
+        row = 0
+        for depth, node in enumerate(verdict.path):
+            tally.accepted[depth + 1, kids[row].index(node)] += 1
+            row = node + 1
+        if kids[row]:
+            tally.residual[len(verdict.path), len(kids[row])] += 1
+        elif draft:
+            tally.full_paths += 1
+        emitted, _ = emitted_tokens(draft, verdict, remaining, set())
+        out += emitted
+    return out
+
+
+@dataclass(frozen=True)
+class Case:
+    make: DraftFn
+    accepted: dict  # (depth, sibling rank) -> least count over SAMPLES
+    residual: dict  # (depth, siblings rejected) -> least count
+    full_paths: int
+
+
+CASES = {  # floors: about half of what seed 7 gives (2552 / 563 / 701 / 1327 / 551 accepted in the first case)
+    "sampled tree, three then two siblings": Case(
+        sampled_tree((3, 2)),
+        {(1, 0): 1200, (1, 1): 280, (1, 2): 350, (2, 0): 650, (2, 1): 270},
+        {(0, 3): 270, (1, 2): 850}, 1000),
+    "one-hot tree, three then two siblings": Case(
+        one_hot_tree((3, 2)),
+        {(1, 0): 530, (1, 1): 630, (1, 2): 820, (2, 0): 220, (2, 1): 65},
+        {(0, 3): 340, (1, 2): 1350}, 630),
+    "sampled chain (SpS)": Case(sampled_tree((1, 1)), {(1, 0): 1400, (2, 0): 500}, {(0, 1): 1300, (1, 1): 700}, 700),
+}
+
+
+@pytest.fixture(scope="module")
+def world() -> World:
+    return World(seed=12)
+
+
+@pytest.fixture(scope="module")
+def joint(world) -> np.ndarray:
+    return world.exact_joint(SAMPLING)
+
+
+def test_world_makes_every_term_matter(world, joint):
+    """The test has power only if top-k and top-p cut tokens q likes, and many sequences are likely."""
+    cut = sum(int((reference_probs(world.logits([t]), SAMPLING) == 0).sum()) for t in range(V))
+    assert cut >= V and (joint > 0.01).sum() >= 15 and joint.max() < 0.3
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_rejection_sampling_emits_the_exact_joint(world, joint, name):
+    case = CASES[name]
+    generator = torch.Generator().manual_seed(7)
+    tally = Tally()
+    for _ in range(SAMPLES):
+        tally.counts[tuple(decode(world, case.make, SAMPLING, generator, tally))] += 1
+    for key, least in case.accepted.items():
+        assert tally.accepted[key] >= least, f"sibling rank {key[1]} accepted at depth {key[0]} only " \
+                                             f"{tally.accepted[key]} times"
+    for key, least in case.residual.items():
+        assert tally.residual[key] >= least, f"residual after {key[1]} rejections at depth {key[0]} drawn only " \
+                                             f"{tally.residual[key]} times"
+    assert tally.full_paths >= case.full_paths
+    assert goodness_of_fit(tally.counts, joint) > PASS_P
+
+
+def test_sampled_verification_runs_without_a_generator(world):
+    """A run without a seed passes no generator: verification must still draw (on the default one)."""
+    for make in (sampled_tree((3, 2)), one_hot_tree((3, 2))):
+        out = decode(world, make, SAMPLING, None, Tally())
+        assert len(out) == TOKENS and all(0 <= t < V for t in out)
+
+
+def test_greedy_follows_the_argmax_through_any_sibling():
+    """T=0: the accepted path is the argmax chain wherever it hides among siblings; the bonus is the argmax after it."""
+    greedy = Sampling()
+    for seed in range(30):
+        world = World(seed)
+        expected: list[int] = []
+        for _ in range(TOKENS):
+            expected.append(int(world.logits(expected).argmax()))
+        out: list[int] = []
+        steps = 0
+        while len(out) < TOKENS:
+            remaining = TOKENS - len(out)
+            draft = one_hot_tree((3, 2))(world, out, None).limited(remaining - 1)
+            verdict = verify_lossless(draft, path_logits(world, out, draft), greedy, None)
+            out += emitted_tokens(draft, verdict, remaining, set())[0]
+            steps += 1
+        assert out == expected
+    # A tree holding the argmax chain at the last sibling of each level is accepted to its leaf.
+    world = World(3)
+    first = int(world.logits([]).argmax())
+    second = int(world.logits([first]).argmax())
+    others = [t for t in range(V) if t != first][:2]
+    tokens = others + [first] + [t for t in range(V) if t != second][:1] + [second]
+    draft = Draft(tokens, [ROOT, ROOT, ROOT, 2, 2])
+    verdict = verify_lossless(draft, path_logits(world, [], draft), greedy, None)
+    assert verdict == Verdict([2, 4], int(world.logits([first, second]).argmax()))
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 1.7])
+@pytest.mark.parametrize("top_k", [0, 1, 7, 49, 50, 80])
+@pytest.mark.parametrize("top_p", [1.0, 0.9, 0.4, 0.01])
+def test_target_probs_equals_transformers_warpers(temperature, top_k, top_p):
+    g = torch.Generator().manual_seed(int(temperature * 10) + top_k + int(top_p * 100))
+    logits = 2.0 * torch.randn(2, 3, 50, generator=g)
+    sampling = Sampling(temperature, top_p, top_k)
+    got = target_probs(logits, sampling)
+    assert got.shape == logits.shape and got.dtype == torch.float32
+    torch.testing.assert_close(got, reference_probs(logits, sampling), atol=1e-6, rtol=1e-5)
+
+
+def test_top_p_keeps_the_smallest_prefix_whose_mass_reaches_it():
+    # Probabilities that float32 holds exactly, so the boundary (mass before a token == top_p) is exact too.
+    uniform = torch.zeros(4)  # 0.25 each
+    for top_p, kept in ((0.25, 1), (0.26, 2), (0.5, 2), (0.74, 3), (0.75, 3), (0.76, 4), (1.0, 4)):
+        got = target_probs(uniform, Sampling(temperature=1.0, top_p=top_p))
+        assert int((got > 0).sum()) == kept, (top_p, got)
+        torch.testing.assert_close(got[got > 0], torch.full((kept,), 1 / kept))
+    halves = torch.tensor([0.0, float("-inf"), 0.0, float("-inf")])  # 0.5, 0, 0.5, 0
+    got = target_probs(halves, Sampling(temperature=1.0, top_p=0.5))
+    assert sorted(got.tolist()) == [0.0, 0.0, 0.0, 1.0] and float(got[1] + got[3]) == 0.0
+
+
+def test_sampling_settings_are_checked():
+    for bad in (dict(temperature=-0.1), dict(top_p=0.0), dict(top_p=1.01), dict(top_k=-1)):
+        with pytest.raises(ValueError):
+            Sampling(**bad)
+    assert Sampling(temperature=0.0, top_p=1.0, top_k=0).greedy
+    assert not Sampling(temperature=0.01).greedy
+    with pytest.raises(ValueError, match="greedy"):
+        target_probs(torch.zeros(4), Sampling())
+
+
+def test_sample_draws_from_the_distribution():
+    probs = torch.tensor([0.1, 0.0, 0.6, 0.3])
+    generator = torch.Generator().manual_seed(0)
+    counts = np.bincount([sample(probs, generator) for _ in range(3_000)], minlength=4)
+    assert counts[1] == 0 and goodness_of_fit(counts, probs.numpy()) > PASS_P
+
+
+def test_emitted_tokens_cut_to_the_budget_and_after_a_stop_id():
+    draft = Draft([5, 6, 7, 8], [ROOT, 0, 1, ROOT])
+    verdict = Verdict([0, 1, 2], 9)
+    assert emitted_tokens(draft, verdict, 10, set()) == ([5, 6, 7, 9], False)
+    assert emitted_tokens(draft, verdict, 4, set()) == ([5, 6, 7, 9], False)
+    assert emitted_tokens(draft, verdict, 2, set()) == ([5, 6], False)
+    assert emitted_tokens(draft, verdict, 10, {6}) == ([5, 6], True)
+    assert emitted_tokens(draft, verdict, 10, {9, 2}) == ([5, 6, 7, 9], True)
+    assert emitted_tokens(draft, verdict, 2, {7}) == ([5, 6], False)  # the stop id lies past the budget
+    assert emitted_tokens(Draft(), Verdict([], 4), 1, {4}) == ([4], True)
