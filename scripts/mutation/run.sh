@@ -5,6 +5,7 @@
 #   report.py writes reports/mutation/ (README.md, mutants.csv) and exits 1 when a mutant survives that
 #   equivalent.yaml does not explain.
 # Usage: bash scripts/mutation/run.sh [SESSION]   (default results/mutation/session.sqlite; about 40 min on 2 cores)
+#        RESUME=1 bash scripts/mutation/run.sh [SESSION]   continues an interrupted session
 # Needs: pip install cosmic-ray (the project's [mutation] extra). Mutants are written in place and restored, so the
 # mutated files must have no uncommitted changes.
 set -euo pipefail
@@ -16,12 +17,15 @@ if ! git diff --quiet -- "${files[@]}"; then
     exit 2
 fi
 mkdir -p "$(dirname "$session")"
-rm -f "$session"
 rm -rf specbench/__pycache__  # no stale bytecode of an unmutated file
 started=$(date +%s)
-cosmic-ray init scripts/mutation/cosmic-ray.toml "$session"
-python scripts/mutation/filter.py "$session"
-cosmic-ray exec scripts/mutation/cosmic-ray.toml "$session"
+if [[ -z "${RESUME:-}" || ! -f "$session" ]]; then
+    rm -f "$session"
+    cosmic-ray init scripts/mutation/cosmic-ray.toml "$session"
+    python scripts/mutation/filter.py "$session"
+fi
+# One thread: the focused tests use tiny tensors, and two test processes' thread pools must not fight for 2 cores.
+OMP_NUM_THREADS=1 cosmic-ray exec scripts/mutation/cosmic-ray.toml "$session"
 if ! git diff --quiet -- "${files[@]}"; then
     echo "run.sh: error: a mutant was left in the working tree; 'git checkout -- specbench/' restores it" >&2
     exit 2

@@ -1,0 +1,113 @@
+"""Hand-written mutants of the rejection rule: the mistakes a person makes that cosmic-ray's operators cannot write
+(a dropped renormalisation, q not carried from one sibling to the next, the bonus from the wrong row). Each is
+applied in place, the tests run, and the file is restored; every mutant must be killed.
+
+Usage: python scripts/mutation/hand_mutants.py [--tests "PYTEST ARGS"] [--out reports/mutation/hand_mutants.md]
+(default tests: the focused ones of cosmic-ray.toml). Exit 1 when a mutant survives.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VERIFY = "specbench/verify.py"
+
+
+@dataclass(frozen=True)
+class HandMutant:
+    name: str
+    file: str
+    old: str
+    new: str
+
+
+MUTANTS = [
+    HandMutant("q not renormalised after a rejected sampled sibling leaves it", VERIFY,
+               "    return p, _normalised(q, fallback=q)", "    return p, q"),
+    HandMutant("q not carried to the next sibling (each sibling judged against the node's first q)", VERIFY,
+               "                p, q = rules.after_sampled(p, q, x)", "                p, _ = rules.after_sampled(p, q, x)"),
+    HandMutant("rejected sampled sibling stays in q", VERIFY,
+               "    q = q.clone()\n    q[x] = 0.0\n", "    q = q.clone()\n"),
+    HandMutant("residual p not renormalised after a rejected sampled sibling", VERIFY,
+               "    p = _normalised((p - q).clamp_min(0.0), fallback=p)", "    p = (p - q).clamp_min(0.0)"),
+    HandMutant("residual without q subtracted (sampled sibling)", VERIFY,
+               "    p = _normalised((p - q).clamp_min(0.0), fallback=p)", "    p = p"),
+    HandMutant("q of the next sibling is the residual's q before removal", VERIFY,
+               "    return p, _normalised(q, fallback=q)",
+               "    return p, _normalised(q + 0.0 * q, fallback=q) if False else (p, q.clone())[1]"),
+    HandMutant("one-hot sibling: p not renormalised after a rejection", VERIFY,
+               "    return _normalised(p, fallback=p)", "    return p"),
+    HandMutant("one-hot sibling: a rejected token stays drawable", VERIFY,
+               "    p = p.clone()\n    p[x] = 0.0\n", "    p = p.clone()\n"),
+    HandMutant("acceptance ratio q/p instead of p/q", VERIFY,
+               "if qx > 0 and u < min(1.0, px / qx):", "if px > 0 and u < min(1.0, qx / px):"),
+    HandMutant("residual after all siblings rejected drawn from the unmodified p", VERIFY,
+               "            return Walk(path, row, p, rejected_all=True)",
+               "            return Walk(path, row, probs[row], rejected_all=True)"),
+    HandMutant("bonus after a full path from the unprocessed softmax (the official EAGLE bug until 2025)", VERIFY,
+               "    return Verdict(walk.path, sample(walk.residual, generator))",
+               "    residual = walk.residual if walk.rejected_all else logits[walk.end_row].float().softmax(-1)\n"
+               "    return Verdict(walk.path, sample(residual, generator))"),
+    HandMutant("greedy: the bonus is the argmax at the root, not after the path", VERIFY,
+               "            return Verdict(path, best[row])", "            return Verdict(path, best[0])"),
+    HandMutant("emission: the bonus token is dropped after a full path", "specbench/engine.py",
+               "    emitted = ([draft.tokens[i] for i in verdict.path] + [verdict.bonus])[:remaining]",
+               "    emitted = ([draft.tokens[i] for i in verdict.path] or [verdict.bonus])[:remaining]"),
+    HandMutant("emission: the stop id is not kept", "specbench/engine.py",
+               "            return emitted[: j + 1], True", "            return emitted[:j], True"),
+]
+
+
+def focused_tests() -> str:
+    command = re.search(r'test-command = "(.*)"', (HERE / "cosmic-ray.toml").read_text()).group(1)
+    return command.split("pytest", 1)[1]
+
+
+def run(mutant: HandMutant, tests: str) -> tuple[bool, str, float]:
+    path = Path(mutant.file)
+    original = path.read_text()
+    if original.count(mutant.old) != 1:
+        raise SystemExit(f"hand_mutants.py: error: {mutant.name!r}: its line is not in {mutant.file} exactly once")
+    started = time.perf_counter()
+    try:
+        path.write_text(original.replace(mutant.old, mutant.new))
+        done = subprocess.run([sys.executable, "-m", "pytest", *shlex.split(tests)], capture_output=True, text=True,
+                              env={**__import__("os").environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    finally:
+        path.write_text(original)
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, flags=re.M)
+    return done.returncode != 0, failed[0] if failed else "", time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tests", default=focused_tests(), help="pytest arguments (default: the focused tests)")
+    parser.add_argument("--only", default="", help="run only the mutants whose name contains this")
+    parser.add_argument("--out", type=Path, default=None, help="write a Markdown table here")
+    args = parser.parse_args()
+    rows = ["| mutant | file | outcome | first failing test | seconds |", "|---|---|---|---|---:|"]
+    survived = 0
+    for mutant in MUTANTS:
+        if args.only not in mutant.name:
+            continue
+        killed, test, seconds = run(mutant, args.tests)
+        survived += not killed
+        rows.append(f"| {mutant.name} | {mutant.file} | {'killed' if killed else 'SURVIVED'} | {test} | "
+                    f"{seconds:.0f} |")
+        print(rows[-1], flush=True)
+    text = f"Tests: `pytest {args.tests.strip()}`\n\n" + "\n".join(rows) + "\n"
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    sys.exit(1 if survived else 0)
+
+
+if __name__ == "__main__":
+    main()
