@@ -15,7 +15,7 @@ engine's emission rule (reports/mutation/).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -31,7 +31,7 @@ from transformers.generation.logits_process import (
 from specbench.draft import ROOT, Draft
 from specbench.engine import emitted_tokens
 from specbench.sampling import Sampling, sample, target_probs
-from specbench.verify import Verdict, verify_lossless
+from specbench.verify import Verdict, rejection_walk, verify_lossless
 from tests.stats import goodness_of_fit
 
 V = 6
@@ -273,7 +273,7 @@ def test_top_p_keeps_the_smallest_prefix_whose_mass_reaches_it():
 
 
 def test_sampling_settings_are_checked():
-    for bad in (dict(temperature=-0.1), dict(top_p=0.0), dict(top_p=1.01), dict(top_k=-1)):
+    for bad in (dict(temperature=-0.1), dict(top_p=0.0), dict(top_p=-0.5), dict(top_p=1.01), dict(top_k=-1)):
         with pytest.raises(ValueError):
             Sampling(**bad)
     assert Sampling(temperature=0.0, top_p=1.0, top_k=0).greedy
@@ -299,3 +299,42 @@ def test_emitted_tokens_cut_to_the_budget_and_after_a_stop_id():
     assert emitted_tokens(draft, verdict, 10, {9, 2}) == ([5, 6, 7, 9], True)
     assert emitted_tokens(draft, verdict, 2, {7}) == ([5, 6], False)  # the stop id lies past the budget
     assert emitted_tokens(Draft(), Verdict([], 4), 1, {4}) == ([4], True)
+
+
+def test_sampling_settings_are_frozen():
+    """One Sampling is shared by the engine, every drafter and every row: nothing may change it mid-run."""
+    sampling = Sampling(temperature=0.7)
+    with pytest.raises(FrozenInstanceError):
+        sampling.temperature = 1.0  # type: ignore[misc]
+    assert hash(sampling) == hash(Sampling(temperature=0.7))
+
+
+def test_default_sampling_filters_nothing():
+    """Sampling(temperature=T) alone applies no top-k and no top-p: every token keeps its tempered softmax mass, even
+    where float32 sums of the sorted probabilities reach 1.0 before the tail (a top-p pass at top_p=1 would cut it)."""
+    logits = torch.tensor([30.0, 2.0, 1.0, 0.0, -1.0, -3.0])
+    for temperature in (0.5, 1.0):
+        got = target_probs(logits, Sampling(temperature=temperature))
+        assert (got > 0).all(), got
+        torch.testing.assert_close(got, (logits / temperature).softmax(-1), atol=0, rtol=1e-5)
+
+
+def test_greedy_compares_token_ids_by_value():
+    """Ids above 256 are distinct int objects in CPython: the accepted path must follow equal ids, not identical ones."""
+    logits = torch.full((4, 1000), -5.0)
+    logits[0, 700] = logits[2, 800] = logits[3, 900] = 5.0
+    draft = Draft([699, 700, 800], [ROOT, ROOT, 1])
+    assert verify_lossless(draft, logits, Sampling(), None) == Verdict([1, 2], 900)
+
+
+def test_rejection_walk_says_whether_it_ended_on_rejections():
+    """Walk.rejected_all: True when the last accepted node had children and every one was rejected (the bonus then
+    comes from the residual), False when the path ended at a leaf (the bonus comes from p)."""
+    probs = torch.zeros(4, V)
+    probs[:, 0] = 1.0  # the target always writes 0
+    generator = torch.Generator().manual_seed(0)
+    to_leaf = rejection_walk(Draft([0, 0], [ROOT, 0]), probs, generator)
+    assert to_leaf.path == [0, 1] and not to_leaf.rejected_all
+    rejected = rejection_walk(Draft([0, 3, 4], [ROOT, 0, 0]), probs, generator)
+    assert rejected.path == [0] and rejected.rejected_all and rejected.end_row == 1
+    torch.testing.assert_close(rejected.residual, probs[1])

@@ -1,7 +1,7 @@
 """Writes the mutation pass's report from a cosmic-ray session: reports/mutation/README.md and mutants.csv.
 
-Each surviving mutant must be explained in equivalent.yaml (module, operator, the unmutated source line, and why
-no test can tell it from the real code); the exit status is 1 when one is not.
+Each surviving mutant must be explained in equivalent.yaml (module, the unmutated source line, the mutated lines, and
+why no test can tell them from the real code); the exit status is 1 when one is not.
 
 Usage: python scripts/mutation/report.py SESSION.sqlite [--out reports/mutation] [--seconds N]
 """
@@ -65,11 +65,12 @@ def load(session: str, explained: list[dict]) -> list[Mutant]:
                 outcome = "survived"
             else:
                 outcome = "killed"
-            why = next((e["why"] for e in explained if e["module"] == module and e["operator"] == m.operator_name
-                        and e["line"].strip() == source), "") if outcome == "survived" else ""
+            mutated = _mutated_line(result.diff)
+            why = next((e["why"] for e in explained if e["module"] == module and e["line"].strip() == source
+                        and mutated in [t.strip() for t in e["mutants"]]), "") if outcome == "survived" else ""
             mutants.append(Mutant(item.job_id, module, m.start_pos[0], m.definition_name or "", m.operator_name,
-                                  source, _mutated_line(result.diff), outcome,
-                                  _killed_by(result.output) if outcome == "killed" else "", why))
+                                  source, mutated, outcome, _killed_by(result.output) if outcome == "killed" else "",
+                                  why))
         pending = db.num_work_items - db.num_results
     if pending:
         sys.exit(f"report.py: error: {pending} mutants have not run yet (cosmic-ray exec)")
