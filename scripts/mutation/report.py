@@ -47,7 +47,9 @@ def _mutated_line(diff: str | None) -> str:
 def _killed_by(output: str | None) -> str:
     if output == "timeout":
         return "timeout"
-    found = re.findall(r"^(?:FAILED|ERROR) (\S+)", output or "", flags=re.M)
+    found = re.findall(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", output or "", flags=re.M)
+    if found and "::" not in found[0]:
+        return f"{found[0]} (the module failed to import)"
     return found[0] if found else ("exit status" if output else "")
 
 
@@ -130,6 +132,11 @@ def write(mutants: list[Mutant], out: Path, seconds: int | None) -> int:
         killers.rename_axis("test").reset_index(name="mutants").to_markdown(index=False),
         "",
         "Every mutant, with its line and outcome: `mutants.csv`.",
+        "",
+        "Mistakes cosmic-ray's operators cannot write (a dropped renormalisation, q not carried to the next sibling, "
+        "the bonus from the wrong row) are applied by `python scripts/mutation/hand_mutants.py`: `hand_mutants.md` "
+        "(against the focused tests) and `hand_mutants_distribution_tests.md` (against the model-based distribution "
+        "tests alone, which let some through).",
     ]
     if len(unexplained):
         text += ["", "## NOT equivalent: these need a test", "",
