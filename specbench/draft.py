@@ -124,6 +124,11 @@ class StepResult:
     hidden: torch.Tensor | None = None
     # Logits [m, V] of the draft's extra branch (Lookahead's window), from the same forward; None without one.
     extra_logits: torch.Tensor | None = None
+    # The tree as verified (the proposal cut to the remaining token budget; `path` indexes it) and the target's
+    # logits [len(draft) + 1, V] at its root and at each of its nodes, from the same forward (Token Recycling
+    # refills its matrix from them).
+    draft: Draft = field(default_factory=Draft)
+    logits: torch.Tensor | None = None
 
 
 class Drafter:

@@ -248,7 +248,7 @@ def generate_batch(
             row.cache_len += n_pending + len(verdict.path)
             row.ctx.token_ids.extend(emitted)
             row.result.token_ids.extend(emitted)
-            steps.append(StepResult(emitted, verdict.path, hidden, extra_logits))
+            steps.append(StepResult(emitted, verdict.path, hidden, extra_logits, draft, logits))
             row.result.accept_lengths.append(len(emitted))
             row.result.tree_sizes.append(len(draft))
             end = verdict.path[-1] if verdict.path else ROOT

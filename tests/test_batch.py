@@ -21,7 +21,8 @@ from tests.test_distribution import (CANARIES, FLAG_P, LOSSLESS, PASS_P, SAMPLES
 from tests.test_distribution import draft_model, exact_joint, prompt, target  # noqa: F401  (shared fixtures)
 
 GREEDY_CASES = ["vanilla", "sps (chain with q)", "pld", "tree, candidates sampled from q", "eagle (dynamic tree)",
-                "eagle1 (static tree)", "medusa", "eagle3 (reduced draft vocabulary)", "lookahead"]
+                "eagle1 (static tree)", "medusa", "eagle3 (reduced draft vocabulary)", "lookahead",
+                "recycling (matrix per generation)"]
 
 
 def rows(drafter: Drafter, n: int) -> list[Drafter]:

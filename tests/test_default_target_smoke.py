@@ -32,7 +32,7 @@ def test_default_target_pld_matches_vanilla(target):
     assert len(lookup.token_ids) / len(lookup.accept_lengths) > 1.05  # drafts were accepted (1.09 when written)
 
 
-@pytest.mark.parametrize("method", ["eagle", "eagle1", "eagle3", "medusa", "sps", "lookahead"])
+@pytest.mark.parametrize("method", ["eagle", "eagle1", "eagle3", "medusa", "sps", "lookahead", "recycling"])
 def test_shipped_drafters_match_vanilla(target, method):
     drafter = available_methods()[method].build(BuildContext(target, options={"total_tokens": "8"}))
     prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": "Natalia sold 48 clips in April and half "
@@ -40,5 +40,5 @@ def test_shipped_drafters_match_vanilla(target, method):
     plain = generate(target.model, prompt, VanillaDrafter(), Sampling(), 64, target.stop_ids)
     drafted = generate(target.model, prompt, drafter, Sampling(), 64, target.stop_ids)
     assert drafted.token_ids == plain.token_ids
-    if method != "lookahead":  # a trained drafter: more than one token per forward on a GSM8K-style question
+    if method != "lookahead":  # more than one token per forward on a GSM8K-style question (recycling: 1.56 when written)
         assert len(drafted.token_ids) / len(drafted.accept_lengths) > 1.3

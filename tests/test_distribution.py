@@ -28,6 +28,8 @@ from specbench.methods.eagle3.training import Eagle3Trainable, set_draft_vocabul
 from specbench.methods.lookahead import LookaheadDrafter
 from specbench.methods.medusa import DEFAULT_TREE, MedusaDrafter, MedusaHeads, MedusaTrainable, typical_verifier
 from specbench.methods.pld import PromptLookupDrafter
+from specbench.methods.recycling import DEFAULT_TREE as RECYCLING_TREE
+from specbench.methods.recycling import RecyclingDrafter
 from specbench.methods.sps import DraftModelDrafter
 from specbench.methods.vanilla import VanillaDrafter
 from specbench.draft import Drafter, parse_tree
@@ -181,6 +183,13 @@ LOSSLESS = {
     "medusa": Case(lambda t, d, p: medusa_drafter(t, p), 300, 400),
     "eagle3 (reduced draft vocabulary)": Case(lambda t, d, p: eagle3_drafter(t, p), 400, 1100),
     "lookahead": Case(lambda t, d, p: LookaheadDrafter(3, 3, 3), 30, 50),
+    # The matrix fills over the samples (3,568 deep accepts and 1,800 full paths when written).
+    "recycling (matrix kept across generations)": Case(
+        lambda t, d, p: RecyclingDrafter(VOCAB, parse_tree(RECYCLING_TREE), "run"), 1500, 800),
+    # Cleared every generation: within four tokens only one-token drafts can be filled (775 full paths when written);
+    # its depth >= 2 acceptance is asserted at T=0 (test_recycling.py, test_batch.py).
+    "recycling (matrix per generation)": Case(
+        lambda t, d, p: RecyclingDrafter(VOCAB, parse_tree(RECYCLING_TREE), "generation"), 0, 350),
 }
 
 
