@@ -81,9 +81,9 @@ class World:
 DraftFn = Callable[[World, list[int], torch.Generator], Draft]
 
 
-def sampled_tree(widths: tuple[int, ...]) -> DraftFn:
-    """widths[d] children per node at depth d + 1, drawn without replacement from q(. | the node's context); each
-    carries the q it was drawn from."""
+def tree(widths: tuple[int, ...], sampled: bool) -> DraftFn:
+    """widths[d] children per node at depth d + 1. Sampled: drawn without replacement from q(. | the node's context),
+    each carrying the q it was drawn from. One-hot (q None): the widths[d] tokens q likes best, in that order."""
 
     def draft(world: World, prefix: list[int], generator: torch.Generator) -> Draft:
         tokens, parents, q_rows = [], [], []
@@ -92,32 +92,15 @@ def sampled_tree(widths: tuple[int, ...]) -> DraftFn:
             grown = []
             for parent, context in frontier:
                 q = world.q(context)
-                for token in torch.multinomial(q, width, replacement=False, generator=generator).tolist():
+                picked = (torch.multinomial(q, width, replacement=False, generator=generator) if sampled
+                          else q.topk(width).indices)
+                for token in picked.tolist():
                     tokens.append(token)
                     parents.append(parent)
                     q_rows.append(q)
                     grown.append((len(tokens) - 1, context + [token]))
             frontier = grown
-        return Draft(tokens, parents, torch.stack(q_rows))
-
-    return draft
-
-
-def one_hot_tree(widths: tuple[int, ...]) -> DraftFn:
-    """The same shape with deterministic candidates (q None): the widths[d] tokens q likes best, in that order."""
-
-    def draft(world: World, prefix: list[int], generator: torch.Generator) -> Draft:
-        tokens, parents = [], []
-        frontier = [(ROOT, prefix)]
-        for width in widths:
-            grown = []
-            for parent, context in frontier:
-                for token in world.q(context).topk(width).indices.tolist():
-                    tokens.append(token)
-                    parents.append(parent)
-                    grown.append((len(tokens) - 1, context + [token]))
-            frontier = grown
-        return Draft(tokens, parents)
+        return Draft(tokens, parents, torch.stack(q_rows) if sampled else None)
 
     return draft
 
@@ -169,14 +152,15 @@ class Case:
 
 CASES = {  # floors: about half of what seed 7 gives (2552 / 563 / 701 / 1327 / 551 accepted in the first case)
     "sampled tree, three then two siblings": Case(
-        sampled_tree((3, 2)),
+        tree((3, 2), sampled=True),
         {(1, 0): 1200, (1, 1): 280, (1, 2): 350, (2, 0): 650, (2, 1): 270},
         {(0, 3): 270, (1, 2): 850}, 1000),
     "one-hot tree, three then two siblings": Case(
-        one_hot_tree((3, 2)),
+        tree((3, 2), sampled=False),
         {(1, 0): 530, (1, 1): 630, (1, 2): 820, (2, 0): 220, (2, 1): 65},
         {(0, 3): 340, (1, 2): 1350}, 630),
-    "sampled chain (SpS)": Case(sampled_tree((1, 1)), {(1, 0): 1400, (2, 0): 500}, {(0, 1): 1300, (1, 1): 700}, 700),
+    "sampled chain (SpS)": Case(
+        tree((1, 1), sampled=True), {(1, 0): 1400, (2, 0): 500}, {(0, 1): 1300, (1, 1): 700}, 700),
 }
 
 
@@ -215,7 +199,7 @@ def test_rejection_sampling_emits_the_exact_joint(world, joint, name):
 
 def test_sampled_verification_runs_without_a_generator(world):
     """A run without a seed passes no generator: verification must still draw (on the default one)."""
-    for make in (sampled_tree((3, 2)), one_hot_tree((3, 2))):
+    for make in (tree((3, 2), sampled=True), tree((3, 2), sampled=False)):
         out = decode(world, make, SAMPLING, None, Tally())
         assert len(out) == TOKENS and all(0 <= t < V for t in out)
 
@@ -229,13 +213,11 @@ def test_greedy_follows_the_argmax_through_any_sibling():
         for _ in range(TOKENS):
             expected.append(int(world.logits(expected).argmax()))
         out: list[int] = []
-        steps = 0
         while len(out) < TOKENS:
             remaining = TOKENS - len(out)
-            draft = one_hot_tree((3, 2))(world, out, None).limited(remaining - 1)
+            draft = tree((3, 2), sampled=False)(world, out, None).limited(remaining - 1)
             verdict = verify_lossless(draft, path_logits(world, out, draft), greedy, None)
             out += emitted_tokens(draft, verdict, remaining, set())[0]
-            steps += 1
         assert out == expected
     # A tree holding the argmax chain at the last sibling of each level is accepted to its leaf.
     world = World(3)

@@ -8,6 +8,7 @@ Usage: python scripts/mutation/hand_mutants.py [--tests "PYTEST ARGS"] [--out re
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import subprocess
@@ -62,9 +63,19 @@ MUTANTS = [
 ]
 
 
+def test_command() -> str:
+    """The focused test command of cosmic-ray.toml."""
+    return re.search(r'^test-command = "(.*)"', (HERE / "cosmic-ray.toml").read_text(), flags=re.M).group(1)
+
+
+def first_failure(output: str) -> str:
+    """The first failing or erroring test named in pytest's short summary, or ''."""
+    found = re.findall(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", output, flags=re.M)
+    return found[0] if found else ""
+
+
 def focused_tests() -> str:
-    command = re.search(r'test-command = "(.*)"', (HERE / "cosmic-ray.toml").read_text()).group(1)
-    return command.split("pytest", 1)[1]
+    return test_command().split("pytest", 1)[1]
 
 
 def run(mutant: HandMutant, tests: str) -> tuple[bool, str, float]:
@@ -76,11 +87,10 @@ def run(mutant: HandMutant, tests: str) -> tuple[bool, str, float]:
     try:
         path.write_text(original.replace(mutant.old, mutant.new))
         done = subprocess.run([sys.executable, "-m", "pytest", *shlex.split(tests)], capture_output=True, text=True,
-                              env={**__import__("os").environ, "PYTHONDONTWRITEBYTECODE": "1"})
+                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     finally:
         path.write_text(original)
-    failed = re.findall(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", done.stdout, flags=re.M)
-    return done.returncode != 0, failed[0] if failed else "", time.perf_counter() - started
+    return done.returncode != 0, first_failure(done.stdout), time.perf_counter() - started
 
 
 def main() -> None:

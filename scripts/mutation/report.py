@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import platform
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,6 +21,9 @@ import pandas as pd
 import yaml
 from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import TestOutcome, WorkerOutcome
+from hand_mutants import first_failure, test_command
+
+from specbench.costs import cpu_description
 
 HERE = Path(__file__).resolve().parent
 
@@ -47,10 +50,10 @@ def _mutated_line(diff: str | None) -> str:
 def _killed_by(output: str | None) -> str:
     if output == "timeout":
         return "timeout"
-    found = re.findall(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", output or "", flags=re.M)
-    if found and "::" not in found[0]:
-        return f"{found[0]} (the module failed to import)"
-    return found[0] if found else ("exit status" if output else "")
+    found = first_failure(output or "")
+    if found and "::" not in found:
+        return f"{found} (the module failed to import)"
+    return found or ("exit status" if output else "")
 
 
 def load(session: str, explained: list[dict]) -> list[Mutant]:
@@ -80,12 +83,7 @@ def load(session: str, explained: list[dict]) -> list[Mutant]:
 
 
 def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
-    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("flags")), [])
-    simd = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16") if f in flags)
-    return f"{model} ({simd}), {len(__import__('os').sched_getaffinity(0))} cores, Python {platform.python_version()}"
+    return f"{cpu_description()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}"
 
 
 def write(mutants: list[Mutant], out: Path, seconds: int | None) -> int:
@@ -101,8 +99,7 @@ def write(mutants: list[Mutant], out: Path, seconds: int | None) -> int:
     survivors = frame[frame.outcome == "survived"]
     unexplained = survivors[survivors.equivalent == ""]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    config = (HERE / "cosmic-ray.toml").read_text()
-    tests = re.search(r'test-command = "(.*)"', config).group(1)
+    tests = test_command()
     killers = frame[frame.outcome == "killed"].killed_by.str.replace(r"\[.*", "[...]", regex=True).value_counts()
     text = [
         "# Mutation pass: verification and sampling",
