@@ -1,4 +1,5 @@
 """`specbench check RUN_DIR`: at T=0 every lossless method must emit exactly vanilla's token ids.
+`check RUN_DIR --against OTHER_RUN`: two runs of the same settings made the same decisions (compare_runs).
 
 Where a method departs from vanilla, the target's logits at that position (on vanilla's prefix) tell float noise
 from a bug: a near tie between vanilla's token and the method's can flip under a different batch shape or kernel;
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 
 from specbench.errors import SpecbenchError
-from specbench.records import read_records, read_run_info
+from specbench.records import read_records, read_run_info, record_key
 
 # Largest logit gap still called a near tie, per dtype: fp32 kernels disagree by ~1e-5, half precision by ~1e-2.
 NEAR_TIE = {"float32": 1e-3, "float64": 1e-6, "float16": 0.1, "bfloat16": 0.1}
@@ -150,4 +151,30 @@ def check_run(run_dir: Path, margins: bool = True) -> tuple[str, bool]:
         lines.append(line)
     if not counts:
         lines.append("no methods besides vanilla at T=0")
+    return "\n".join(lines), ok
+
+
+def compare_runs(first_dir: Path, second_dir: Path) -> tuple[str, bool]:
+    """Two runs of the same settings (one idle and one beside other work, say): per method and temperature, how
+    many records have the same token ids and the same accept lengths in every turn. Timings are not compared."""
+    first = {record_key(r): r["choices"][0] for r in read_records(first_dir)}
+    second = {record_key(r): r["choices"][0] for r in read_records(second_dir)}
+    shared = sorted(first.keys() & second.keys(), key=str)
+    if not shared:
+        raise SpecbenchError(f"{first_dir} and {second_dir} have no record in common")
+    counts: dict[tuple[str, float], list[int]] = {}
+    for key in shared:
+        a, b = first[key], second[key]
+        count = counts.setdefault((key[0], key[2]), [0, 0, 0])
+        count[0] += 1
+        count[1] += a["token_ids"] == b["token_ids"]
+        count[2] += a["accept_lengths"] == b["accept_lengths"]
+    lines = [f"{'method':<20} {'T':>4}  same token ids  same accept lengths"]
+    for (method, temperature), (total, tokens, accepts) in sorted(counts.items()):
+        lines.append(f"{method:<20} {temperature:>4g}  {tokens:>6}/{total:<7} {accepts:>8}/{total}")
+    unmatched = len(first.keys() ^ second.keys())
+    if unmatched:
+        lines.append(f"{unmatched} records are in one run only (not compared)")
+    ok = all(total == tokens == accepts for total, tokens, accepts in counts.values())
+    lines.append("identical apart from timings" if ok else "DIFFERENT: the runs decided differently")
     return "\n".join(lines), ok

@@ -128,7 +128,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--cost-curve", type=Path,
                      help="reuse the costs (verification curve, drafting costs) stored in a run.json or a "
                           "`bench --cost --json` file, to make another machine's cost-based choices; default: "
-                          "measured once when the run starts (a resumed run reuses its own)")
+                          "this machine's stored costs, measured by the first run here (a resumed run reuses its own)")
+    run.add_argument("--measure-costs", action="store_true",
+                     help="measure this machine's costs anew when the run starts (stored for later runs if the "
+                          "machine is idle) instead of reusing the stored ones")
 
     report = sub.add_parser("report", help="speedup and τ tables from a run directory")
     report.add_argument("run_dir", type=Path)
@@ -143,6 +146,9 @@ def parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="equivalence: T=0 token identity in a run (RUN_DIR), or --sampled: the "
                                          "T>0 distribution of each method's first tokens against vanilla's")
     check.add_argument("run_dir", type=Path, nargs="?", help="a run directory (T=0 check)")
+    check.add_argument("--against", type=Path, metavar="OTHER_RUN",
+                       help="compare with another run of the same settings instead: the same token ids and accept "
+                            "lengths, record by record, at every temperature (e.g. an idle and a loaded run)")
     check.add_argument("--no-margins", action="store_true",
                        help="T=0: do not load the target to measure its logit margin where a method diverges")
     check.add_argument("--sampled", action="store_true", help="run the T>0 two-sample test suite on the target")
@@ -254,7 +260,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         top_p=args.top_p, top_k=args.top_k, limit=args.limit, max_new_tokens=args.max_new_tokens, source=args.source,
         question_dir=args.question_dir, target=args.target, draft=args.draft, options=_options(args.opt),
         seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=args.runtime,
-        cost_curve=args.cost_curve, workers=args.workers, ray_address=args.ray_address,
+        cost_curve=args.cost_curve, measure_costs=args.measure_costs, workers=args.workers,
+        ray_address=args.ray_address,
         batch_sizes=_batch_sizes(args.batch_size),
     )
     if args.workers < 1:
@@ -304,7 +311,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 0 if ok else 1
     if args.run_dir is None:
         raise SpecbenchError("check needs a RUN_DIR (T=0 identity) or --sampled --methods ... (T>0 test)")
-    summary, ok = check_run(args.run_dir, margins=not args.no_margins)
+    if args.against is not None:
+        from specbench.check import compare_runs
+
+        summary, ok = compare_runs(args.run_dir, args.against)
+    else:
+        summary, ok = check_run(args.run_dir, margins=not args.no_margins)
     print(summary)
     return 0 if ok else 1
 
@@ -442,3 +454,18 @@ def main(argv: list[str] | None = None) -> int:
         print("specbench: interrupted (finished records are kept; rerun with the same --out to resume)",
               file=sys.stderr)
         return 130
+    except OSError as exc:  # the disk, not the input: a full disk, no permission, a folder removed under us
+        resume = "; finished records are kept: rerun the same command to resume" if args.command == "run" else ""
+        print(f"specbench: error: {os_error(exc)}{resume}", file=sys.stderr)
+        return 1
+
+
+def os_error(exc: OSError) -> str:
+    """One line for a failed file operation: what failed on which file."""
+    path = Path(exc.filename) if exc.filename else None
+    reason = exc.strerror or str(exc)
+    if path is None:
+        return reason
+    if isinstance(exc, FileNotFoundError) and not path.parent.exists():
+        return f"{path.parent} vanished ({reason}: {path})"
+    return f"{reason}: {path}"

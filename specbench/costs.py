@@ -1,15 +1,21 @@
 """What verification and drafting cost on this machine, fixed when a run starts: what tree sizes are worth it.
 
 On a GPU, verifying 60 tokens costs about as much as one; on a 2-core CPU 16 tokens cost about twice one. Methods
-that size their trees from these costs adapt to the machine instead of carrying GPU defaults. The costs are
-measured ONCE, when a run starts (or read from a file: `--cost-curve`, or the run's own run.json on resume), and
-every cost-based choice while decoding reads them: nothing that decides what is drafted reads the clock, so the
-same seed, settings and costs give the same tokens and accept lengths on a loaded or an idle machine.
+that size their trees from these costs adapt to the machine instead of carrying GPU defaults. Where a run's costs
+come from, first found first: the run's own run.json (a resumed run decides as it started), `--cost-curve FILE`,
+this machine's stored costs (cost_store(): the first run on a machine, target, dtype, runtime and thread count
+measures them and every later run there reuses them, so a busy neighbour during a later run's start cannot move
+its decisions; a run that starts beside other work measures for itself and stores nothing), or a measurement now.
+Every cost-based choice while decoding reads these fixed costs: nothing that decides what is drafted reads the
+clock, so the same seed, settings and costs give the same tokens and accept lengths on a loaded or an idle machine.
+A curve measured on another machine is that machine's and may decide otherwise.
 """
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass, field
+import os
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -150,3 +156,56 @@ def measure_cost_model(model: PreTrainedModel, target: str, rounds: int = 3) -> 
     curves = [measure_forward_curve(model, SIZES, tree=True) for _ in range(rounds)]
     fastest = [min(c.seconds[i] for c in curves) for i in range(len(SIZES))]
     return CostModel(target, str(model.device), cpu_description(), CostCurve(list(SIZES), fastest))
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What a measured cost model is valid for. Runs on the same machine reuse its stored costs, so a busy
+    neighbour during one run's start cannot move what that run drafts; another machine measures its own."""
+    target: str
+    device: str  # "cpu: <model> [flags]" or "cuda: <GPU name>"
+    dtype: str
+    runtime: str
+    threads: int
+    torch: str
+    transformers: str
+
+    def path(self) -> Path:
+        digest = hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        return cost_store() / f"{digest}.json"
+
+
+def cost_store() -> Path:
+    """Where measured costs are kept: $SPECBENCH_CACHE/costs, else $XDG_CACHE_HOME/specbench/costs, else
+    ~/.cache/specbench/costs."""
+    root = os.environ.get("SPECBENCH_CACHE")
+    if not root:
+        root = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specbench")
+    return Path(root) / "costs"
+
+
+def read_stored_costs(machine: Machine) -> CostModel | None:
+    path = machine.path()
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise SpecbenchError(f"{path}: unreadable stored costs ({exc}); delete it to measure anew") from None
+    return CostModel.from_dict(raw.get("costs") if isinstance(raw, dict) else None, str(path))
+
+
+def store_costs(machine: Machine, costs: CostModel) -> str | None:
+    """Keep the costs for later runs on this machine; returns a warning when that is not possible (a read-only
+    home), in which case each run measures its own."""
+    path = machine.path()
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps({"machine": asdict(machine), "costs": costs.to_dict()}, indent=2),
+                           encoding="utf-8")
+        os.replace(partial, path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        return f"specbench: warning: cannot store the costs in {path} ({exc.strerror}): later runs measure anew"
+    return None

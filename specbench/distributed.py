@@ -19,7 +19,8 @@ from tqdm import tqdm
 
 from specbench.costs import CostModel
 from specbench.errors import SpecbenchError
-from specbench.records import RecordWriter, check_same_hardware, record_key, write_run_info
+from specbench.load import LoadLog
+from specbench.records import RecordWriter, check_same_hardware, record_key, write_load_log, write_run_info
 from specbench.runner import Decoder, Job, RunConfig, RunPlan
 
 NAMESPACE = "specbench"
@@ -38,8 +39,8 @@ class DecodeWorker:
     def info(self) -> dict[str, Any]:
         return asdict(self.decoder.info)
 
-    def measure_costs(self) -> dict[str, Any]:
-        return self.decoder.measure_costs().to_dict()
+    def machine_costs(self, may_store: bool) -> dict[str, Any]:
+        return self.decoder.machine_costs(may_store).to_dict()
 
     def setup(self, plan: RunPlan, costs: dict[str, Any]) -> None:
         self.decoder.setup(plan.methods, CostModel.from_dict(costs, "the run's costs"), plan.questions)
@@ -67,7 +68,7 @@ def _unwrap(exc: Exception) -> Exception:
     return cause if isinstance(cause, SpecbenchError) else exc
 
 
-def start_workers(cfg: RunConfig, plan: RunPlan) -> tuple[list[Any], list[dict[str, Any]], CostModel]:
+def start_workers(cfg: RunConfig, plan: RunPlan, may_store: bool) -> tuple[list[Any], list[dict[str, Any]], CostModel]:
     ray = _ray()
     if not ray.is_initialized():
         if cfg.ray_address:
@@ -87,7 +88,7 @@ def start_workers(cfg: RunConfig, plan: RunPlan) -> tuple[list[Any], list[dict[s
               for i in range(cfg.workers)]
     try:
         infos = ray.get([a.info.remote() for a in actors])
-        costs = plan.costs.to_dict() if plan.costs else ray.get(actors[0].measure_costs.remote())
+        costs = plan.costs.to_dict() if plan.costs else ray.get(actors[0].machine_costs.remote(may_store))
         ray.get([a.setup.remote(plan, costs) for a in actors])
     except ray.exceptions.RayError as exc:
         for actor in actors:
@@ -96,15 +97,17 @@ def start_workers(cfg: RunConfig, plan: RunPlan) -> tuple[list[Any], list[dict[s
     return actors, infos, CostModel.from_dict(costs, "the run's costs")
 
 
-def run_distributed(cfg: RunConfig, plan: RunPlan) -> Path:
+def run_distributed(cfg: RunConfig, plan: RunPlan, log: LoadLog) -> Path:
+    """The load is read once, as the run starts (log): the workers are processes of their own, so they would count
+    as other work in any later reading."""
     if cfg.workers < 1:
         raise SpecbenchError(f"--workers must be >= 1, got {cfg.workers}")
     ray = _ray()
     ours = not ray.is_initialized()  # a cluster this run started is shut down with it
     try:
-        actors, infos, costs = start_workers(cfg, plan)
+        actors, infos, costs = start_workers(cfg, plan, may_store=not log.busy)
         try:
-            return _decode(cfg, plan, actors, infos, costs)
+            return _decode(cfg, plan, actors, infos, costs, log)
         finally:
             for actor in actors:
                 ray.kill(actor)
@@ -113,10 +116,12 @@ def run_distributed(cfg: RunConfig, plan: RunPlan) -> Path:
             ray.shutdown()
 
 
-def _decode(cfg: RunConfig, plan: RunPlan, actors: list[Any], infos: list[dict[str, Any]], costs: CostModel) -> Path:
+def _decode(cfg: RunConfig, plan: RunPlan, actors: list[Any], infos: list[dict[str, Any]], costs: CostModel,
+            log: LoadLog) -> Path:
     ray = _ray()
     check_same_hardware(cfg.out, infos[0]["environment"])
     write_run_info(cfg.out, cfg.settings(), infos[0]["environment"], costs.to_dict(), infos)
+    write_load_log(cfg.out, log.to_dict())
     writer = RecordWriter(cfg.out)
     pending: deque[Job] = deque(plan.jobs)
     idle = list(actors)

@@ -63,11 +63,29 @@ class RecordWriter:
                 handle.truncate(data.rfind(b"\n") + 1)
 
     def write(self, record: dict[str, Any]) -> None:
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        """Append one whole line. On a failed write (full disk, vanished folder) the part written is cut off again
+        where possible, so the file keeps whole records only, and the error names the file."""
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        try:
+            with self.path.open("ab") as handle:
+                size = handle.tell()
+                try:
+                    handle.write(line)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                except OSError:
+                    _cut(handle, size)
+                    raise
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
         self.done.add(record_key(record))
+
+
+def _cut(handle: Any, size: int) -> None:
+    try:
+        handle.truncate(size)
+    except OSError:
+        pass  # a cut line is skipped by every reader and dropped on resume (RecordWriter._drop_cut_tail)
 
 
 def environment(device: str, dtype: str) -> dict[str, Any]:
@@ -136,16 +154,35 @@ def write_run_info(out: Path, settings: dict[str, Any], env: dict[str, Any], cos
     path = out / RUN_INFO
     if path.is_file():
         info = json.loads(path.read_text(encoding="utf-8"))
-        info.setdefault("resumed", []).append(_now())
+        info.setdefault("resumed", []).append(utc_now())
     else:
         out.mkdir(parents=True, exist_ok=True)
         info = {"command": " ".join([Path(sys.executable).name, "-m", "specbench", *sys.argv[1:]]),
-                "started": _now(), "settings": settings, "environment": env}
+                "started": utc_now(), "settings": settings, "environment": env}
     if costs is not None:
         info["costs"] = costs
     if workers is not None:
         info["workers"] = workers
-    path.write_text(json.dumps(info, indent=2), encoding="utf-8")
+    write_json(path, info)
+
+
+def write_load_log(out: Path, log: dict[str, Any]) -> None:
+    """Add or update this session's load log (specbench.load.LoadLog, keyed by when the session started)."""
+    info = read_run_info(out)
+    logs = [entry for entry in info.get("load", []) if entry.get("started") != log["started"]]
+    info["load"] = [*logs, log]
+    write_json(out / RUN_INFO, info)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Replace path whole or not at all: a full disk leaves the old file, never a cut one."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        os.replace(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def read_run_info(out: Path) -> dict[str, Any]:
@@ -153,5 +190,5 @@ def read_run_info(out: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def _now() -> str:
+def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")

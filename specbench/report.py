@@ -24,6 +24,8 @@ import pandas as pd
 from scipy.stats import t as student_t
 
 from specbench.errors import SpecbenchError
+from specbench.load import describe as describe_load
+from specbench.lock import folder_lock
 from specbench.records import read_records, read_run_info
 
 
@@ -205,7 +207,7 @@ def provenance(info: dict[str, Any]) -> list[str]:
         + f"); {env.get('cpu_count', '?')} CPUs, {env.get('torch_threads', '?')} torch threads",
         f"python {env.get('python', '?')}, torch {env.get('torch', '?')}, transformers {env.get('transformers', '?')}; "
         f"{env.get('platform', '?')}",
-    ]
+    ] + [line for line in [describe_load(info.get("load", []))] if line]
 
 
 def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, origin: list[str],
@@ -294,9 +296,13 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
     frame = per_question_frame(records)
     info = read_run_info(run_dir)
     check_report_dir(out_dir, info.get("started"))
+    with folder_lock(out_dir, "report folder"):
+        return _write_report(frame, info, out_dir, plots)
+
+
+def _write_report(frame: pd.DataFrame, info: dict[str, Any], out_dir: Path, plots: bool) -> str:
     origin = provenance(info)
     target = info.get("settings", {}).get("target", "")
-    out_dir.mkdir(parents=True, exist_ok=True)
     printed = ["\n".join(origin)]
     kinds = sorted(frame["device"].unique())
     if len(kinds) > 1:  # a distributed run over mixed hardware: a speedup is only a ratio on one kind of device

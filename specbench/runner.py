@@ -2,7 +2,9 @@
 hits all methods alike, and each finished question is recorded at once."""
 from __future__ import annotations
 
+import contextlib
 import socket
+import sys
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -15,9 +17,12 @@ from tqdm import tqdm
 from specbench.draft import Drafter
 from specbench.engine import context_limit, generate_batch
 from specbench.errors import SpecbenchError
-from specbench.costs import CostModel, cpu_description, measure_cost_model, read_cost_model
+from specbench.costs import (CostModel, Machine, cpu_description, measure_cost_model, read_cost_model,
+                             read_stored_costs, store_costs)
+from specbench.load import LoadLog, LoadMeter, warning
+from specbench.lock import folder_lock
 from specbench.records import (RECORDS, RecordWriter, check_resumable, check_same_hardware, environment,
-                               read_records, read_run_info, record_key, write_run_info)
+                               read_records, read_run_info, record_key, utc_now, write_load_log, write_run_info)
 from specbench.registry import BuildContext, MethodInfo, select_methods
 from specbench.sampling import Sampling
 from specbench.target import DEFAULT_TARGET, LoadedModel, chat_prompt, load_model
@@ -52,6 +57,7 @@ class RunConfig:
     dtype: str | None = None
     runtime: str = "fast"
     cost_curve: Path | None = None  # reuse stored costs instead of measuring them when the run starts
+    measure_costs: bool = False  # measure this machine's costs anew (and store them) instead of reusing them
     warmup_tokens: int = 16  # one untimed generation of this many tokens per method before the first question
     batch_sizes: list[int] = field(default_factory=lambda: [1])  # prompts decoded at once (each its own records)
     workers: int = 1  # above 1: decode on Ray workers (specbench.distributed), one GPU each or a share of the cores
@@ -60,7 +66,7 @@ class RunConfig:
 
     def settings(self) -> dict[str, Any]:
         values = asdict(self)
-        for local in ("progress", "workers", "ray_address"):  # how a run is spread does not change what it decodes
+        for local in ("progress", "workers", "ray_address", "measure_costs"):  # how a run is spread does not change what it decodes
             values.pop(local)
         if values["batch_sizes"] == [1]:  # runs from before batching resume unchanged
             values.pop("batch_sizes")
@@ -257,8 +263,26 @@ class Decoder:
         self.drafters: dict[str, Drafter] = {}
         self.methods: dict[str, MethodInfo] = {}
 
-    def measure_costs(self) -> CostModel:
-        return measure_cost_model(self.target.model, self.cfg.target)
+    def machine(self) -> Machine:
+        env = self.info.environment
+        return Machine(self.cfg.target, self.info.device, env["dtype"], env["runtime"], env["torch_threads"],
+                       env["torch"], env["transformers"])
+
+    def machine_costs(self, may_store: bool) -> CostModel:
+        """This machine's stored costs, else measured now (and stored when may_store: the machine was idle)."""
+        if not self.cfg.measure_costs:
+            stored = read_stored_costs(self.machine())
+            if stored is not None:
+                return stored
+        costs = measure_cost_model(self.target.model, self.cfg.target)
+        if may_store:
+            self.store_costs(costs)
+        return costs
+
+    def store_costs(self, costs: CostModel) -> None:
+        problem = store_costs(self.machine(), costs)
+        if problem:
+            tqdm.write(problem, file=sys.stderr)
 
     def setup(self, methods: list[MethodInfo], costs: CostModel, questions: dict[str, list[Question]]) -> None:
         """Check the prompts fit, build the drafters with the run's fixed costs, warm every method up."""
@@ -308,6 +332,7 @@ class RunPlan:
 
 
 def plan_run(cfg: RunConfig) -> RunPlan:
+    """Validate (again: cheap) and plan; the caller holds the run folder's lock, so what is done cannot change."""
     methods, selected = validate(cfg)
     tasks = [task for task, _ in selected.values()]
     questions = {name: qs for name, (_, qs) in selected.items()}
@@ -319,20 +344,48 @@ def plan_run(cfg: RunConfig) -> RunPlan:
 
 
 def run(cfg: RunConfig) -> Path:
-    if cfg.workers > 1 or cfg.ray_address:
-        from specbench.distributed import run_distributed
+    """Decode what the run folder still lacks, holding its lock (one writer at a time)."""
+    validate(cfg)  # bad input costs one line before the folder is created or locked
+    with folder_lock(cfg.out, "run folder"):
+        plan = plan_run(cfg)
+        meter = LoadMeter()
+        log = LoadLog(started=utc_now(), at_start=meter.other_share(wait=True) or 0.0)
+        if log.busy:
+            tqdm.write(warning(log.at_start, log.cores, "as the run started"), file=sys.stderr)
+        if cfg.workers > 1 or cfg.ray_address:
+            from specbench.distributed import run_distributed
 
-        return run_distributed(cfg, plan_run(cfg))
-    plan = plan_run(cfg)
+            return run_distributed(cfg, plan, log)
+        return _run_here(cfg, plan, meter, log)
+
+
+def _run_here(cfg: RunConfig, plan: RunPlan, meter: LoadMeter, log: LoadLog) -> Path:
     decoder = Decoder(cfg, plan.budgets)
     check_same_hardware(cfg.out, decoder.info.environment)
-    costs = plan.costs or decoder.measure_costs()
+    costs = plan.costs or decoder.machine_costs(may_store=not log.busy)
     decoder.setup(plan.methods, costs, plan.questions)
+    if plan.costs is None and not log.busy:
+        decoder.store_costs(costs)  # with the drafting costs the methods measured while being built
     write_run_info(cfg.out, cfg.settings(), decoder.info.environment, costs.to_dict(), [asdict(decoder.info)])
     writer = RecordWriter(cfg.out)
-    for job in tqdm(plan.jobs, desc="questions" if cfg.batch_sizes == [1] else "batches",
-                    unit="q" if cfg.batch_sizes == [1] else "batch", disable=not cfg.progress):
-        for record in decoder.decode(job):
-            if record_key(record) not in writer.done:  # a batch cut short by a stop is decoded whole again
-                writer.write(record)
+    meter.other_share(wait=True)  # the per-question windows start here, after loading and warm-up
+    unread, warned = 0, log.busy  # one warning line per session
+    try:
+        for job in tqdm(plan.jobs, desc="questions" if cfg.batch_sizes == [1] else "batches",
+                        unit="q" if cfg.batch_sizes == [1] else "batch", disable=not cfg.progress):
+            for record in decoder.decode(job):
+                if record_key(record) not in writer.done:  # a batch cut short by a stop is decoded whole again
+                    writer.write(record)
+            unread += 1
+            share = meter.other_share()
+            if share is not None:
+                if log.add(share, unread) and not warned:
+                    tqdm.write(warning(share, log.cores, f"while {job.describe()} decoded"), file=sys.stderr)
+                    warned = True
+                unread = 0
+    except BaseException:
+        with contextlib.suppress(OSError):  # the error in flight is the one to report (a full disk, say)
+            write_load_log(cfg.out, log.to_dict())
+        raise
+    write_load_log(cfg.out, log.to_dict())
     return cfg.out
