@@ -9,7 +9,7 @@ shift
 methods=${METHODS:-vanilla,pld,lookahead,eagle,eagle3,medusa}
 export SPECBENCH_CACHE="$out/cost-store"
 rm -rf "$out" && mkdir -p "$out"
-common=(--methods "$methods" --tasks gsm8k,mt_bench --limit 2 --temperatures 0,1 --max-new-tokens 64 "$@")
+common=(--methods "$methods" --tasks gsm8k,mt_bench --limit 1 --temperatures 0,1 --max-new-tokens 64 "$@")
 python -m specbench run --out "$out/idle" --report-dir "$out/idle-report" "${common[@]}" > "$out/idle.log"
 python -c 'while True: pass' & hog1=$!
 python -c 'while True: pass' & hog2=$!
