@@ -7,12 +7,12 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrainedModel
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from specbench.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.errors import SpecbenchError
 from specbench.features import FeatureCache, draft_vocabulary
-from specbench.kv import truncate_cache
+from specbench.kv import new_cache, truncate_cache
 from specbench.registry import BuildContext, MethodInfo
 from specbench.runtime import prepare_drafter
 from specbench.sampling import sample, target_probs
@@ -36,7 +36,7 @@ class DraftModelDrafter(Drafter):
         self._reset()
 
     def _reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = new_cache()
         self.cached = 0  # how many of ctx.token_ids the draft cache holds
         self.proposed = 0  # tokens in the last proposal (a generation ending at EOS leaves it unreported)
 

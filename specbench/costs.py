@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from specbench.draft import Draft
 from specbench.engine import tree_inputs
 from specbench.errors import SpecbenchError
-from specbench.kv import truncate_cache
+from specbench.kv import new_cache, truncate_cache
+from specbench.layout import AttentionLayout
 from specbench.runtime import fastest_seconds
 
 SIZES = [1, 2, 4, 8, 12, 16, 24, 32]  # tokens per forward at which the curve is measured
@@ -132,14 +133,15 @@ def measure_forward_curve(model: PreTrainedModel, sizes: list[int], tree: bool, 
     device = model.device
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
-    cache = DynamicCache(config=model.config)
+    cache = new_cache()
+    layout = AttentionLayout.of(model.config)
     model(input_ids=torch.randint(0, vocab, (1, context), generator=gen).to(device), past_key_values=cache,
           use_cache=True, logits_to_keep=1)
     seconds = []
     for n in sizes:
         tokens = torch.randint(0, vocab, (n,), generator=gen).tolist()
         draft = bushy_tree(tokens[1:]) if tree else Draft()
-        inputs = tree_inputs(tokens[:1] if tree else tokens, draft, context, model.dtype, device)
+        inputs = tree_inputs(tokens[:1] if tree else tokens, draft, context, model.dtype, device, layout)
 
         def forward() -> None:
             model(input_ids=inputs.input_ids, position_ids=inputs.position_ids,

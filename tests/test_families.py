@@ -1,0 +1,164 @@
+"""Targets of every attention kind transformers ships that specbench supports: full attention (Llama, Qwen2/3,
+Qwen3-MoE, Mixtral, Phi-3, OLMo 2, Granite), sliding windows (Mistral with one window for all layers; Gemma 2/3 and
+gpt-oss with a mask per layer kind) and MLA (DeepSeek-V3). Tiny random models, each with a window of 4 positions
+where it has one, so the prompts and outputs run well past it.
+
+At T=0 every method emits HF greedy `generate`'s tokens, alone and four rows at once (prompts of different
+lengths), with drafts accepted; at T>0 tree drafts on a sliding-window family and on MLA sample the exact joint.
+Recurrent and hybrid families are refused with one line before anything is decoded."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
+
+from specbench.cli import main
+from specbench.engine import generate, generate_batch
+from specbench.errors import SpecbenchError
+from specbench.layout import AttentionLayout
+from specbench.methods.lookahead import LookaheadDrafter
+from specbench.methods.pld import PromptLookupDrafter
+from specbench.methods.sps import DraftModelDrafter
+from specbench.methods.vanilla import VanillaDrafter
+from specbench.sampling import Sampling, target_probs
+from tests.conftest import tiny_tokenizer
+from tests.drafters import ModelTreeDrafter, RandomTreeDrafter
+from tests.stats import goodness_of_fit
+
+VOCAB = 48
+WINDOW = 4
+MOE = {"num_local_experts": 4, "num_experts_per_tok": 2}
+FAMILIES = {
+    "llama": {},
+    "qwen2": {},
+    "qwen3": {},
+    "qwen3_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32},
+    "mixtral": MOE,
+    "phi3": {},
+    "olmo2": {},
+    "granite": {},
+    "mistral": {"sliding_window": WINDOW},
+    "gemma2": {"sliding_window": WINDOW},
+    "gemma3_text": {"sliding_window": WINDOW, "layer_types": ["sliding_attention", "full_attention"]},
+    "gpt_oss": {"sliding_window": WINDOW, "layer_types": ["sliding_attention", "full_attention"], **MOE},
+    "deepseek_v3": {"num_key_value_heads": 4, "head_dim": 4, "q_lora_rank": 16, "kv_lora_rank": 16,
+                    "qk_rope_head_dim": 4, "qk_nope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 4,
+                    "num_experts_per_tok": 2, "first_k_dense_replace": 1, "moe_intermediate_size": 16,
+                    "n_group": 1, "topk_group": 1},
+}
+SLIDING = ["mistral", "gemma2", "gemma3_text", "gpt_oss"]
+PROMPTS = [[3, 7, 1, 5, 9, 2, 3, 7, 1, 5, 9, 2, 3, 7], [4, 4, 8], [11, 2, 6, 11, 2, 6, 11, 2, 6, 11, 2], [1, 30, 5, 7, 12]]
+TOKENS = 40
+
+
+def tiny(family: str, seed: int, vocab: int = VOCAB, scale: float = 4.0, noise: float = 0.0) -> PreTrainedModel:
+    """A random model of the family: two layers, peaked logits (scale); noise perturbs the output layer (a draft
+    model of the same family that agrees with the target often, not always)."""
+    shape = {"vocab_size": vocab, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 256,
+             "tie_word_embeddings": False}
+    config = AutoConfig.for_model(family, **{**shape, **FAMILIES[family]})
+    config.pad_token_id = config.eos_token_id = config.bos_token_id = None
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        out = model.get_output_embeddings().weight
+        out.mul_(scale / out.std())
+        if noise:
+            out.add_(noise * torch.randn_like(out))
+    return model
+
+
+def hf_greedy(model: PreTrainedModel, prompt: list[int]) -> list[int]:
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=TOKENS, do_sample=False, min_new_tokens=TOKENS)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request) -> tuple[str, PreTrainedModel, PreTrainedModel, list[list[int]]]:
+    name = request.param
+    target = tiny(name, seed=0)
+    return name, target, tiny(name, seed=0, noise=1.5), [hf_greedy(target, p) for p in PROMPTS]
+
+
+def drafters(target: PreTrainedModel, draft: PreTrainedModel, references: list[list[int]], row: int) -> dict:
+    return {"vanilla": VanillaDrafter(), "pld": PromptLookupDrafter(), "lookahead": LookaheadDrafter(3, 3, 3),
+            "sps": DraftModelDrafter(draft, gamma=4, vocab_size=VOCAB),
+            "random tree": RandomTreeDrafter(VOCAB, seed=row, reference=references[row])}
+
+
+def test_layout_matches_the_family(family):
+    name, target, _, _ = family
+    layout = AttentionLayout.of(target.config)
+    assert bool(layout.windows) == (name in SLIDING) and layout.per_kind == (name in ("gemma2", "gemma3_text", "gpt_oss"))
+
+
+@pytest.mark.parametrize("method", ["vanilla", "pld", "lookahead", "sps", "random tree"])
+def test_t0_identical_to_hf_generate_alone_and_in_a_batch(family, method):
+    name, target, draft, references = family
+    alone = [generate(target, p, drafters(target, draft, references, i)[method], Sampling(), TOKENS, set())
+             for i, p in enumerate(PROMPTS)]
+    rows = [drafters(target, draft, references, i)[method] for i in range(len(PROMPTS))]
+    together = generate_batch(target, PROMPTS, rows, Sampling(), TOKENS, set())
+    for i, (single, batched) in enumerate(zip(alone, together)):
+        assert single.token_ids == references[i], f"{name} {method} row {i} alone"
+        assert batched.token_ids == references[i], f"{name} {method} row {i} in the batch"
+    if method == "vanilla":
+        return
+    deep = sum(max(0, a - 2) for g in alone + together for a in g.accept_lengths)
+    assert deep >= 2, f"{name} {method}: no draft token accepted at depth >= 2"
+
+
+# ------------------------------------------------------------------------------------------------- T > 0
+
+SMALL_VOCAB, STEPS, SAMPLES = 10, 3, 2000
+SAMPLING = Sampling(temperature=0.8, top_p=0.95)
+LONG_PROMPT = [3, 7, 1, 5, 9, 2, 3, 7, 1, 5, 9, 2]  # three windows long
+
+
+@pytest.mark.parametrize("name", ["gemma3_text", "deepseek_v3"])
+def test_tree_drafts_sample_the_exact_joint(name):
+    target = tiny(name, seed=3, vocab=SMALL_VOCAB, scale=3.0)
+    draft = tiny(name, seed=3, vocab=SMALL_VOCAB, scale=3.0, noise=1.0)
+    joint, contexts = torch.ones(1, dtype=torch.float64), [[]]
+    with torch.no_grad():
+        for _ in range(STEPS):
+            p = target_probs(target(torch.tensor([LONG_PROMPT + c for c in contexts])).logits[:, -1], SAMPLING)
+            joint = (joint[:, None] * p.double()).reshape(-1)
+            contexts = [c + [x] for c in contexts for x in range(SMALL_VOCAB)]
+    counts, deep = np.zeros((SMALL_VOCAB,) * STEPS), 0
+    generator = torch.Generator().manual_seed(5)
+    drafter = ModelTreeDrafter(draft, width=2, sampled=True)
+    for _ in range(SAMPLES):
+        out = generate(target, LONG_PROMPT, drafter, SAMPLING, STEPS, set(), generator)
+        counts[tuple(out.token_ids)] += 1
+        deep += sum(max(0, a - 2) for a in out.accept_lengths)
+    assert deep >= 300, f"only {deep} draft tokens accepted at depth >= 2"
+    assert goodness_of_fit(counts, joint.reshape((SMALL_VOCAB,) * STEPS).numpy()) > 1e-3
+
+
+# ------------------------------------------------------------------------------------------------- refused
+
+
+RECURRENT = {"qwen3_next": {"linear_num_key_heads": 2, "linear_num_value_heads": 2, "linear_key_head_dim": 8,
+                            "linear_value_head_dim": 8, "num_attention_heads": 4, "num_key_value_heads": 2,
+                            "head_dim": 8, "intermediate_size": 64, "num_experts": 2, "moe_intermediate_size": 16},
+             "mamba2": {"num_heads": 2, "head_dim": 32, "n_groups": 1, "state_size": 8}}
+
+
+@pytest.mark.parametrize("name", list(RECURRENT))
+def test_recurrent_families_are_refused_in_one_line(name, tmp_path, capsys):
+    tokenizer = tiny_tokenizer(300)
+    config = AutoConfig.for_model(name, vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                  **RECURRENT[name])
+    with pytest.raises(SpecbenchError, match=f"target family {name}"):
+        AttentionLayout.of(config)
+    folder = tmp_path / name
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    code = main(["run", "--target", str(folder), "--methods", "vanilla", "--tasks", "gsm8k", "--limit", "1",
+                 "--out", str(tmp_path / "r"), "--report-dir", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"specbench: error: target family {name}" in err and "Traceback" not in err, err
+    assert not (tmp_path / "r" / "records.jsonl").exists()
