@@ -231,6 +231,14 @@ def parser() -> argparse.ArgumentParser:
     distill.add_argument("--seed", type=int, default=0)
     _add_model_args(distill)
 
+    datastore = sub.add_parser("datastore", help="build the retrieval datastore of the methods that draft from one "
+                                                 "(rest, samd)")
+    datastore.add_argument("action", choices=["build"])
+    datastore.add_argument("--target", default=DEFAULT_TARGET)
+    datastore.add_argument("--data", type=Path, default=Path("../shared/data/train/prompts.jsonl"),
+                           help="training prompts whose reference replies go in (default "
+                                "../shared/data/train/prompts.jsonl); self-distilled replies shipped for the target too")
+
     bench = sub.add_parser("bench", help="our vanilla and pld against HF generate, interleaved; --cost: the target's "
                                          "forward cost over k tokens, stock HF against the engine's runtime")
     _add_question_args(bench)
@@ -370,6 +378,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_datastore(args: argparse.Namespace) -> int:
+    from specbench.registry import available_datastores
+
+    for method, build in available_datastores().items():
+        print(f"{method}: datastore in {build(args.target, args.data)}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
@@ -440,7 +456,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "distill": cmd_distill, "report": cmd_report, "export": cmd_export, "check": cmd_check,
-            "list": cmd_list, "bench": cmd_bench, "train": cmd_train}
+            "list": cmd_list, "bench": cmd_bench, "train": cmd_train, "datastore": cmd_datastore}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,14 +57,23 @@ def available_methods() -> dict[str, MethodInfo]:
     return dict(sorted(found.items(), key=lambda kv: (kv[0] != "vanilla", kv[0])))
 
 
-def available_trainers() -> dict[str, Callable]:
-    """Training entry points: `TRAINERS` dicts in methods/*.py, {name: train(target, cache, cfg, options)}."""
+def _from_methods(attribute: str) -> dict[str, Callable]:
     import specbench.methods as methods
 
     found: dict[str, Callable] = {}
     for module in pkgutil.iter_modules(methods.__path__):
-        found.update(getattr(importlib.import_module(f"specbench.methods.{module.name}"), "TRAINERS", {}))
+        found.update(getattr(importlib.import_module(f"specbench.methods.{module.name}"), attribute, {}))
     return found
+
+
+def available_trainers() -> dict[str, Callable]:
+    """Training entry points: `TRAINERS` dicts in methods/*.py, {name: train(target, cache, cfg, options)}."""
+    return _from_methods("TRAINERS")
+
+
+def available_datastores() -> dict[str, Callable]:
+    """Datastore builders: `DATASTORES` dicts in methods/*.py, {name: build(target, data, progress) -> folder}."""
+    return _from_methods("DATASTORES")
 
 
 def variant(base: MethodInfo, spec: str, options: dict[str, str]) -> MethodInfo:

@@ -22,7 +22,8 @@ from tests.test_distribution import draft_model, exact_joint, prompt, target  # 
 
 GREEDY_CASES = ["vanilla", "sps (chain with q)", "pld", "tree, candidates sampled from q", "eagle (dynamic tree)",
                 "eagle1 (static tree)", "medusa", "eagle3 (reduced draft vocabulary)", "lookahead",
-                "recycling (matrix per generation)"]
+                "recycling (matrix per generation)", "suffix (tree per generation)",
+                "rest (datastore of the target's samples)", "samd (recycling fallback)"]
 
 
 def rows(drafter: Drafter, n: int) -> list[Drafter]:

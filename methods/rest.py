@@ -1,0 +1,51 @@
+"""REST (He et al. 2024, "REST: Retrieval-Based Speculative Decoding"): no draft model and no training; drafts come
+from a datastore of text (methods/datastore.py: training replies and their suffix array).
+
+Each step takes the longest suffix of the text (16 tokens down to 2) that occurs in the corpus; its occurrences form
+one range of the suffix array, and every continuation of it is a sub-range, so the continuations' exact counts come
+from the array itself. The draft is the trie of the most frequent continuations (REST's frequency-based selection),
+grown best first by path probability up to `max_tokens` nodes of at most `depth` tokens each, and verified as a
+tree. The candidates are deterministic, so the engine verifies them losslessly at any temperature.
+"""
+from __future__ import annotations
+
+from specbench.draft import DecodeContext, Draft, Drafter
+from specbench.errors import SpecbenchError
+from specbench.methods.datastore import Datastore, Range, open_datastore
+from specbench.methods.frequency_tree import speculate
+from specbench.registry import BuildContext, MethodInfo
+
+
+class RestDrafter(Drafter):
+    def __init__(self, store: Datastore, max_ngram: int = 16, min_ngram: int = 2, depth: int = 10,
+                 max_tokens: int = 16) -> None:
+        if not 1 <= min_ngram <= max_ngram or depth < 1 or max_tokens < 1:
+            raise SpecbenchError("rest: need 1 <= min_ngram <= max_ngram, depth >= 1, max_tokens >= 1")
+        self.store, self.max_ngram, self.min_ngram = store, max_ngram, min_ngram
+        self.depth, self.max_tokens = depth, max_tokens
+
+    def propose(self, ctx: DecodeContext) -> Draft:
+        text = ctx.token_ids
+        for n in range(min(self.max_ngram, len(text)), self.min_ngram - 1, -1):
+            match = self.store.find(text[-n:])
+            if match.hi > match.lo:
+                limit = match.depth + self.depth
+
+                def children(node: Range) -> list[tuple[int, int, Range]]:
+                    return self.store.children(node) if node.depth < limit else []
+
+                draft = speculate(match, children, self.max_tokens, 0.0).draft
+                if draft.tokens:
+                    return draft
+        return Draft()
+
+
+def build(ctx: BuildContext) -> Drafter:
+    return RestDrafter(open_datastore(ctx.target.name, ctx.options), max_ngram=ctx.option("max_ngram", 16),
+                       min_ngram=ctx.option("min_ngram", 2), depth=ctx.option("depth", 10),
+                       max_tokens=ctx.option("max_tokens", 16))
+
+
+METHODS = [MethodInfo("rest", "REST (He et al. 2024): the most frequent continuations of the longest suffix (16..2 "
+                      "tokens) found in a datastore of training replies (suffix array), a trie of up to 16 tokens",
+                      True, build)]
