@@ -237,7 +237,8 @@ def parser() -> argparse.ArgumentParser:
     datastore.add_argument("--target", default=DEFAULT_TARGET)
     datastore.add_argument("--data", type=Path, default=Path("../shared/data/train/prompts.jsonl"),
                            help="training prompts whose reference replies go in (default "
-                                "../shared/data/train/prompts.jsonl); self-distilled replies shipped for the target too")
+                                "../shared/data/train/prompts.jsonl); the target's shipped self-distilled replies "
+                                "go in too")
 
     bench = sub.add_parser("bench", help="our vanilla and pld against HF generate, interleaved; --cost: the target's "
                                          "forward cost over k tokens, stock HF against the engine's runtime")

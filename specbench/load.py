@@ -90,13 +90,15 @@ def warning(share: float, cores: int, where: str) -> str:
 
 def describe(logs: list[dict[str, Any]]) -> str | None:
     """The report header's line for a run whose sessions saw other work, or None."""
-    busy = [log for log in logs if log.get("at_start", 0) > log.get("threshold", BUSY_SHARE)
-            or log.get("busy_questions", 0) > 0]
+    def busy_start(log: dict[str, Any]) -> bool:
+        return log.get("at_start", 0) > log.get("threshold", BUSY_SHARE)
+
+    busy = [log for log in logs if busy_start(log) or log.get("busy_questions", 0) > 0]
     if not busy:
         return None
     worst = max(max(log.get("at_start", 0), log.get("max_share", 0)) for log in busy)
     counted = sum(log.get("busy_questions", 0) for log in busy)
     total = sum(log.get("questions", 0) for log in logs)
+    start = ", and at the start" if any(busy_start(log) for log in busy) else ""
     return (f"WARNING: timed beside other work: other processes used up to {worst:.0%} of the CPUs "
-            f"({counted} of {total} questions past {busy[0].get('threshold', BUSY_SHARE):.0%}"
-            f"{', and at the start' if any(log.get('at_start', 0) > log.get('threshold', BUSY_SHARE) for log in busy) else ''})")
+            f"({counted} of {total} questions past {busy[0].get('threshold', BUSY_SHARE):.0%}{start})")

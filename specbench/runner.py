@@ -66,7 +66,8 @@ class RunConfig:
 
     def settings(self) -> dict[str, Any]:
         values = asdict(self)
-        for local in ("progress", "workers", "ray_address", "measure_costs"):  # how a run is spread does not change what it decodes
+        # How a run is spread, and whether its costs were measured anew, does not change what it decodes.
+        for local in ("progress", "workers", "ray_address", "measure_costs"):
             values.pop(local)
         if values["batch_sizes"] == [1]:  # runs from before batching resume unchanged
             values.pop("batch_sizes")

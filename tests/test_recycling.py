@@ -9,9 +9,9 @@ from specbench.draft import ROOT, parse_tree
 from specbench.engine import generate
 from specbench.errors import SpecbenchError
 from specbench.methods.recycling import DEFAULT_TREE, EMPTY, RecyclingDrafter
-from specbench.methods.vanilla import VanillaDrafter
 from specbench.sampling import Sampling
 from tests.conftest import tiny_llama
+from tests.identity import assert_vanilla_tokens_with_deep_accepts
 
 VOCAB = 40
 
@@ -51,15 +51,7 @@ def test_draft_expands_the_template_from_the_matrix():
 
 @pytest.mark.parametrize("scope", ["run", "generation"])
 def test_t0_identical_to_vanilla_with_deep_accepts(target, scope):
-    prompts = [[3, 9, 14, 2], [1, 2, 3], [20, 21, 5, 5, 7]]
-    drafter = RecyclingDrafter(VOCAB, parse_tree(DEFAULT_TREE), scope)
-    deep = 0
-    for prompt in prompts:
-        expected = generate(target, prompt, VanillaDrafter(), Sampling(), 48, set()).token_ids
-        out = generate(target, prompt, drafter, Sampling(), 48, set())
-        assert out.token_ids == expected
-        deep += sum(a >= 3 for a in out.accept_lengths)
-    assert deep >= 6, f"only {deep} steps accepted two or more draft tokens"
+    assert_vanilla_tokens_with_deep_accepts(target, RecyclingDrafter(VOCAB, parse_tree(DEFAULT_TREE), scope))
 
 
 def test_scope_decides_whether_the_matrix_outlives_a_generation(target):

@@ -43,23 +43,26 @@ def spawn(*args: str) -> subprocess.Popen:
 
 
 def test_two_concurrent_runs_on_one_folder(tiny_target_dir, tmp_path):
-    """Started together (a second terminal, a retried job): one decodes, the other stops with one line naming
-    the first's pid, and every record is written once."""
+    """A second run started while the first decodes (a second terminal, a retried job) stops with one line naming
+    the first's pid, and every record is written once. The second process has imported everything before the
+    first takes the lock, so it reaches the lock while the first still holds it (at least its 0.5 s load reading)."""
     out = tmp_path / "r"
-    args = ["-m", "specbench", *run_args(tiny_target_dir, out, *SMALL)]
-    runs = [spawn(*args), spawn(*args)]
-    errors = [run.communicate(timeout=300)[1] for run in runs]
-    assert sorted(run.returncode for run in runs) == [0, 2], errors
-    winner, loser = (0, 1) if runs[0].returncode == 0 else (1, 0)
-    line = one_error_line(errors[loser])
-    assert f"is being written by pid {runs[winner].pid}" in line, line
+    args = run_args(tiny_target_dir, out, *SMALL)
+    second = spawn("-c", "import sys, time; from pathlib import Path; from specbench.cli import main\n"
+                         f"while not Path({str(out / OWNER)!r}).is_file(): time.sleep(0.01)\n"
+                         f"sys.exit(main({args!r}))")
+    first = spawn("-m", "specbench", *args)
+    errors = [run.communicate(timeout=300)[1] for run in (first, second)]
+    assert (first.returncode, second.returncode) == (0, 2), errors
+    line = one_error_line(errors[1])
+    assert f"is being written by pid {first.pid}" in line, line
     counts = keys(out)
     assert len(counts) == 2 * 2 * 2 and set(counts.values()) == {1}  # methods x tasks x questions, once each
 
 
 def test_a_killed_holder_leaves_no_stuck_lock(tiny_target_dir, tmp_path, capsys):
     out = tmp_path / "r"
-    holder = spawn("-c", "import sys, time; from pathlib import Path; from specbench.lock import folder_lock\n"
+    holder = spawn("-c", "import sys, time; from pathlib import Path; from specbench.lock import OWNER, folder_lock\n"
                          f"with folder_lock(Path({str(out)!r}), 'run folder'):\n"
                          "    print('locked', flush=True); time.sleep(600)")
     assert holder.stdout.readline().strip() == "locked"

@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specbench.draft import DecodeContext, Draft
+from specbench.draft import DecodeContext, Draft, parse_tree
 from specbench.engine import generate
 from specbench.errors import SpecbenchError
 from specbench.methods.datastore import Datastore
 from specbench.methods.recycling import DEFAULT_TREE, RecyclingDrafter
-from specbench.draft import parse_tree
 from specbench.methods.samd import SamDrafter, SuffixAutomaton
 from specbench.methods.vanilla import VanillaDrafter
 from specbench.sampling import Sampling
 from tests.conftest import tiny_llama
+from tests.identity import assert_vanilla_tokens_with_deep_accepts
 
 VOCAB = 40
 
@@ -75,15 +75,7 @@ def test_longer_match_wins_and_the_fallback_drafts_below_the_threshold():
 
 
 def test_t0_identical_to_vanilla_with_deep_accepts(target):
-    prompts = [[3, 9, 14, 2], [1, 2, 3], [20, 21, 5, 5, 7]]
     others = [generate(target, [p], VanillaDrafter(), Sampling(), 48, set()).token_ids for p in range(VOCAB)]
     aux = RecyclingDrafter(VOCAB, parse_tree(DEFAULT_TREE), "generation")
-    drafter = SamDrafter(Datastore.of([np.array(o) for o in others]), aux)
-    deep = 0
-    for prompt in prompts:
-        expected = generate(target, prompt, VanillaDrafter(), Sampling(), 48, set()).token_ids
-        out = generate(target, prompt, drafter, Sampling(), 48, set())
-        assert out.token_ids == expected
-        deep += sum(a >= 3 for a in out.accept_lengths)
-    assert deep >= 6, f"only {deep} steps accepted two or more draft tokens"
+    assert_vanilla_tokens_with_deep_accepts(target, SamDrafter(Datastore.of([np.array(o) for o in others]), aux))
     assert (aux.matrix >= 0).any()  # the fallback was told every step

@@ -10,9 +10,9 @@ from specbench.engine import generate
 from specbench.errors import SpecbenchError
 from specbench.methods.frequency_tree import speculate
 from specbench.methods.suffix import SuffixDrafter, SuffixTree, counted_children
-from specbench.methods.vanilla import VanillaDrafter
 from specbench.sampling import Sampling
 from tests.conftest import tiny_llama
+from tests.identity import assert_vanilla_tokens_with_deep_accepts
 
 VOCAB = 40
 
@@ -49,15 +49,7 @@ def test_speculation_is_best_first_within_budget_and_min_prob():
 
 @pytest.mark.parametrize("scope", ["run", "generation"])
 def test_t0_identical_to_vanilla_with_deep_accepts(target, scope):
-    prompts = [[3, 9, 14, 2], [1, 2, 3], [20, 21, 5, 5, 7]]
-    drafter = SuffixDrafter(scope=scope)
-    deep = 0
-    for prompt in prompts:
-        expected = generate(target, prompt, VanillaDrafter(), Sampling(), 48, set()).token_ids
-        out = generate(target, prompt, drafter, Sampling(), 48, set())
-        assert out.token_ids == expected
-        deep += sum(a >= 3 for a in out.accept_lengths)
-    assert deep >= 6, f"only {deep} steps accepted two or more draft tokens"
+    assert_vanilla_tokens_with_deep_accepts(target, SuffixDrafter(scope=scope))
 
 
 def test_the_run_scope_drafts_from_earlier_outputs(target):
