@@ -18,7 +18,9 @@ MIN_WINDOW = 0.5  # seconds: a shorter reading is too noisy to judge
 
 
 def _busy_seconds(times: Any) -> float:
-    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+    """Non-idle CPU time (Linux counts guest time inside user and nice already)."""
+    waiting = ("idle", "iowait", "guest", "guest_nice")
+    return sum(times) - sum(getattr(times, name, 0.0) for name in waiting)
 
 
 def _own_seconds(process: psutil.Process) -> float:
