@@ -27,6 +27,7 @@ from specbench.engine import tree_inputs
 from specbench.errors import SpecbenchError
 from specbench.kv import new_cache, truncate_cache
 from specbench.layout import AttentionLayout
+from specbench.records import write_json
 from specbench.runtime import fastest_seconds
 
 SIZES = [1, 2, 4, 8, 12, 16, 24, 32]  # tokens per forward at which the curve is measured
@@ -201,13 +202,9 @@ def store_costs(machine: Machine, costs: CostModel) -> str | None:
     """Keep the costs for later runs on this machine; returns a warning when that is not possible (a read-only
     home), in which case each run measures its own."""
     path = machine.path()
-    partial = path.with_name(f".{path.name}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(json.dumps({"machine": asdict(machine), "costs": costs.to_dict()}, indent=2),
-                           encoding="utf-8")
-        os.replace(partial, path)
+        write_json(path, {"machine": asdict(machine), "costs": costs.to_dict()})
     except OSError as exc:
-        partial.unlink(missing_ok=True)
         return f"specbench: warning: cannot store the costs in {path} ({exc.strerror}): later runs measure anew"
     return None

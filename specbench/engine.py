@@ -103,7 +103,7 @@ def batch_inputs(blocks: list[Block], cache_lens: list[int], width: int, dtype: 
         allowed[row, pad:, :length] = True
         allowed[row, pad:, width + pad :] = block.allowed
         allowed[row, range(pad), range(width, width + pad)] = True  # a pad query sees itself only
-    keys = torch.cat([torch.arange(width).expand(len(blocks), -1), positions], dim=1)
+    keys = torch.cat([torch.arange(width).expand(len(blocks), -1), positions], dim=1) if layout.windows else None
     masks = layout.masks(allowed, positions, keys, dtype)
     masks = {k: m.to(device) for k, m in masks.items()} if isinstance(masks, dict) else masks.to(device)
     return TreeInputs(input_ids.to(device), positions.to(device), masks, pads)

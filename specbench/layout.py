@@ -49,10 +49,10 @@ class AttentionLayout:
             return AttentionLayout({"all": int(window)})
         return AttentionLayout()
 
-    def masks(self, allowed: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor,
+    def masks(self, allowed: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor | None,
               dtype: torch.dtype) -> torch.Tensor | dict[str, torch.Tensor]:
         """Additive [B, 1, N, K] masks from allowed [B, N, K] (what each query may see), positions [B, N] and
-        [B, K]: one tensor, or one per layer kind."""
+        [B, K] (needed only with a window): one tensor, or one per layer kind."""
         def additive(seen: torch.Tensor) -> torch.Tensor:
             return torch.zeros(seen.shape, dtype=dtype).masked_fill(~seen, torch.finfo(dtype).min)[:, None]
 

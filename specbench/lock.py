@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Iterator
 from filelock import FileLock, Timeout
 
 from specbench.errors import SpecbenchError
+from specbench.records import command_line
 
 LOCK = ".specbench.lock"
 OWNER = ".specbench.owner.json"
@@ -48,7 +48,7 @@ def folder_lock(folder: Path, role: str) -> Iterator[None]:
     try:
         owner = {"pid": os.getpid(), "host": socket.gethostname(),
                  "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                 "command": " ".join([Path(sys.executable).name, "-m", "specbench", *sys.argv[1:]])}
+                 "command": command_line()}
         (folder / OWNER).write_text(json.dumps(owner), encoding="utf-8")
         yield
     finally:

@@ -157,7 +157,7 @@ def write_run_info(out: Path, settings: dict[str, Any], env: dict[str, Any], cos
         info.setdefault("resumed", []).append(utc_now())
     else:
         out.mkdir(parents=True, exist_ok=True)
-        info = {"command": " ".join([Path(sys.executable).name, "-m", "specbench", *sys.argv[1:]]),
+        info = {"command": command_line(),
                 "started": utc_now(), "settings": settings, "environment": env}
     if costs is not None:
         info["costs"] = costs
@@ -183,6 +183,11 @@ def write_json(path: Path, data: Any) -> None:
     except OSError:
         partial.unlink(missing_ok=True)
         raise
+
+
+def command_line() -> str:
+    """The command this process runs, as a user would type it."""
+    return " ".join([Path(sys.executable).name, "-m", "specbench", *sys.argv[1:]])
 
 
 def read_run_info(out: Path) -> dict[str, Any]:
