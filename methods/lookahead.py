@@ -17,9 +17,9 @@ from collections import OrderedDict
 
 import torch
 
-from specbench.draft import ROOT, Branch, DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.draft import ROOT, Branch, DecodeContext, Draft, Drafter, StepResult
 from specbench.errors import SpecbenchError
-from specbench.registry import BuildContext, MethodInfo
+from specbench.run.registry import BuildContext, MethodInfo
 
 
 class LookaheadDrafter(Drafter):

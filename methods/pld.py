@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from specbench.draft import DecodeContext, Draft, Drafter
-from specbench.registry import BuildContext, MethodInfo
+from specbench.decode.draft import DecodeContext, Draft, Drafter
+from specbench.run.registry import BuildContext, MethodInfo
 
 
 class PromptLookupDrafter(Drafter):

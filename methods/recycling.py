@@ -17,9 +17,9 @@ import copy
 
 import torch
 
-from specbench.draft import ROOT, DecodeContext, Draft, Drafter, StepResult, parse_tree
+from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult, parse_tree
 from specbench.errors import SpecbenchError
-from specbench.registry import BuildContext, MethodInfo
+from specbench.run.registry import BuildContext, MethodInfo
 
 # A small template for CPUs (a forward over 16 tokens costs ~1.5 forwards over one here); the paper's GPU template
 # has 80 nodes. Ranks decrease with depth: the first candidate is right far more often than the others.

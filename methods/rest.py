@@ -1,5 +1,5 @@
 """REST (He et al. 2024, "REST: Retrieval-Based Speculative Decoding"): no draft model and no training; drafts come
-from a datastore of text (methods/datastore.py: training replies and their suffix array).
+from a datastore of text (methods/common/datastore.py: training replies and their suffix array).
 
 Each step takes the longest suffix of the text (16 tokens down to 2) that occurs in the corpus; its occurrences form
 one range of the suffix array, and every continuation of it is a sub-range, so the continuations' exact counts come
@@ -9,11 +9,11 @@ tree. The candidates are deterministic, so the engine verifies them losslessly a
 """
 from __future__ import annotations
 
-from specbench.draft import DecodeContext, Draft, Drafter
+from specbench.decode.draft import DecodeContext, Draft, Drafter
 from specbench.errors import SpecbenchError
-from specbench.methods.datastore import Datastore, Range, open_datastore
-from specbench.methods.frequency_tree import speculate
-from specbench.registry import BuildContext, MethodInfo
+from specbench.methods.common.datastore import Datastore, Range, open_datastore
+from specbench.methods.common.frequency_tree import speculate
+from specbench.run.registry import BuildContext, MethodInfo
 
 
 class RestDrafter(Drafter):

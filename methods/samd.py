@@ -4,7 +4,7 @@ the text that occurred before, found with a suffix automaton over the current ge
 
 The dynamic automaton grows with every emitted token (amortised O(1)); the longest earlier repeat of the text's
 suffix is the suffix link of its last state, and the state keeps the end of its first occurrence. The static side
-is the retrieval datastore REST uses too (methods/datastore.py, built once per target), whose suffix array answers
+is the retrieval datastore REST uses too (methods/common/datastore.py, built once per target), whose suffix array answers
 the same longest-match query; the earliest occurrence's continuation is drafted, as a suffix automaton's first end position
 gives. The longer of the two matches wins; if it is shorter than `threshold` tokens the auxiliary method drafts.
 
@@ -17,10 +17,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from specbench.draft import DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.errors import SpecbenchError
-from specbench.methods.datastore import SEPARATOR, Datastore, open_datastore
-from specbench.registry import BuildContext, MethodInfo, available_methods
+from specbench.methods.common.datastore import SEPARATOR, Datastore, open_datastore
+from specbench.run.registry import BuildContext, MethodInfo, available_methods
 
 
 @dataclass

@@ -18,10 +18,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from specbench.draft import DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.errors import SpecbenchError
-from specbench.methods.frequency_tree import Speculation, speculate
-from specbench.registry import BuildContext, MethodInfo
+from specbench.methods.common.frequency_tree import Speculation, speculate
+from specbench.run.registry import BuildContext, MethodInfo
 
 SCOPES = ("run", "generation")
 

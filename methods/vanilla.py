@@ -1,8 +1,8 @@
 """Vanilla autoregressive decoding: proposes nothing, so every step emits the target's own token (τ = 1)."""
 from __future__ import annotations
 
-from specbench.draft import DecodeContext, Draft, Drafter
-from specbench.registry import BuildContext, MethodInfo
+from specbench.decode.draft import DecodeContext, Draft, Drafter
+from specbench.run.registry import BuildContext, MethodInfo
 
 
 class VanillaDrafter(Drafter):

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import torch
 
-from specbench.costs import cpu_description
+from specbench.decode.costs import cpu_description
+from specbench.decode.target import DEFAULT_TARGET, load_model
 from specbench.errors import SpecbenchError
-from specbench.features import FeatureCache
-from specbench.registry import available_trainers
-from specbench.target import DEFAULT_TARGET, load_model
-from specbench.training import AUTOCAST_TYPES, TrainConfig
+from specbench.run.registry import available_trainers
+from specbench.train.features import FeatureCache
+from specbench.train.training import AUTOCAST_TYPES, TrainConfig
 
 
 def main() -> int:

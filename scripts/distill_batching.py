@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specbench.costs import cpu_description
-from specbench.distill import DistillConfig, distill, read_dataset
+from specbench.decode.costs import cpu_description
+from specbench.decode.target import DEFAULT_TARGET, load_model
 from specbench.errors import SpecbenchError
-from specbench.target import DEFAULT_TARGET, load_model
+from specbench.train.dataset import read_dataset
+from specbench.train.distill import DistillConfig, distill
 
 
 def main() -> int:

@@ -12,11 +12,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from specbench.costs import cpu_description
-from specbench.distill import DistillConfig, distill
+from specbench.decode.costs import cpu_description
+from specbench.decode.target import DEFAULT_TARGET, load_model
 from specbench.errors import SpecbenchError
-from specbench.features import ExtractConfig, FeatureCache, extract
-from specbench.target import DEFAULT_TARGET, load_model
+from specbench.train.distill import DistillConfig, distill
+from specbench.train.features import ExtractConfig, FeatureCache, extract
 
 
 def reply_tokens(cache: FeatureCache) -> int:

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import torch
 
-from specbench.costs import cpu_description
+from specbench.decode.costs import cpu_description
+from specbench.decode.target import DEFAULT_TARGET, load_model
 from specbench.errors import SpecbenchError
-from specbench.features import FeatureCache, add_layer_features
 from specbench.methods.eagle3.checkpoint import head_config
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
 from specbench.methods.eagle3.training import Eagle3Trainable, set_draft_vocabulary
-from specbench.target import DEFAULT_TARGET, load_model
-from specbench.training import Batch, Trainable, epoch_batches, load_conversations, make_batch
+from specbench.train.features import FeatureCache, add_layer_features
+from specbench.train.training import Batch, Trainable, epoch_batches, load_conversations, make_batch
 
 
 def timed_steps(trainable: Trainable, optimizer: torch.optim.Optimizer,

@@ -14,16 +14,16 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
-
 from eagle3_train_throughput import timed_steps  # this folder (the script's own) is on sys.path
-from specbench.costs import cpu_description
+
+from specbench.decode.costs import cpu_description
+from specbench.decode.target import DEFAULT_TARGET, LoadedModel, load_model
 from specbench.errors import SpecbenchError
-from specbench.features import FeatureCache
 from specbench.methods.eagle3 import training as this_training
 from specbench.methods.eagle3.checkpoint import head_config
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
-from specbench.target import DEFAULT_TARGET, LoadedModel, load_model
-from specbench.training import AUTOCAST_TYPES, Batch, autocast_type, epoch_batches, load_conversations, make_batch
+from specbench.train.features import FeatureCache
+from specbench.train.training import AUTOCAST_TYPES, Batch, autocast_type, epoch_batches, load_conversations, make_batch
 
 
 def load_trainer(path: Path) -> ModuleType:

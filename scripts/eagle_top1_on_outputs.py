@@ -25,12 +25,12 @@ from pathlib import Path
 
 import torch
 
-from specbench.methods.eagle import find_head, load_head
+from specbench.decode.sampling import Sampling, target_probs
+from specbench.decode.target import chat_prompt, load_model
+from specbench.methods.eagle.checkpoint import find_head, load_head
 from specbench.methods.eagle3.checkpoint import load_head as load_eagle3_head
 from specbench.methods.eagle3.head import fused_layers
-from specbench.records import read_records, read_run_info
-from specbench.sampling import Sampling, target_probs
-from specbench.target import chat_prompt, load_model
+from specbench.run.records import read_records, read_run_info
 
 
 def causal_mask(n: int) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """The target's decoder-layer products per kernel and row count on this machine: the table behind the runtime's
-kernel rule (specbench/runtime.py, `pick_kernel`). Rounds interleave the kernels so that drift hits them alike;
+kernel rule (specbench/decode/runtime.py, `pick_kernel`). Rounds interleave the kernels so that drift hits them alike;
 each cell is the fastest of all rounds.
 
     python scripts/linear_kernels.py [--target NAME] [--rounds 3]
@@ -10,9 +10,9 @@ import argparse
 
 import torch
 
-from specbench.costs import cpu_description
-from specbench.runtime import KERNELS, FewTokenLinear, fastest_seconds, pick_kernel
-from specbench.target import load_model
+from specbench.decode.costs import cpu_description
+from specbench.decode.runtime import KERNELS, FewTokenLinear, fastest_seconds, pick_kernel
+from specbench.decode.target import load_model
 
 ROWS = [1, 2, 4, 8, 12, 16, 24, 32]
 

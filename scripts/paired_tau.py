@@ -15,7 +15,7 @@ from pathlib import Path
 from scipy.stats import t as student_t
 
 from specbench.errors import SpecbenchError
-from specbench.records import read_records
+from specbench.run.records import read_records
 
 
 def per_turn_tau(records: list[dict], method: str, temperature: float) -> dict[tuple, float]:

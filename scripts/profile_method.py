@@ -12,12 +12,12 @@ import pstats
 import sys
 from pathlib import Path
 
-from specbench.engine import generate
+from specbench.decode.engine import generate
+from specbench.decode.sampling import Sampling
+from specbench.decode.target import DEFAULT_TARGET, chat_prompt, load_model
 from specbench.errors import SpecbenchError
-from specbench.registry import BuildContext, select_methods
-from specbench.sampling import Sampling
-from specbench.target import DEFAULT_TARGET, chat_prompt, load_model
-from specbench.tasks import load_questions, select_tasks
+from specbench.run.registry import BuildContext, select_methods
+from specbench.run.tasks import load_questions, select_tasks
 
 
 def main() -> None:

@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from specbench.costs import cpu_description  # noqa: E402
-from specbench.records import read_records, record_key  # noqa: E402
+from specbench.decode.costs import cpu_description  # noqa: E402
+from specbench.run.records import read_records, record_key  # noqa: E402
 
 
 def timed_run(args: list[str]) -> float:

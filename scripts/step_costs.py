@@ -10,9 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from specbench.analysis.tables import labelled_rows, per_question_frame
 from specbench.errors import SpecbenchError
-from specbench.records import read_records
-from specbench.report import labelled_rows, per_question_frame
+from specbench.run.records import read_records
 
 
 def main() -> None:

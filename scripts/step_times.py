@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specbench.records import read_records
+from specbench.run.records import read_records
 
 
 def step_times(run_dir: Path) -> pd.DataFrame:

@@ -8,7 +8,7 @@ from pathlib import Path
 # No test may touch the network: every model and dataset here is built locally.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-# Costs measured by test runs are stored for this session only, never in the user's cache (specbench.costs).
+# Costs measured by test runs are stored for this session only, never in the user's cache (specbench.run.cost_store).
 os.environ["SPECBENCH_CACHE"] = tempfile.mkdtemp(prefix="specbench-test-cache-")
 
 import pytest

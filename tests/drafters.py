@@ -7,8 +7,8 @@ import random
 import torch
 from transformers import PreTrainedModel
 
-from specbench.draft import ROOT, DecodeContext, Draft, Drafter
-from specbench.sampling import target_probs
+from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter
+from specbench.decode.sampling import target_probs
 
 
 class RandomTreeDrafter(Drafter):

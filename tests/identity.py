@@ -2,10 +2,10 @@
 a tiny target, and drafts are accepted two or more at a time often enough to show it drafted."""
 from __future__ import annotations
 
-from specbench.draft import Drafter
-from specbench.engine import generate
+from specbench.decode.draft import Drafter
+from specbench.decode.engine import generate
+from specbench.decode.sampling import Sampling
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.sampling import Sampling
 
 PROMPTS = [[3, 9, 14, 2], [1, 2, 3], [20, 21, 5, 5, 7]]
 

@@ -11,14 +11,27 @@ import pytest
 import torch
 
 from specbench.cli import main
-from specbench.draft import Drafter
-from specbench.engine import generate, generate_batch
-from specbench.sampling import Sampling
-from specbench.verify import VerifyFn
+from specbench.decode.draft import Drafter
+from specbench.decode.engine import generate, generate_batch
+from specbench.decode.sampling import Sampling
+from specbench.decode.verify import VerifyFn
 from tests.test_cli import bad_input, run_args
-from tests.test_distribution import (CANARIES, FLAG_P, LOSSLESS, PASS_P, SAMPLES, SAMPLING, TOKENS, VOCAB, Sampled,
-                                     goodness_of_fit)
-from tests.test_distribution import draft_model, exact_joint, prompt, target  # noqa: F401  (shared fixtures)
+from tests.test_distribution import (  # noqa: F401  (shared fixtures)
+    CANARIES,
+    FLAG_P,
+    LOSSLESS,
+    PASS_P,
+    SAMPLES,
+    SAMPLING,
+    TOKENS,
+    VOCAB,
+    Sampled,
+    draft_model,
+    exact_joint,
+    goodness_of_fit,
+    prompt,
+    target,
+)
 
 GREEDY_CASES = ["vanilla", "sps (chain with q)", "pld", "tree, candidates sampled from q", "eagle (dynamic tree)",
                 "eagle1 (static tree)", "medusa", "eagle3 (reduced draft vocabulary)", "lookahead",

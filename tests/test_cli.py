@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from specbench.analysis.plots import short_labels
 from specbench.cli import main
-from specbench.plots import short_labels
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,12 +6,12 @@ import importlib.util
 
 import pytest
 
+from specbench.decode.engine import generate
+from specbench.decode.sampling import Sampling
+from specbench.decode.target import DEFAULT_TARGET, chat_prompt, load_model
 from specbench.methods.pld import PromptLookupDrafter
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.engine import generate
-from specbench.registry import BuildContext, available_methods
-from specbench.sampling import Sampling
-from specbench.target import DEFAULT_TARGET, chat_prompt, load_model
+from specbench.run.registry import BuildContext, available_methods
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.skipif(

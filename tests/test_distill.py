@@ -12,12 +12,19 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specbench.cli import main
-from specbench.distill import DistillConfig, answer_batch, finished_chunks, length_batches
-from specbench.engine import generate
-from specbench.features import FeatureCache, add_layer_features, chunk_layers, target_features, target_layer_features
+from specbench.decode.engine import generate
+from specbench.decode.sampling import Sampling
+from specbench.decode.target import chat_prompt, load_model
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.sampling import Sampling
-from specbench.target import chat_prompt, load_model
+from specbench.train.dataset import finished_chunks
+from specbench.train.distill import DistillConfig, answer_batch, length_batches
+from specbench.train.features import (
+    FeatureCache,
+    add_layer_features,
+    chunk_layers,
+    target_features,
+    target_layer_features,
+)
 from tests.conftest import write_prompts
 
 WORDS = "the quick brown fox jumps over the lazy dog what is the answer".split()
@@ -265,7 +272,7 @@ def test_eagle3_training_reads_cached_layers_instead_of_running_the_target(disti
     from specbench.methods.eagle3.checkpoint import head_config
     from specbench.methods.eagle3.head import Eagle3Head, fused_layers
     from specbench.methods.eagle3.training import Eagle3Trainable, set_draft_vocabulary
-    from specbench.training import load_conversations, make_batch
+    from specbench.train.training import load_conversations, make_batch
 
     target = load_model(str(tiny_target_dir))
     layers = fused_layers(target.model.config.num_hidden_layers)

@@ -12,8 +12,8 @@ import pytest
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'specbench[distributed]')")
 
 from specbench.cli import main  # noqa: E402
-from specbench.distributed import NAMESPACE, worker_name  # noqa: E402
-from specbench.records import read_records, record_key  # noqa: E402
+from specbench.run.distributed import NAMESPACE, worker_name  # noqa: E402
+from specbench.run.records import read_records, record_key  # noqa: E402
 
 METHODS = "vanilla,pld,lookahead"
 

@@ -18,29 +18,32 @@ import numpy as np
 import pytest
 import torch
 
-from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter, EagleHead, TreeSpec, head_config
-from specbench.feature_tree import FeatureTreeDrafter
-from specbench.feature_tree import TreeSpec as FeatureTreeSpec
+from specbench.decode.draft import Drafter, parse_tree
+from specbench.decode.engine import generate
+from specbench.decode.sampling import Sampling, sample, target_probs
+from specbench.decode.verify import RejectionRules, Verdict, VerifyFn, rejection_walk, residual_after_one_hot
+from specbench.methods.common.datastore import Datastore
+from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec
+from specbench.methods.common.feature_tree import TreeSpec as FeatureTreeSpec
+from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
+from specbench.methods.eagle.head import EagleHead, head_config
 from specbench.methods.eagle3 import Eagle3FeatureHead
 from specbench.methods.eagle3.checkpoint import head_config as eagle3_config
 from specbench.methods.eagle3.head import Eagle3Head
 from specbench.methods.eagle3.training import Eagle3Trainable, set_draft_vocabulary
 from specbench.methods.lookahead import LookaheadDrafter
-from specbench.methods.medusa import DEFAULT_TREE, MedusaDrafter, MedusaHeads, MedusaTrainable, typical_verifier
+from specbench.methods.medusa import DEFAULT_TREE, MedusaDrafter, typical_verifier
+from specbench.methods.medusa.head import MedusaHeads
+from specbench.methods.medusa.training import MedusaTrainable
 from specbench.methods.pld import PromptLookupDrafter
 from specbench.methods.recycling import DEFAULT_TREE as RECYCLING_TREE
 from specbench.methods.recycling import RecyclingDrafter
-from specbench.methods.datastore import Datastore
 from specbench.methods.rest import RestDrafter
 from specbench.methods.samd import SamDrafter
 from specbench.methods.sps import DraftModelDrafter
 from specbench.methods.suffix import SuffixDrafter
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.draft import Drafter, parse_tree
-from specbench.engine import generate
-from specbench.sampling import Sampling, sample, target_probs
-from specbench.training import Batch
-from specbench.verify import RejectionRules, Verdict, VerifyFn, rejection_walk, residual_after_one_hot
+from specbench.train.training import Batch
 from tests.conftest import tiny_llama
 from tests.drafters import ModelTreeDrafter, RandomTreeDrafter
 from tests.stats import goodness_of_fit

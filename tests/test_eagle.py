@@ -9,15 +9,18 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from specbench.methods.eagle import INPUTS, EagleDrafter, EagleHead, TreeSpec, head_config, load_head, save_head
-from specbench.methods.vanilla import VanillaDrafter
 from specbench.cli import main
-from specbench.draft import parse_tree
-from specbench.engine import generate
+from specbench.decode.draft import parse_tree
+from specbench.decode.engine import generate
+from specbench.decode.sampling import Sampling
+from specbench.decode.target import chat_prompt, load_model
 from specbench.errors import SpecbenchError
-from specbench.registry import BuildContext, available_methods
-from specbench.sampling import Sampling
-from specbench.target import chat_prompt, load_model
+from specbench.methods.common.feature_tree import TreeSpec
+from specbench.methods.eagle import EagleDrafter
+from specbench.methods.eagle.checkpoint import load_head, save_head
+from specbench.methods.eagle.head import INPUTS, EagleHead, head_config
+from specbench.methods.vanilla import VanillaDrafter
+from specbench.run.registry import BuildContext, available_methods
 from tests.conftest import tiny_llama, write_prompts
 
 OFFICIAL_KEYS = {

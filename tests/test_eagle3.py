@@ -7,16 +7,16 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from specbench.engine import generate
+from specbench.decode.engine import generate
+from specbench.decode.sampling import Sampling
 from specbench.errors import SpecbenchError
-from specbench.feature_tree import FeatureTreeDrafter, TreeSpec
+from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec
 from specbench.methods.eagle3 import Eagle3FeatureHead
 from specbench.methods.eagle3.checkpoint import head_config, load_head, save_head
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
 from specbench.methods.eagle3.training import Eagle3Trainable, set_draft_vocabulary, unroll
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.sampling import Sampling
-from specbench.training import Batch
+from specbench.train.training import Batch
 from tests.conftest import tiny_llama
 
 VOCAB = 16

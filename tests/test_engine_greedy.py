@@ -7,13 +7,13 @@ import pytest
 import torch
 from transformers import DynamicCache
 
+from specbench.decode.draft import Draft
+from specbench.decode.engine import generate, tree_inputs
+from specbench.decode.kv import compact_cache
+from specbench.decode.sampling import Sampling
 from specbench.methods.pld import PromptLookupDrafter
 from specbench.methods.sps import DraftModelDrafter
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.draft import Draft
-from specbench.engine import generate, tree_inputs
-from specbench.kv import compact_cache
-from specbench.sampling import Sampling
 from tests.conftest import tiny_llama
 from tests.drafters import ModelTreeDrafter, RandomTreeDrafter
 
@@ -91,10 +91,10 @@ def test_tree_mask_gives_each_node_its_path_logits(target):
     draft = Draft(tokens=[5, 6, 7, 8, 9, 10], parents=[-1, -1, 0, 0, 1, 3])
     cache = DynamicCache(config=target.config)
     with torch.no_grad():
-        target(torch.tensor([context[:-1]]), past_key_values=cache, use_cache=True)
+        target(torch.tensor([context[:-1]]), cache=cache, use_cache=True)
         inputs = tree_inputs(context[-1:], draft, len(context) - 1, torch.float32, torch.device("cpu"))
         tree_logits = target(input_ids=inputs.input_ids, position_ids=inputs.position_ids,
-                             attention_mask=inputs.attention_mask, past_key_values=cache).logits[0]
+                             attention_mask=inputs.attention_mask, cache=cache).logits[0]
         for node in range(len(draft)):
             path, p = [], node
             while p != -1:
@@ -111,10 +111,10 @@ def test_compaction_keeps_the_accepted_path_only(target):
     with torch.no_grad():
         inputs = tree_inputs(context, draft, 0, torch.float32, torch.device("cpu"))
         target(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask,
-               past_key_values=cache)
+               cache=cache)
         compact_cache(cache, len(context), [len(context) + i for i in (1, 2, 3)])
         assert cache.get_seq_length() == len(context) + 3
-        continued = target(torch.tensor([[11]]), past_key_values=cache).logits[0, -1]
+        continued = target(torch.tensor([[11]]), cache=cache).logits[0, -1]
         fresh = target(torch.tensor([context + [8, 9, 10, 11]])).logits[0, -1]
     torch.testing.assert_close(continued, fresh, atol=1e-5, rtol=1e-5)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from specbench.analysis.equivalence import compare, detectable_w, homogeneity, sample_prefixes
+from specbench.decode.sampling import Sampling
 from specbench.methods.sps import DraftModelDrafter
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.equivalence import compare, detectable_w, homogeneity, sample_prefixes
-from specbench.sampling import Sampling
 from tests.conftest import tiny_llama
 from tests.test_distribution import bonus_from_unprocessed_softmax
 

@@ -14,14 +14,14 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 from specbench.cli import main
-from specbench.engine import generate, generate_batch
+from specbench.decode.engine import generate, generate_batch
+from specbench.decode.layout import AttentionLayout
+from specbench.decode.sampling import Sampling, target_probs
 from specbench.errors import SpecbenchError
-from specbench.layout import AttentionLayout
 from specbench.methods.lookahead import LookaheadDrafter
 from specbench.methods.pld import PromptLookupDrafter
 from specbench.methods.sps import DraftModelDrafter
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.sampling import Sampling, target_probs
 from tests.conftest import tiny_tokenizer
 from tests.drafters import ModelTreeDrafter, RandomTreeDrafter
 from tests.stats import goodness_of_fit

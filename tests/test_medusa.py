@@ -8,14 +8,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from specbench.methods.medusa import MedusaDrafter, MedusaHeads, load_heads, typical_verifier
-from specbench.methods.vanilla import VanillaDrafter
 from specbench.cli import main
-from specbench.draft import Draft, parse_tree
-from specbench.engine import generate
-from specbench.registry import BuildContext, available_methods
-from specbench.sampling import Sampling
-from specbench.target import chat_prompt, load_model
+from specbench.decode.draft import Draft, parse_tree
+from specbench.decode.engine import generate
+from specbench.decode.sampling import Sampling
+from specbench.decode.target import chat_prompt, load_model
+from specbench.methods.medusa import MedusaDrafter, typical_verifier
+from specbench.methods.medusa.checkpoint import load_heads
+from specbench.methods.medusa.head import MedusaHeads
+from specbench.methods.vanilla import VanillaDrafter
+from specbench.run.registry import BuildContext, available_methods
 from tests.conftest import write_prompts
 
 

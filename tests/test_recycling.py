@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specbench.draft import ROOT, parse_tree
-from specbench.engine import generate
+from specbench.decode.draft import ROOT, parse_tree
+from specbench.decode.engine import generate
+from specbench.decode.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.methods.recycling import DEFAULT_TREE, EMPTY, RecyclingDrafter
-from specbench.sampling import Sampling
 from tests.conftest import tiny_llama
 from tests.identity import assert_vanilla_tokens_with_deep_accepts
 

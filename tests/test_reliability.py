@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from specbench import records as records_module
-from specbench import runner
 from specbench.cli import main
-from specbench.lock import OWNER, folder_lock
+from specbench.run import decoder as decoder_module
+from specbench.run import records as records_module
+from specbench.run.lock import OWNER, folder_lock
 from tests.test_cli import run_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def test_two_concurrent_runs_on_one_folder(tiny_target_dir, tmp_path):
 
 def test_a_killed_holder_leaves_no_stuck_lock(tiny_target_dir, tmp_path, capsys):
     out = tmp_path / "r"
-    holder = spawn("-c", "import sys, time; from pathlib import Path; from specbench.lock import OWNER, folder_lock\n"
+    holder = spawn("-c", "import sys, time; from pathlib import Path; from specbench.run.lock import OWNER, folder_lock\n"
                          f"with folder_lock(Path({str(out)!r}), 'run folder'):\n"
                          "    print('locked', flush=True); time.sleep(600)")
     assert holder.stdout.readline().strip() == "locked"
@@ -150,14 +150,14 @@ def test_a_read_only_report_folder_is_one_line(tiny_target_dir, tmp_path, monkey
 
 def test_ctrl_c_keeps_finished_records_and_resumes(tiny_target_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "r"
-    real, calls = runner.Decoder.decode, [0]
+    real, calls = decoder_module.Decoder.decode, [0]
 
     def decode(self, job):
         calls[0] += 1
         if calls[0] == 3:
             raise KeyboardInterrupt
         yield from real(self, job)
-    monkeypatch.setattr(runner.Decoder, "decode", decode)
+    monkeypatch.setattr(decoder_module.Decoder, "decode", decode)
     assert main(run_args(tiny_target_dir, out, *SMALL)) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("specbench: interrupted") and "rerun with the same --out" in err[-1]

@@ -11,16 +11,18 @@ import pytest
 import torch
 
 from specbench.cli import main
-from specbench.engine import generate
-from specbench.methods.eagle import EagleHead, head_config, save_head
+from specbench.decode.engine import generate
+from specbench.decode.sampling import Sampling
+from specbench.decode.target import load_model
+from specbench.methods.eagle.checkpoint import save_head
+from specbench.methods.eagle.head import EagleHead, head_config
 from specbench.methods.eagle3.checkpoint import head_config as eagle3_config
 from specbench.methods.eagle3.checkpoint import save_head as save_eagle3
 from specbench.methods.eagle3.head import Eagle3Head
 from specbench.methods.eagle3.training import set_draft_vocabulary
-from specbench.methods.medusa import MedusaHeads, save_heads
+from specbench.methods.medusa.checkpoint import save_heads
+from specbench.methods.medusa.head import MedusaHeads
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.sampling import Sampling
-from specbench.target import load_model
 from tests.test_cli import run_args, write_questions
 
 

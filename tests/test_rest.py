@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from specbench.cli import main
-from specbench.draft import ROOT
-from specbench.engine import generate
+from specbench.decode.draft import ROOT
+from specbench.decode.engine import generate
+from specbench.decode.sampling import Sampling
 from specbench.errors import SpecbenchError
-from specbench.methods.datastore import Datastore, datastore_folder, load_datastore
+from specbench.methods.common.datastore import Datastore, datastore_folder, load_datastore
 from specbench.methods.rest import RestDrafter
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.sampling import Sampling
 from tests.conftest import tiny_llama
 from tests.identity import assert_vanilla_tokens_with_deep_accepts
 

@@ -8,8 +8,16 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import DynamicCache
 
-from specbench.runtime import (FEW_TOKENS, KERNELS, WXT_MAX_ROWS, FewTokenLinear, pick_kernel, prepare, restore,
-                               stock_linears)
+from specbench.decode.runtime import (
+    FEW_TOKENS,
+    KERNELS,
+    WXT_MAX_ROWS,
+    FewTokenLinear,
+    pick_kernel,
+    prepare,
+    restore,
+    stock_linears,
+)
 from tests.conftest import tiny_llama
 
 
@@ -51,10 +59,10 @@ def test_swapped_model_gives_the_stock_logits_at_every_token_count():
 
     def logits_per_step(sizes: list[int]) -> list[torch.Tensor]:
         cache = DynamicCache(config=model.config)
-        outs = [model(input_ids=prompt, past_key_values=cache, use_cache=True).logits]
+        outs = [model(input_ids=prompt, cache=cache, use_cache=True).logits]
         for k in sizes:  # 1 row (pair), 3 (W @ xT), 9 and 20 (packed)
             outs.append(model(input_ids=torch.randint(0, 97, (1, k), generator=torch.Generator().manual_seed(k)),
-                              past_key_values=cache, use_cache=True).logits)
+                              cache=cache, use_cache=True).logits)
         return outs
 
     sizes = [1, 3, 9, 20]
@@ -91,7 +99,7 @@ def test_cost_bench_writes_a_curve_that_run_reuses(tiny_target_dir, tmp_path, ca
 
 
 def test_drafters_run_on_the_targets_kernels_and_stay_stock_with_a_stock_target():
-    from specbench.runtime import RuntimeInfo, frozen_linear, prepare_drafter
+    from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 
     fast, stock = RuntimeInfo("fast", 15, FEW_TOKENS), RuntimeInfo("stock", 0, 0)
     head = nn.Sequential(nn.Linear(16, 16), nn.SiLU(), nn.Linear(16, 8, bias=False))

@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specbench.draft import DecodeContext, Draft, parse_tree
-from specbench.engine import generate
+from specbench.decode.draft import DecodeContext, Draft, parse_tree
+from specbench.decode.engine import generate
+from specbench.decode.sampling import Sampling
 from specbench.errors import SpecbenchError
-from specbench.methods.datastore import Datastore
+from specbench.methods.common.datastore import Datastore
 from specbench.methods.recycling import DEFAULT_TREE, RecyclingDrafter
 from specbench.methods.samd import SamDrafter, SuffixAutomaton
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.sampling import Sampling
 from tests.conftest import tiny_llama
 from tests.identity import assert_vanilla_tokens_with_deep_accepts
 

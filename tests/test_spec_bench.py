@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from specbench.cli import main
-from specbench.records import read_records
-from specbench.tasks import QuestionSelection, resolve_questions
+from specbench.run.records import read_records
+from specbench.run.tasks import QuestionSelection, resolve_questions
 from tests.test_cli import bad_input
 
 # Spec-Bench's layout in miniature: MT-bench categories with two turns, then single-turn tasks.

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from specbench.methods.vanilla import VanillaDrafter
 from specbench.cli import main
-from specbench.engine import generate
-from specbench.registry import BuildContext, available_methods
-from specbench.sampling import Sampling
-from specbench.target import chat_prompt, load_model
+from specbench.decode.engine import generate
+from specbench.decode.sampling import Sampling
+from specbench.decode.target import chat_prompt, load_model
+from specbench.methods.vanilla import VanillaDrafter
+from specbench.run.registry import BuildContext, available_methods
 from tests.conftest import write_prompts
 
 

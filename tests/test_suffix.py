@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from specbench.draft import ROOT
-from specbench.engine import generate
+from specbench.decode.draft import ROOT
+from specbench.decode.engine import generate
+from specbench.decode.sampling import Sampling
 from specbench.errors import SpecbenchError
-from specbench.methods.frequency_tree import speculate
+from specbench.methods.common.frequency_tree import speculate
 from specbench.methods.suffix import SuffixDrafter, SuffixTree, counted_children
-from specbench.sampling import Sampling
 from tests.conftest import tiny_llama
 from tests.identity import assert_vanilla_tokens_with_deep_accepts
 

@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specbench.report import speedup_table, table_with_interval, to_latex, to_markdown
-from specbench.tasks import available_tasks, load_hf_questions, load_questions, questions_from_rows
+from specbench.analysis.tables import speedup_table, table_with_interval, to_latex, to_markdown
+from specbench.run.tasks import available_tasks, load_hf_questions, load_questions, questions_from_rows
 from tests.conftest import SHARED_DATA
 
 PAPER_TASKS = ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm", "natural_questions"]

@@ -6,7 +6,7 @@ far from the target (top-k and top-p cut tokens that q likes) and spreads its ma
 second and third sampled siblings are tried and accepted often, residuals are drawn after one, two and three
 rejections, and bonus tokens are drawn at every depth. Decoding runs the engine's own pieces (Draft.limited,
 verify_lossless, emitted_tokens) step by step until three tokens are out; their joint must be the exact one, computed
-from transformers' own temperature/top-k/top-p warpers (independent of specbench.sampling). Every sampled case
+from transformers' own temperature/top-k/top-p warpers (independent of specbench.decode.sampling). Every sampled case
 asserts power floors: how often each sibling rank was accepted at each depth and each kind of residual drawn.
 
 These tests are the first that scripts/mutation/run.sh runs against each mutant of verify.py, sampling.py and the
@@ -28,10 +28,10 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from specbench.draft import ROOT, Draft
-from specbench.engine import emitted_tokens
-from specbench.sampling import Sampling, sample, target_probs
-from specbench.verify import Verdict, rejection_walk, verify_lossless
+from specbench.decode.draft import ROOT, Draft
+from specbench.decode.engine import emitted_tokens
+from specbench.decode.sampling import Sampling, sample, target_probs
+from specbench.decode.verify import Verdict, rejection_walk, verify_lossless
 from tests.stats import goodness_of_fit
 
 V = 6

@@ -1,5 +1,5 @@
 """EAGLE-3 (Li et al. 2025): a draft head over fused low/middle/high target features, trained with the
-training-time test, with its own reduced draft vocabulary. Drafts EAGLE-2's dynamic tree (specbench.feature_tree)
+training-time test, with its own reduced draft vocabulary. Drafts EAGLE-2's dynamic tree (specbench.methods.common.feature_tree)
 and is verified by the engine's lossless rule at any temperature.
 
 head.py: the head; checkpoint.py: the official layout both ways; training.py: `specbench train eagle3`.
@@ -10,22 +10,20 @@ from pathlib import Path
 
 from transformers import DynamicCache
 
-from specbench.costs import measure_cost_model
-from specbench.draft import Drafter
+from specbench.decode.costs import measure_cost_model
+from specbench.decode.draft import Drafter
+from specbench.decode.runtime import prepare_drafter
 from specbench.errors import SpecbenchError
-from specbench.feature_tree import AUTO_MAX_TOKENS, FeatureTreeDrafter, TreeSpec, measure_level_seconds
+from specbench.methods.common.feature_tree import AUTO_MAX_TOKENS, FeatureTreeDrafter, TreeSpec, measure_level_seconds
+from specbench.methods.common.shipped import shipped_folder
 from specbench.methods.eagle3.checkpoint import load_head
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
 from specbench.methods.eagle3.training import train
-from specbench.registry import BuildContext, MethodInfo
-from specbench.runtime import prepare_drafter
-from specbench.target import shipped_drafters
-
-PACKAGED_HEADS = {"smollm2-135m-instruct": "smollm2-135m-instruct"}  # target short name -> folder in heads/eagle3
+from specbench.run.registry import BuildContext, MethodInfo
 
 
 class Eagle3FeatureHead:
-    """An Eagle3Head as specbench.feature_tree sees it: it reads the fused target layers at known positions and its
+    """An Eagle3Head as specbench.methods.common.feature_tree sees it: it reads the fused target layers at known positions and its
     own hidden state below them; draft logits come from its own lm_head over the draft vocabulary."""
 
     shift = 1  # position t reads token t + 1, as EAGLE
@@ -48,9 +46,8 @@ class Eagle3FeatureHead:
 
 
 def find_head(target_name: str) -> Path:
-    name = PACKAGED_HEADS.get(target_name.lower())
-    folder = shipped_drafters("eagle3") / name if name else None
-    if folder is None or not (folder / "config.json").is_file():
+    folder = shipped_folder("eagle3", target_name)
+    if folder is None:
         raise SpecbenchError(f"no trained EAGLE-3 head ships for target {target_name!r}: pass --draft HEAD_FOLDER "
                              "(an official EAGLE-3 checkpoint works), or train one with python -m specbench train eagle3")
     return folder

@@ -41,7 +41,7 @@ class Eagle3Layer(nn.Module):
         residual = hidden
         both = torch.cat([self.input_layernorm(embedded), self.hidden_norm(hidden)], dim=-1)
         attended, _ = self.self_attn(both, position_embeddings=position_embeddings, attention_mask=attention_mask,
-                                     past_key_values=cache)
+                                     cache=cache)
         return self.feed_forward(residual + attended)
 
     def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -20,11 +20,11 @@ from pathlib import Path
 import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
 
-from specbench.features import FeatureCache, add_layer_features, draft_vocabulary
+from specbench.decode.target import LoadedModel
 from specbench.methods.eagle3.checkpoint import head_config, save_head
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
-from specbench.target import LoadedModel
-from specbench.training import Batch, TrainConfig, fit
+from specbench.train.features import FeatureCache, add_layer_features, draft_vocabulary
+from specbench.train.training import Batch, TrainConfig, fit
 
 STEP_WEIGHT = 0.8  # step j's loss weighs 0.8^j (the official trainer's choice)
 

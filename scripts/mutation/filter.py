@@ -16,7 +16,7 @@ from pathlib import Path
 from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
-SCOPE = {"specbench/engine.py": {"emitted_tokens"}}  # modules mutated only in these functions
+SCOPE = {"specbench/decode/engine.py": {"emitted_tokens"}}  # modules mutated only in these functions
 
 
 @cache

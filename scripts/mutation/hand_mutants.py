@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-VERIFY = "specbench/verify.py"
+VERIFY = "specbench/decode/verify.py"
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,10 @@ MUTANTS = [
                "    return Verdict(walk.path, sample(residual, generator))"),
     HandMutant("greedy: the bonus is the argmax at the root, not after the path", VERIFY,
                "            return Verdict(path, best[row])", "            return Verdict(path, best[0])"),
-    HandMutant("emission: the bonus token is dropped after a full path", "specbench/engine.py",
+    HandMutant("emission: the bonus token is dropped after a full path", "specbench/decode/engine.py",
                "    emitted = ([draft.tokens[i] for i in verdict.path] + [verdict.bonus])[:remaining]",
                "    emitted = ([draft.tokens[i] for i in verdict.path] or [verdict.bonus])[:remaining]"),
-    HandMutant("emission: the stop id is not kept", "specbench/engine.py",
+    HandMutant("emission: the stop id is not kept", "specbench/decode/engine.py",
                "            return emitted[: j + 1], True", "            return emitted[:j], True"),
 ]
 

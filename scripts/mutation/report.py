@@ -23,7 +23,7 @@ from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import TestOutcome, WorkerOutcome
 from hand_mutants import first_failure, test_command
 
-from specbench.costs import cpu_description
+from specbench.decode.costs import cpu_description
 
 HERE = Path(__file__).resolve().parent
 
@@ -107,7 +107,7 @@ def write(mutants: list[Mutant], out: Path, seconds: int | None) -> int:
         f"`bash scripts/mutation/run.sh` at commit {commit}, cosmic-ray {version('cosmic-ray')}, "
         f"{machine()}" + (f", {seconds / 60:.0f} minutes" if seconds else "") + ".",
         "",
-        "Every mutant of `specbench/verify.py`, `specbench/sampling.py` and the engine's emission rule "
+        "Every mutant of `specbench/decode/verify.py`, `specbench/decode/sampling.py` and the engine's emission rule "
         "(`engine.emitted_tokens`: the bonus token, the budget cut and the stop rule) ran against the focused tests:",
         f"`{tests}`. Mutants inside type annotations (strings under `from __future__ import annotations`) and in "
         "the rest of engine.py are skipped by `scripts/mutation/filter.py`.",

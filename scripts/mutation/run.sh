@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The mutation pass over the verification and sampling code (issue 43), with cosmic-ray:
-#   every mutant of specbench/verify.py, specbench/sampling.py and the engine's emission rule (emitted_tokens) runs
+#   every mutant of specbench/decode/verify.py, specbench/decode/sampling.py and the engine's emission rule (emitted_tokens) runs
 #   against the focused tests in cosmic-ray.toml; filter.py skips mutants in annotations and outside that scope;
 #   report.py writes reports/mutation/ (README.md, mutants.csv) and exits 1 when a mutant survives that
 #   equivalent.yaml does not explain.
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 session=${1:-results/mutation/session.sqlite}
-files=(specbench/verify.py specbench/sampling.py specbench/engine.py)
+files=(specbench/decode/verify.py specbench/decode/sampling.py specbench/decode/engine.py)
 if ! git diff --quiet -- "${files[@]}"; then
     echo "run.sh: error: uncommitted changes in ${files[*]} (mutants are written in place); commit or stash them" >&2
     exit 2

@@ -1,0 +1,2 @@
+"""What several methods share: tree drafting over a feature head (EAGLE, EAGLE-3), the retrieval datastore
+(REST, SAM-Decoding), the best-first frequency tree (SuffixDecoding, REST), and where shipped drafters live."""

@@ -1,0 +1,121 @@
+"""EAGLE (Li et al. 2024): a one-layer draft head that autoregresses on the target's features.
+
+The head takes concat[embedding of token t+1, feature t] (embedding first), projects it with fc (2H -> H), runs one
+LLaMA decoder layer without its input norm, and predicts feature t+1; the target's frozen lm_head turns a feature
+into draft logits. The feature is the target's final-norm hidden state, which the engine hands over from the
+verification forward, so drafting costs no extra target pass.
+
+`eagle` drafts an EAGLE-2 dynamic tree (expand the top_k best frontier nodes by cumulative draft log-prob for `depth`
+steps, keep the total_tokens best nodes); `eagle1` drafts an EAGLE-1 static tree. Candidates are deterministic
+top-k picks, verified by the engine's lossless rule at any temperature. The ablation heads (eagle-unshifted,
+eagle-feature, eagle-token) change only what the head reads.
+
+Checkpoints use the official EAGLE-1/2 layout (config.json + model.safetensors or pytorch_model.bin with keys
+embed_tokens.weight, fc.weight, fc.bias, layers.0.*), so heads move both ways. Ours add two keys to config.json that
+official loaders ignore: "specbench_inputs" (the ablation variant) and "specbench_draft_vocab" (the most frequent
+reply tokens in the training data, most frequent first: a reduced draft vocabulary keeps the lm_head cheap on CPU).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from specbench.decode.costs import measure_cost_model
+from specbench.decode.draft import Drafter, parse_tree
+from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
+from specbench.errors import SpecbenchError
+from specbench.methods.common.feature_tree import AUTO_MAX_TOKENS, FeatureTreeDrafter, TreeSpec, measure_level_seconds
+from specbench.methods.eagle.checkpoint import find_head, load_head
+from specbench.methods.eagle.head import EagleHead
+from specbench.methods.eagle.training import train
+from specbench.run.registry import BuildContext, MethodInfo
+
+# Our CPU-sized default for eagle1: 25 nodes, depth 5 (the shape of EAGLE-1's default, our own choice of paths).
+EAGLE1_TREE = (
+    "[[0],[1],[2],[3],[0,0],[0,1],[0,2],[1,0],[1,1],[2,0],[3,0],[0,0,0],[0,0,1],[0,1,0],[1,0,0],[2,0,0],[0,2,0],"
+    "[0,0,0,0],[0,0,0,1],[0,1,0,0],[1,0,0,0],[0,0,0,0,0],[0,0,0,0,1],[0,1,0,0,0],[1,0,0,0,0]]"
+)
+
+
+class EagleFeatureHead:
+    """An EagleHead as specbench.methods.common.feature_tree sees it: it reads the target's final-norm hidden state, and the
+    target's own lm_head (restricted to the draft vocabulary) turns a predicted feature into draft logits."""
+
+    hidden_layers = (-1,)
+
+    def __init__(self, head: EagleHead, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None,
+                 runtime: RuntimeInfo | None = None) -> None:
+        self.head = head.eval()
+        self.shift = head.shift
+        self.device, self.dtype = head.fc.weight.device, head.fc.weight.dtype
+        self.feature_size = head.config.hidden_size
+        vocab = (draft_vocab if draft_vocab is not None else torch.arange(lm_head.shape[0])).to(self.device)
+        self.lm_head = frozen_linear(lm_head.detach()[vocab].to(self.device, self.dtype).contiguous(), runtime)
+        self.target_ids = vocab.tolist()
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.head.config)
+
+    def run(self, tokens, features, positions, mask, cache):
+        return self.head(tokens[None], features[None], positions[None], mask, cache)[0]
+
+    def draft_logits(self, predicted):
+        return self.lm_head(predicted)
+
+
+class EagleDrafter(FeatureTreeDrafter):
+    def __init__(self, head: EagleHead, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None, tree: TreeSpec,
+                 runtime: RuntimeInfo | None = None):
+        super().__init__(EagleFeatureHead(head, lm_head, draft_vocab, runtime), tree)
+
+
+def _build(ctx: BuildContext, static: bool, ablation_inputs: str | None = None) -> Drafter:
+    target = ctx.target.model
+    # head=FOLDER (e.g. eagle@head=...) compares heads side by side in one run; --draft sets it for every method.
+    chosen = ctx.options.get("head") or ctx.draft
+    folder = Path(chosen) if chosen else find_head(ctx.target.name, ablation_inputs)
+    head, draft_vocab = load_head(folder, target.get_input_embeddings().weight.detach())
+    lm_head = target.get_output_embeddings().weight
+    if head.config.hidden_size != lm_head.shape[1] or head.embed_tokens.weight.shape[0] != lm_head.shape[0]:
+        raise SpecbenchError(f"EAGLE head {folder} does not fit target {ctx.target.name} (hidden or vocab size)")
+    vocab_size = ctx.option("draft_vocab", 0)
+    if draft_vocab is not None and vocab_size > 0:
+        draft_vocab = draft_vocab[:vocab_size]
+    if vocab_size < 0:
+        draft_vocab = None  # draft_vocab=-1: the full vocabulary
+    head.to(target.device, target.dtype)
+    prepare_drafter(head, ctx.target.runtime)
+    sizing = ctx.options.get("total_tokens", "auto")
+    spec = TreeSpec(top_k=ctx.option("top_k", 4), depth=ctx.option("depth", 5),
+                    total_tokens=AUTO_MAX_TOKENS if sizing == "auto" else ctx.option("total_tokens", 12))
+    if sizing == "auto" and not static:
+        costs = ctx.costs or measure_cost_model(target, ctx.target.name)
+        spec.costs = costs.verify
+        rows = len(draft_vocab) if draft_vocab is not None else lm_head.shape[0]
+        key = f"eagle-level:hidden={head.config.hidden_size}:vocab={rows}:top_k={spec.top_k}"
+        spec.level_seconds = costs.drafting_cost(
+            key, lambda: measure_level_seconds(EagleFeatureHead(head, lm_head, draft_vocab, ctx.target.runtime),
+                                               spec.top_k))
+    if static:
+        spec.static_paths = parse_tree(ctx.option("tree", EAGLE1_TREE))
+    if spec.top_k < 1 or spec.depth < 1 or spec.total_tokens < 1:
+        raise SpecbenchError("eagle options top_k, depth and total_tokens must be >= 1")
+    return EagleDrafter(head, lm_head, draft_vocab, spec, ctx.target.runtime)
+
+
+METHODS = [
+    MethodInfo("eagle", "EAGLE-2: feature-level draft head, dynamic tree (top_k=4, depth=5, total_tokens=auto: sized per step "
+               "from this machine's measured verification cost)", True,
+               lambda ctx: _build(ctx, static=False)),
+    MethodInfo("eagle1", "EAGLE-1: the same head, static 25-node tree (--opt tree=JSON paths)", True,
+               lambda ctx: _build(ctx, static=True)),
+] + [
+    MethodInfo(f"eagle-{inputs}", f"EAGLE ablation head reading {what}, dynamic tree (the four ablation heads share "
+               "one training budget)", True, lambda ctx, inputs=inputs: _build(ctx, False, ablation_inputs=inputs))
+    for inputs, what in [("shifted", "feature + shifted token (EAGLE)"), ("unshifted", "feature + unshifted token"),
+                         ("feature", "feature only"), ("token", "token only")]
+]
+
+TRAINERS = {"eagle": train}

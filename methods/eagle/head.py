@@ -1,0 +1,64 @@
+"""The EAGLE-1/2 draft head: fc (2H -> H) over concat[embedding of token t+1, feature t] (embedding first), then one
+LLaMA decoder layer without its input norm, predicting feature t+1; built from the target's config."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import DynamicCache, LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+from specbench.errors import SpecbenchError
+
+# What the head reads at position t, by variant: (token offset, uses token, uses feature).
+# "shifted" is EAGLE: token t+1 with feature t. The others are the paper's ablations.
+INPUTS = {"shifted": (1, True, True), "unshifted": (0, True, True), "feature": (0, False, True), "token": (1, True, False)}
+HEAD_CONFIG_KEYS = (
+    "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps",
+    "max_position_embeddings", "vocab_size", "hidden_act", "rope_parameters", "attention_bias", "mlp_bias",
+)
+
+
+def head_config(target_config, inputs: str = "shifted") -> LlamaConfig:
+    values = {k: getattr(target_config, k) for k in HEAD_CONFIG_KEYS if getattr(target_config, k, None) is not None}
+    config = LlamaConfig(**values, num_hidden_layers=1)
+    config._attn_implementation = "sdpa"
+    config.bias = True
+    config.specbench_inputs = inputs
+    return config
+
+
+class EagleHead(nn.Module):
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.config = config
+        inputs = getattr(config, "specbench_inputs", "shifted")
+        if inputs not in INPUTS:
+            raise SpecbenchError(f"unknown EAGLE head inputs {inputs!r}; valid: {', '.join(INPUTS)}")
+        self.shift, self.use_token, self.use_feature = INPUTS[inputs]
+        hidden = config.hidden_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, hidden)
+        self.embed_tokens.weight.requires_grad_(False)
+        self.fc = nn.Linear(2 * hidden, hidden, bias=getattr(config, "bias", True))
+        layer = LlamaDecoderLayer(config, layer_idx=0)
+        layer.input_layernorm = nn.Identity()  # EAGLE's layer has no input norm: fc output goes straight in
+        self.layers = nn.ModuleList([layer])
+        self.rotary_emb = LlamaRotaryEmbedding(config)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,  # [B, n]
+        features: torch.Tensor,  # [B, n, H]
+        position_ids: torch.Tensor,  # [B, n]
+        attention_mask: torch.Tensor | None,  # [B, 1, n, cached + n] additive, None = see everything
+        cache: DynamicCache | None = None,
+    ) -> torch.Tensor:
+        """Predicted next features [B, n, H]."""
+        embedded = self.embed_tokens(tokens)
+        if not self.use_token:
+            embedded = torch.zeros_like(embedded)
+        if not self.use_feature:
+            features = torch.zeros_like(features)
+        hidden = self.fc(torch.cat([embedded, features.to(embedded.dtype)], dim=-1))
+        rope = self.rotary_emb(hidden, position_ids)
+        return self.layers[0](hidden, attention_mask=attention_mask, position_ids=position_ids,
+                              cache=cache, use_cache=cache is not None, position_embeddings=rope)

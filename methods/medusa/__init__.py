@@ -1,0 +1,121 @@
+"""Medusa (Cai et al. 2024): K extra heads on the target's last hidden state; head k guesses the token k+1 places
+ahead. Candidates form a static tree of ranks (node [r1, r2, ...] = head 1's r1-th guess, then head 2's r2-th ...),
+so drafting costs K small matrix products and no draft model.
+
+Each head is a residual SiLU block h + SiLU(W h + b) (W zero-initialised) followed by the target's frozen lm_head,
+shared by all heads, restricted to the most frequent reply tokens. We share it rather than train K copies: a copy of
+SmolLM2's 49k x 576 lm_head per head would be 28M parameters each (four heads: 113M, nearly the target's 135M) and
+a full-vocabulary product per head per step, which on this CPU costs more than the heads save.
+
+`medusa` verifies with the engine's lossless rule. `medusa-typical` uses Medusa's typical acceptance (accept a
+candidate when the target gives it more than min(0.09, 0.3 * exp(-entropy))): faster at T>0 and NOT lossless.
+"""
+from __future__ import annotations
+
+import torch
+
+from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult, parse_tree
+from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
+from specbench.decode.sampling import Sampling, sample, target_probs
+from specbench.decode.verify import Verdict, verify_greedy
+from specbench.errors import SpecbenchError
+from specbench.methods.common.shipped import trained_folder
+from specbench.methods.medusa.checkpoint import load_heads
+from specbench.methods.medusa.head import MedusaHeads
+from specbench.methods.medusa.training import train
+from specbench.run.registry import BuildContext, MethodInfo
+
+# Sized for a 2-core CPU, where verifying 11 tokens costs ~1.6 forwards of one (Medusa's GPU tree has 63 nodes).
+DEFAULT_TREE = "[[0],[1],[2],[0,0],[0,1],[1,0],[0,0,0],[0,0,1],[0,1,0],[0,0,0,0]]"
+
+
+class MedusaDrafter(Drafter):
+    hidden_layers = (-1,)
+
+    def __init__(self, heads: MedusaHeads, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None,
+                 tree: list[tuple[int, ...]], verifier=None, runtime: RuntimeInfo | None = None) -> None:
+        depth = max(len(p) for p in tree)
+        if depth > len(heads.heads):
+            raise SpecbenchError(f"the Medusa tree is {depth} deep but there are only {len(heads.heads)} heads")
+        self.heads = heads
+        device, dtype = heads.heads[0][0].linear.weight.device, heads.heads[0][0].linear.weight.dtype
+        vocab = draft_vocab if draft_vocab is not None else torch.arange(lm_head.shape[0])
+        self.lm_head = frozen_linear(lm_head.detach()[vocab].to(device, dtype).contiguous(), runtime)
+        self.vocab_list = vocab.tolist()
+        self.tree = tree
+        self.width = max(max(p) for p in tree) + 1
+        self.depth = depth
+        self.parents = [ROOT if len(p) == 1 else tree.index(p[:-1]) for p in tree]
+        self.verifier = verifier
+        self.last_feature: torch.Tensor | None = None
+
+    def begin(self, ctx: DecodeContext) -> None:
+        self.last_feature = None
+
+    def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
+        self.last_feature = step.hidden[-1]  # the feature that predicted the token just emitted last
+
+    @torch.inference_mode()
+    def propose(self, ctx: DecodeContext) -> Draft:
+        if self.last_feature is None:
+            return Draft()
+        predicted = self.heads(self.last_feature.to(self.lm_head.weight.dtype))[: self.depth]  # [depth, H]
+        guesses = self.lm_head(predicted).topk(self.width, dim=-1).indices.tolist()
+        tokens = [self.vocab_list[guesses[len(p) - 1][p[-1]]] for p in self.tree]
+        return Draft(tokens, list(self.parents))
+
+
+def typical_verifier(threshold: float, alpha: float):
+    """Medusa's typical acceptance (lossy at T > 0): a node is accepted when the target gives it more than
+    min(threshold, alpha * exp(-entropy)) at its parent; the deepest such path wins; then one token is sampled."""
+
+    def verify(draft: Draft, logits: torch.Tensor, sampling: Sampling, generator) -> Verdict:
+        if sampling.greedy or not draft:
+            return verify_greedy(draft, logits) if sampling.greedy else Verdict([], sample(
+                target_probs(logits[0], sampling), generator))
+        probs = target_probs(logits, sampling)
+        entropy = -torch.special.xlogy(probs, probs).sum(-1)
+        limit = torch.minimum(torch.full_like(entropy, threshold), alpha * torch.exp(-entropy))
+        ok: list[bool] = []
+        best: list[int] = []
+        depth: list[int] = []
+        for i, (token, parent) in enumerate(zip(draft.tokens, draft.parents)):
+            row = parent + 1
+            passes = bool(probs[row, token] > limit[row]) and (parent == ROOT or ok[parent])
+            ok.append(passes)
+            depth.append(1 if parent == ROOT else depth[parent] + 1)
+            if passes and (not best or depth[i] > depth[best[-1]]):
+                best = [i]
+        path: list[int] = []
+        if best:
+            node = best[0]
+            while node != ROOT:
+                path.insert(0, node)
+                node = draft.parents[node]
+        end_row = path[-1] + 1 if path else 0
+        return Verdict(path, sample(probs[end_row], generator))
+
+    return verify
+
+
+def _build(ctx: BuildContext, typical: bool) -> Drafter:
+    folder = trained_folder(ctx, "medusa", "Medusa heads", "medusa")
+    heads, vocab = load_heads(folder)
+    lm_head = ctx.target.model.get_output_embeddings().weight
+    if heads.heads[0][0].linear.weight.shape[0] != lm_head.shape[1]:
+        raise SpecbenchError(f"Medusa heads {folder} do not fit target {ctx.target.name} (hidden size)")
+    heads.to(lm_head.device, lm_head.dtype)
+    prepare_drafter(heads, ctx.target.runtime)
+    verifier = typical_verifier(ctx.option("threshold", 0.09), ctx.option("alpha", 0.3)) if typical else None
+    return MedusaDrafter(heads, lm_head, vocab, parse_tree(ctx.option("tree", DEFAULT_TREE)), verifier,
+                         ctx.target.runtime)
+
+
+METHODS = [
+    MethodInfo("medusa", "Medusa-style heads (4, shared frozen lm_head), 10-node tree, lossless verification", True,
+               lambda ctx: _build(ctx, typical=False)),
+    MethodInfo("medusa-typical", "Medusa heads with typical acceptance (threshold 0.09, alpha 0.3): LOSSY at T>0",
+               False, lambda ctx: _build(ctx, typical=True)),
+]
+
+TRAINERS = {"medusa": train}

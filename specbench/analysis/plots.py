@@ -1,0 +1,213 @@
+"""Plots for a report (PNG for a glance, PDF for a paper), one set per temperature:
+speedup per task per method (grouped bars), the distribution of tokens per step (τ), the acceptance rate by draft
+position, the time split per method (draft / verify / other per token), and speedup against an option for method
+variants in a sweep (rows named like eagle@total_tokens=8). Runs at several batch sizes add throughput speedup
+against B; the per-question plots then use the smallest B."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on servers and CI
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from specbench.analysis.tables import method_label, speedup_table, table_with_interval, throughput_table  # noqa: E402
+
+
+def _save(fig, out_dir: Path, stem: str) -> list[Path]:
+    fig.tight_layout()
+    paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.pdf"]
+    fig.savefig(paths[0], dpi=150)
+    fig.savefig(paths[1])
+    plt.close(fig)
+    return paths
+
+
+def short_label(label: str) -> str:
+    """A method's name for a legend: option values that are paths keep their last two parts (a head's full path
+    crowds a plot out; the tables keep the exact names)."""
+    base, at, opts = label.partition("@")
+    if not at:
+        return label
+    parts = []
+    for opt in opts.split(":"):
+        key, eq, value = opt.partition("=")
+        pieces = value.split(" ")  # "PATH (lossy)": the suffix stays
+        path = pieces[0].rstrip("/").split("/")
+        if eq and len(path) > 2:
+            pieces[0] = "…/" + "/".join(path[-2:])
+        parts.append(key + eq + " ".join(pieces))
+    return f"{base}@{':'.join(parts)}"
+
+
+def short_labels(labels: list[str]) -> dict[str, str]:
+    """Each label shortened, unless two would then read the same (heads named alike in different folders)."""
+    short = {label: short_label(label) for label in labels}
+    return short if len(set(short.values())) == len(short) else {label: label for label in labels}
+
+
+def _labels(part: pd.DataFrame) -> dict[str, str]:
+    lossless = part.groupby("method")["lossless"].first()
+    full = {m: method_label(m, bool(lossless[m])) for m in lossless.index}
+    short = short_labels(list(full.values()))
+    return {m: short[label] for m, label in full.items()}
+
+
+def _methods(part: pd.DataFrame) -> list[str]:
+    return sorted(set(part["method"]), key=lambda m: (m != "vanilla", m))
+
+
+def _steps(part: pd.DataFrame, method: str) -> np.ndarray:
+    """Tokens emitted per target forward, every step of every turn of a method."""
+    return np.concatenate([np.asarray(a) for a in part.loc[part["method"] == method, "accept_lengths"]])
+
+
+def speedup_bars(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
+    table, half = table_with_interval(part)
+    tasks = [c[0] for c in table.columns if c[1] == "Speedup"]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(tasks) + 2), 3.8))
+    width = 0.8 / len(table.index)
+    x = np.arange(len(tasks))
+    labels = short_labels(list(table.index))
+    for i, method in enumerate(table.index):
+        errors = None if half is None else [half.loc[method, (task, "Speedup")] for task in tasks]
+        ax.bar(x + i * width - 0.4 + width / 2, [table.loc[method, (task, "Speedup")] for task in tasks], width,
+               yerr=errors, capsize=2, label=labels[method])
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xticks(x, [task.replace("_", " ") for task in tasks])
+    ax.set_ylabel("speedup over vanilla (×)")
+    ax.set_title(f"Speedup per task, T={t}" + ("" if half is None else " (95% intervals over repeats)"))
+    ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(fig, out_dir, f"speedup_T{t}")
+
+
+def tau_distribution(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
+    labels = _labels(part)
+    methods = [m for m in _methods(part) if m != "vanilla"]
+    if not methods:
+        return []
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    longest = max(max(a, default=1) for a in part["accept_lengths"])
+    lengths = np.arange(1, longest + 1)
+    width = 0.8 / len(methods)
+    for i, method in enumerate(methods):
+        steps = _steps(part, method)
+        share = [(steps == k).mean() for k in lengths]
+        ax.bar(lengths + i * width - 0.4 + width / 2, share, width,
+               label=f"{labels[method]} (τ={steps.mean():.2f})")
+    ax.set_xticks(lengths)
+    ax.set_xlabel("tokens emitted per target forward")
+    ax.set_ylabel("share of steps")
+    ax.set_title(f"Distribution of accepted length, T={t}")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(fig, out_dir, f"tau_distribution_T{t}")
+
+
+def acceptance_by_position(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
+    labels = _labels(part)
+    methods = [m for m in _methods(part) if m != "vanilla"]
+    if not methods:
+        return []
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    for method in methods:
+        steps = _steps(part, method)
+        depth = max(int(steps.max()) - 1, 1)
+        positions = np.arange(1, depth + 1)
+        # Draft position k was accepted when a step emitted more than k tokens (the bonus is the last one).
+        ax.plot(positions, [(steps > k).mean() for k in positions], marker="o", label=labels[method])
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("draft position (depth in the accepted path)")
+    ax.set_ylabel("share of steps accepting it")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"Acceptance rate by draft position, T={t}")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(fig, out_dir, f"acceptance_by_position_T{t}")
+
+
+def time_split(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
+    labels = _labels(part)
+    methods = _methods(part)
+    sums = part.groupby("method")[["new_tokens", "wall_time", "draft_time", "verify_time"]].sum().loc[methods]
+    per_token = sums[["draft_time", "verify_time", "wall_time"]].div(sums["new_tokens"], axis=0) * 1000
+    other = (per_token["wall_time"] - per_token["draft_time"] - per_token["verify_time"]).clip(lower=0)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(methods) + 2), 3.8))
+    x = np.arange(len(methods))
+    ax.bar(x, per_token["draft_time"], label="draft")
+    ax.bar(x, per_token["verify_time"], bottom=per_token["draft_time"], label="verify (target forward + accept)")
+    ax.bar(x, other, bottom=per_token["draft_time"] + per_token["verify_time"], label="other")
+    ax.set_xticks(x, [labels[m] for m in methods], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("ms per new token")
+    ax.set_title(f"Where the time goes, T={t}")
+    ax.legend(fontsize=7)
+    return _save(fig, out_dir, f"time_split_T{t}")
+
+
+def sweeps(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
+    """Speedup and τ against a numeric option, for methods run as several name@key=value variants."""
+    table = speedup_table(part)
+    points: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for method in set(part["method"]):
+        base, _, opts = method.partition("@")
+        pairs = [o.partition("=") for o in opts.split(":")] if opts else []
+        if len(pairs) != 1:
+            continue
+        key, _, value = pairs[0]
+        try:
+            x = float(value)
+        except ValueError:
+            continue
+        row = table.loc[method_label(method, bool(part.loc[part["method"] == method, "lossless"].iloc[0]))]
+        points.setdefault((base, key), []).append((x, row[("Mean", "Speedup")], row[("Mean", "τ")]))
+    written: list[Path] = []
+    for (base, key), values in points.items():
+        if len(values) < 2:
+            continue
+        values.sort()
+        fig, ax = plt.subplots(figsize=(5.5, 3.6))
+        ax.plot([v[0] for v in values], [v[1] for v in values], marker="o", label="speedup (×)")
+        ax.plot([v[0] for v in values], [v[2] for v in values], marker="s", label="τ")
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        ax.set_xlabel(key)
+        ax.set_title(f"{base}: mean over tasks against {key}, T={t}")
+        ax.legend(fontsize=8)
+        written += _save(fig, out_dir, f"sweep_{base}_{key}_T{t}")
+    return written
+
+
+def speedup_against_batch(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
+    table = throughput_table(part)
+    sizes = [int(c[0].removeprefix("B=")) for c in table.columns if c[1] == "Speedup"]
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    labels = short_labels(list(table.index))
+    for method in table.index:
+        if method == "vanilla":
+            continue
+        ax.plot(sizes, [table.loc[method, (f"B={b}", "Speedup")] for b in sizes], marker="o", label=labels[method])
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(b) for b in sizes])
+    ax.set_xlabel("batch size B")
+    ax.set_ylabel("throughput speedup over vanilla (×)")
+    ax.set_title(f"Throughput speedup against batch size, T={t}")
+    ax.legend(fontsize=7)
+    return _save(fig, out_dir, f"speedup_vs_batch_T{t}")
+
+
+def make_plots(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
+    written: list[Path] = []
+    for temperature, every_size in frame.groupby("temperature"):
+        t = f"{temperature:g}"
+        if every_size["batch_size"].nunique() > 1 and "vanilla" in set(every_size["method"]):
+            written += speedup_against_batch(every_size, out_dir, t)
+        part = every_size[every_size["batch_size"] == every_size["batch_size"].min()]
+        if "vanilla" in set(part["method"]):
+            written += speedup_bars(part, out_dir, t)
+            written += sweeps(part, out_dir, t)
+        written += tau_distribution(part, out_dir, t)
+        written += acceptance_by_position(part, out_dir, t)
+        written += time_split(part, out_dir, t)
+    return written

@@ -1,0 +1,176 @@
+"""`specbench report`: speedup over vanilla and mean accepted length τ per method and task, one table per
+temperature in the EAGLE paper's layout (rows = methods; per task a Speedup and a τ column; then the mean; best
+per column in bold), as Markdown, LaTeX (booktabs) and CSV, plus plots.
+
+Speedup (our headline) = (total new tokens / total wall time) of a method ÷ the same for vanilla, per task.
+Speedup, Spec-Bench style (speedup_specbench_*) = mean over questions of the method's tokens/s ÷ the same mean for
+vanilla: a ratio of per-question means, which weighs short answers more.
+τ = total new tokens / total target forwards (bonus token included, so vanilla's τ is 1.00).
+The mean column averages the per-task values. Every file starts with the run's provenance.
+Runs with --batch-size B > 1 (or several sizes): the tables above are made per batch size (suffix _B<b>), and
+throughput tables compare tokens/s = total new tokens / total batch wall time of each method with vanilla's at the
+same B (throughput_T<t>: every B side by side over all tasks; throughput_T<t>_B<b>: per task), plus a plot of
+throughput speedup against B.
+With --repeats N (N ≥ 2) every cell is the mean over the N repeats ± the half-width of its 95% Student-t interval
+(each repeat's table computed on its own, so the interval shows run-to-run variation on this machine).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specbench.analysis.tables import (
+    batch_cost_table,
+    batch_frame,
+    leaderboard,
+    per_question_frame,
+    speedup_table,
+    table_with_interval,
+    throughput_table,
+    to_latex,
+    to_markdown,
+)
+from specbench.errors import SpecbenchError
+from specbench.run.load import describe as describe_load
+from specbench.run.lock import folder_lock
+from specbench.run.records import read_records, read_run_info
+
+
+def provenance(info: dict[str, Any]) -> list[str]:
+    """Lines saying where a table comes from: command, commit, target, device, versions, date."""
+    env, settings = info.get("environment", {}), info.get("settings", {})
+    return [
+        f"command: {info.get('command', '?')}",
+        f"git commit: {env.get('git_commit')}; started {info.get('started', '?')}"
+        + (f"; resumed {', '.join(info['resumed'])}" if info.get("resumed") else ""),
+        f"target: {settings.get('target', '?')} on {env.get('device', '?')} ({env.get('dtype', '?')}"
+        + (f", {env['cuda_device']}" if env.get("cuda_device") else "")
+        + f"); {env.get('cpu_count', '?')} CPUs, {env.get('torch_threads', '?')} torch threads",
+        f"python {env.get('python', '?')}, torch {env.get('torch', '?')}, transformers {env.get('transformers', '?')}; "
+        f"{env.get('platform', '?')}",
+    ] + [line for line in [describe_load(info.get("load", []))] if line]
+
+
+def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, origin: list[str],
+                half_width: pd.DataFrame | None = None) -> str:
+    markdown = to_markdown(table, half_width)
+    header = "\n".join(f"<!-- {line} -->" for line in origin)
+    (out_dir / f"{stem}.md").write_text(f"{header}\n\n{caption}\n\n{markdown}\n", encoding="utf-8")
+    tex_header = "\n".join(f"% {line}" for line in origin)
+    (out_dir / f"{stem}.tex").write_text(f"{tex_header}\n{to_latex(table, caption, half_width)}", encoding="utf-8")
+    numbers = table
+    if half_width is not None:  # the CSV keeps numbers: each column followed by its ±95% half-width
+        widths = half_width.rename(columns=lambda stat: f"{stat} ±95%", level=1)
+        numbers = pd.concat([table, widths], axis=1)[[c for pair in zip(table.columns, widths.columns) for c in pair]]
+    with (out_dir / f"{stem}.csv").open("w", encoding="utf-8") as f:
+        f.write("".join(f"# {line}\n" for line in origin))
+        numbers.to_csv(f)
+    return markdown
+
+
+def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str]) -> list[str]:
+    """Every table of one temperature (and device kind); returns what to print."""
+    printed = []
+    repeats = part["repeat"].nunique()
+    spread = f"; mean ± 95% interval over {repeats} repeats" if repeats > 1 else ""
+    caption = (f"Speedup over vanilla (total tokens / total time) and mean accepted length τ, T={t}, {target}; "
+               f"(lossy) marks methods that do not reproduce the target's distribution{spread}")
+    table, half = table_with_interval(part)
+    markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half)
+    caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={t}, {target}{spread}"
+    table, half = table_with_interval(part, per_question_means=True)
+    write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half)
+    printed.append(f"T={t}\n{markdown}")
+    caption = (f"Leaderboard, T={t}, {target}: speedup over vanilla and τ over all tasks together (total tokens "
+               f"/ total time; total tokens / total target forwards){spread}")
+    board, board_half = leaderboard(*table_with_interval(part.assign(task="Overall")))
+    board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half)
+    printed.append(f"Leaderboard T={t}\n{board_md}")
+    for task, rows in part.groupby("task", sort=False):
+        if rows["category"].nunique() > 1:  # e.g. MT-bench's eight categories
+            caption = f"{task} by category, T={t}, {target}: speedup over vanilla and τ per category{spread}"
+            table, half = table_with_interval(rows.assign(task=rows["category"]))
+            write_table(table, out_dir, f"categories_{task}_T{t}", caption, origin, half)
+    if "vanilla" not in set(part["method"]):
+        printed.append("(no vanilla records at this temperature: speedups cannot be computed)")
+    return printed
+
+
+def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str]) -> list[str]:
+    """Throughput at each batch size: every B side by side over all tasks, then per task at each B."""
+    caption = (f"Throughput, T={t}, {target}: tokens/s (total new tokens / total batch wall time) and speedup "
+               "over vanilla at the same batch size B, all tasks together")
+    markdown = write_table(throughput_table(part), out_dir, f"throughput_T{t}", caption, origin)
+    caption = (f"Cost per target forward at each batch size B, T={t}, {target}: tokens emitted per forward by all rows "
+               "together, the forward's time and the drafters' time per forward (ms; rows draft one after another)")
+    costs = write_table(batch_cost_table(part), out_dir, f"batch_costs_T{t}", caption, origin)
+    for size, at_size in part.groupby("batch_size"):
+        caption = (f"Throughput speedup over vanilla at batch size {size} and τ, T={t}, {target}: total new tokens "
+                   "/ total batch wall time, per task")
+        batches = batch_frame(at_size).assign(category="", accept_lengths=None)
+        write_table(speedup_table(batches), out_dir, f"throughput_T{t}_B{size}", caption, origin)
+    return [f"Throughput T={t}\n{markdown}", f"Cost per forward T={t}\n{costs}"]
+
+
+def runs_in(out_dir: Path) -> set[str]:
+    """When the runs whose tables a report folder holds were started (from the tables' provenance headers)."""
+    found = set()
+    for table in out_dir.glob("*.md"):
+        match = re.search(r"; started (\S+?)(?:;| -->)", table.read_text(encoding="utf-8")[:4000])
+        if match:
+            found.add(match.group(1))
+    return found
+
+
+def check_report_dir(out_dir: Path, started: str | None) -> None:
+    """Refuse to write a run's tables over another run's (a committed report, say); the same run, resumed, may."""
+    others = runs_in(out_dir) - {started}
+    if others:
+        raise SpecbenchError(f"{out_dir} holds the tables of another run (started {', '.join(sorted(others))}): "
+                             "pass --report-dir DIR, or remove that folder first")
+
+
+def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
+    records = read_records(run_dir)
+    if not records:
+        raise SpecbenchError(f"{run_dir}: no finished records yet")
+    frame = per_question_frame(records)
+    info = read_run_info(run_dir)
+    check_report_dir(out_dir, info.get("started"))
+    with folder_lock(out_dir, "report folder"):
+        return _write_report(frame, info, out_dir, plots)
+
+
+def _write_report(frame: pd.DataFrame, info: dict[str, Any], out_dir: Path, plots: bool) -> str:
+    origin = provenance(info)
+    target = info.get("settings", {}).get("target", "")
+    printed = ["\n".join(origin)]
+    kinds = sorted(frame["device"].unique())
+    if len(kinds) > 1:  # a distributed run over mixed hardware: a speedup is only a ratio on one kind of device
+        printed.append(f"this run mixes device kinds ({'; '.join(kinds)}): every table is computed per kind "
+                       "(files suffixed _device<N>, in this order)")
+    sizes = sorted(frame["batch_size"].unique())
+    for (temperature, device), part in frame.groupby(["temperature", "device"]):
+        t = f"{temperature:g}"
+        if len(kinds) > 1:
+            t = f"{t}_device{kinds.index(device) + 1}"
+            target_on = f"{target} on {device}"
+        else:
+            target_on = target
+        for size, at_size in part.groupby("batch_size"):
+            if sizes == [1]:
+                printed.extend(temperature_tables(at_size, t, target_on, out_dir, origin))
+            else:
+                printed.extend(temperature_tables(at_size, f"{t}_B{size}", f"{target_on}, batch size {size}",
+                                                  out_dir, origin))
+        if sizes != [1]:
+            printed.extend(throughput_tables(part, t, target_on, out_dir, origin))
+    if plots:
+        from specbench.analysis.plots import make_plots
+
+        written = make_plots(frame, out_dir)
+        printed.append("plots: " + ", ".join(p.name for p in written))
+    return "\n\n".join(printed)

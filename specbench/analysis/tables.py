@@ -1,0 +1,175 @@
+"""The report's tables as pandas frames: per-question records, speedup and τ per method and task (with 95%
+intervals over repeats), throughput at batch sizes, and their Markdown and LaTeX forms (specbench.analysis.report
+says how each number is computed)."""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from scipy.stats import t as student_t
+
+
+def per_question_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    rows = []
+    for r in records:
+        choice = r["choices"][0]
+        rows.append({
+            "method": r["method"], "lossless": r.get("lossless", True), "task": r["task"],
+            "category": r.get("category") or r["task"],
+            "device": (r.get("worker") or {}).get("device", ""),  # records before workers were named: one kind
+            "repeat": int(r.get("repeat", 0)),
+            "batch_size": int(r.get("batch_size", 1)), "batch_index": (r.get("batch") or {}).get("index", -1),
+            # the wall time of the batches this question took part in (its own, alone); max over a batch's records
+            # is the batch's, since a question with fewer turns sat out the later batches
+            "batch_wall_time": sum(choice.get("batch_wall_time", choice["wall_time"])),
+            "temperature": float(r["temperature"]), "question_id": str(r["question_id"]),
+            "new_tokens": sum(choice["new_tokens"]), "wall_time": sum(choice["wall_time"]),
+            "steps": sum(choice["decoding_steps"]),
+            "draft_time": sum(choice.get("draft_time", [0.0])), "verify_time": sum(choice.get("verify_time", [0.0])),
+            "accept_lengths": [a for turn in choice["accept_lengths"] for a in turn],
+            # per turn, for a batch's own counts: its forwards and forward time are those of its longest row
+            "turn_steps": tuple(choice["decoding_steps"]), "turn_verify_time": tuple(choice.get("verify_time", [])),
+        })
+    return pd.DataFrame(rows)
+
+
+def method_label(method: str, lossless: bool) -> str:
+    return method if lossless else f"{method} (lossy)"
+
+
+def labelled_rows(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows = methods: vanilla first, then by name, each labelled (lossy) where it is."""
+    order = sorted(table.index, key=lambda m: (m != "vanilla", m))
+    lossless = frame.groupby("method")["lossless"].first()
+    table = table.loc[order]
+    table.index = [method_label(m, bool(lossless[m])) for m in order]
+    table.index.name = "method"
+    return table
+
+
+def speedup_table(frame: pd.DataFrame, per_question_means: bool = False) -> pd.DataFrame:
+    """Rows = methods, columns = (task, Speedup | τ) then (Mean, ...), for one temperature."""
+    sums = frame.groupby(["method", "task"])[["new_tokens", "wall_time", "steps"]].sum()
+    rate = sums["new_tokens"] / sums["wall_time"]
+    if per_question_means:
+        rate = (frame["new_tokens"] / frame["wall_time"]).groupby([frame["method"], frame["task"]]).mean()
+    tau = sums["new_tokens"] / sums["steps"]
+    if "vanilla" in rate.index.get_level_values("method"):
+        speedup = rate / rate.xs("vanilla", level="method")
+    else:
+        speedup = rate * float("nan")
+    table = pd.concat({"Speedup": speedup.unstack("task"), "τ": tau.unstack("task")}, axis=1)
+    table = table.swaplevel(0, 1, axis=1)
+    tasks = list(dict.fromkeys(frame["task"]))
+    for stat in ("Speedup", "τ"):
+        table[("Mean", stat)] = table[[(t, stat) for t in tasks]].mean(axis=1)
+    table = table[[(t, s) for t in [*tasks, "Mean"] for s in ("Speedup", "τ")]]
+    return labelled_rows(table, frame)
+
+
+def batch_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per decoded batch (a B=1 question is a batch of one): its tokens, target forwards and wall time."""
+    keys = ["method", "lossless", "task", "temperature", "device", "repeat", "batch_size"]
+    single = frame["batch_size"] == 1
+    batch_id = frame["batch_index"].astype(str).where(~single, "q" + frame["question_id"])
+    grouped = frame.assign(batch_id=batch_id).groupby(keys + ["batch_id"], sort=False)
+
+    def per_turn_max(column: pd.Series) -> float:
+        turns = list(column)
+        return float(sum(max((t[i] for t in turns if i < len(t)), default=0) for i in range(max(map(len, turns)))))
+
+    return grouped.agg(new_tokens=("new_tokens", "sum"), steps=("steps", "sum"), wall_time=("batch_wall_time", "max"),
+                       forwards=("turn_steps", per_turn_max), verify_time=("turn_verify_time", per_turn_max),
+                       draft_time=("draft_time", "sum")).reset_index()
+
+
+def throughput_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows = methods, columns = (B=b, tok/s | Speedup) over all tasks: each method against vanilla at its own B."""
+    batches = batch_frame(frame)
+    sums = batches.groupby(["method", "batch_size"])[["new_tokens", "wall_time"]].sum()
+    rate = sums["new_tokens"] / sums["wall_time"]
+    columns = {}
+    for size in sorted(batches["batch_size"].unique()):
+        at = rate.xs(size, level="batch_size")
+        base = at.get("vanilla", float("nan"))
+        columns[(f"B={size}", "tok/s")] = at
+        columns[(f"B={size}", "Speedup")] = at / base
+    table = pd.DataFrame(columns)
+    return labelled_rows(table, frame)
+
+
+def batch_cost_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Where the time of a batch goes, per method and B: tokens emitted per target forward (all rows together),
+    the forward's time (verification and cache compaction included) and the drafters' time (rows draft one after
+    another), each per forward, in ms."""
+    batches = batch_frame(frame)
+    sums = batches.groupby(["method", "batch_size"])[["new_tokens", "forwards", "verify_time", "draft_time"]].sum()
+    columns = {}
+    for size in sorted(batches["batch_size"].unique()):
+        at = sums.xs(size, level="batch_size")
+        columns[(f"B={size}", "tokens/forward")] = at["new_tokens"] / at["forwards"]
+        columns[(f"B={size}", "forward ms")] = 1000 * at["verify_time"] / at["forwards"]
+        columns[(f"B={size}", "draft ms")] = 1000 * at["draft_time"] / at["forwards"]
+    return labelled_rows(pd.DataFrame(columns), frame)
+
+
+def leaderboard(table: pd.DataFrame, half: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """One row per method over every task at once (a table made with task = "Overall"), fastest first."""
+    keep = [("Overall", "Speedup"), ("Overall", "τ")]
+    order = table[keep[0]].sort_values(ascending=False, kind="stable").index
+    return table.loc[order, keep], (half.loc[order, keep] if half is not None else None)
+
+
+def table_with_interval(frame: pd.DataFrame, per_question_means: bool = False) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The table (mean over repeats) and the half-widths of the 95% intervals, or None with a single repeat."""
+    repeats = sorted(frame["repeat"].unique()) if "repeat" in frame else [0]
+    if len(repeats) < 2:
+        return speedup_table(frame, per_question_means), None
+    tables = [speedup_table(frame[frame["repeat"] == r], per_question_means) for r in repeats]
+    stacked = pd.concat(tables, keys=range(len(tables)))
+    grouped = stacked.groupby(level=1, sort=False)
+    mean, spread = grouped.mean(), grouped.std(ddof=1)
+    order = tables[0].index
+    factor = student_t.ppf(0.975, len(repeats) - 1) / len(repeats) ** 0.5
+    half = (spread * factor).loc[order]
+    mean = mean.loc[order]
+    mean.index.name = half.index.name = "method"
+    return mean, half
+
+
+def format_table(table: pd.DataFrame, bold: tuple[str, str] = ("**", "**"),
+                 half_width: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Two decimals, × on speedups, ± the interval when there is one, the best mean of each column in bold
+    (vanilla's row competes too)."""
+    text = table.copy().astype(object)
+    for column in table.columns:
+        suffix = "×" if column[1] == "Speedup" else ""
+        digits = 1 if column[1] in ("tok/s", "forward ms", "draft ms") else 2
+        best = None if column[1].endswith(" ms") else table[column].max()  # times: no "best"
+        cells = []
+        for method, v in table[column].items():
+            if pd.isna(v):
+                cells.append("—")
+                continue
+            cell = f"{v:.{digits}f}{suffix}"
+            if half_width is not None and not pd.isna(half_width.loc[method, column]):
+                cell += f" ± {half_width.loc[method, column]:.2f}"
+            cells.append(f"{bold[0]}{cell}{bold[1]}" if v == best and table[column].notna().sum() > 1 else cell)
+        text[column] = cells
+    return text
+
+
+def to_markdown(table: pd.DataFrame, half_width: pd.DataFrame | None = None) -> str:
+    text = format_table(table, half_width=half_width)
+    text.columns = [f"{task} {stat}" for task, stat in text.columns]
+    return text.to_markdown(disable_numparse=True)
+
+
+def to_latex(table: pd.DataFrame, caption: str, half_width: pd.DataFrame | None = None) -> str:
+    text = format_table(table, bold=(r"\textbf{", "}"), half_width=half_width)
+    text.columns = pd.MultiIndex.from_tuples(
+        [(task.replace("_", r"\_"), stat) for task, stat in text.columns]
+    )
+    text.index = [m.replace("_", r"\_") for m in text.index]
+    latex = text.style.to_latex(hrules=True, multicol_align="c", caption=caption, column_format="l" + "r" * text.shape[1])
+    return latex.replace("×", r"$\times$").replace("τ", r"$\tau$").replace("±", r"$\pm$")

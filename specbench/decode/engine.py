@@ -1,0 +1,311 @@
+"""The one decode loop. Every method, vanilla included, runs through `generate_batch` (`generate` is its one-row
+case).
+
+Each step: each row's drafter proposes a tree; ONE target forward scores, for every row, the tokens not yet in its
+cache (the last emitted token, plus the whole prompt on the first step) followed by its tree, under a 4D mask in
+which each tree node sees its row's context and its ancestors; verification picks each row's accepted path and
+bonus token; the KV cache keeps each row's accepted path only. The bonus token is not yet in the cache: it is the
+root of the next step.
+
+Rows advance by different lengths, so the cache is a [B, heads, width, dim] block in which row b's first
+`cache_len[b]` slots are its context and the rest are masked out; each step's new block is left-padded per row to a
+common length (pad queries see only themselves), positions are per row. A finished row leaves the batch at once.
+With one row there is no padding and no hole: the forward is exactly the single-sequence one.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.kv import compact_cache, gather_rows, new_cache
+from specbench.decode.layout import FULL_ONLY, AttentionLayout
+from specbench.decode.runtime import synchronize
+from specbench.decode.sampling import Sampling
+from specbench.decode.verify import Verdict, VerifyFn, verify_lossless
+
+T = TypeVar("T")
+
+
+@dataclass
+class Generation:
+    token_ids: list[int]  # new tokens only
+    accept_lengths: list[int]  # tokens emitted per target forward (bonus included)
+    draft_times: list[float]  # seconds per step spent in the drafter
+    verify_times: list[float]  # seconds per step in the target forward, verification and cache compaction
+    wall_time: float  # whole generation, prefill included
+    stop_reason: str  # "eos", "length" or "context"
+    tree_sizes: list[int] = field(default_factory=list)  # draft nodes verified per step
+    # Per step: the accepted path ended at a leaf of a non-empty tree (every drafted level on it accepted), so the
+    # bonus token was drawn after a fully accepted path.
+    full_paths: list[bool] = field(default_factory=list)
+
+
+@dataclass
+class Block:
+    """One row's new tokens in a step: pending (causal), its draft tree, then the draft's extra branch."""
+    tokens: list[int]
+    positions: torch.Tensor  # [n] absolute positions
+    allowed: torch.Tensor  # [n, n] bool: which of the block's tokens each one attends to (besides the context)
+    chain: bool  # a plain causal continuation
+
+
+def row_block(pending: list[int], draft: Draft, cache_len: int) -> Block:
+    n_pending, n = len(pending), len(draft)
+    extra = draft.extra
+    m = len(extra.tokens) if extra else 0
+    tokens = pending + draft.tokens + (extra.tokens if extra else [])
+    total = n_pending + n + m
+    if draft.is_chain() and not extra:
+        positions = torch.arange(cache_len, cache_len + total)
+        return Block(tokens, positions, torch.ones(total, total, dtype=torch.bool).tril(), True)
+    root = cache_len + n_pending - 1
+    depth = torch.tensor(draft.depths(), dtype=torch.long)
+    offsets = torch.tensor(extra.offsets if extra else [], dtype=torch.long)
+    positions = torch.cat([torch.arange(cache_len, cache_len + n_pending), root + depth, root + offsets])
+    ancestor = torch.eye(n, dtype=torch.bool)
+    for i, parent in enumerate(draft.parents):
+        if parent >= 0:
+            ancestor[i] |= ancestor[parent]
+    allowed = torch.zeros(total, total, dtype=torch.bool)
+    allowed[:n_pending, :n_pending] = torch.ones(n_pending, n_pending, dtype=torch.bool).tril()
+    allowed[n_pending:, :n_pending] = True
+    allowed[n_pending : n_pending + n, n_pending : n_pending + n] = ancestor
+    if extra:
+        allowed[n_pending + n :, n_pending + n :] = extra.allowed
+    return Block(tokens, positions, allowed, False)
+
+
+@dataclass
+class TreeInputs:
+    input_ids: torch.Tensor  # [B, N]
+    position_ids: torch.Tensor  # [B, N]
+    # [B, 1, N, width + N] additive (one per layer kind for sliding-window models), or None: a plain causal forward
+    attention_mask: torch.Tensor | dict[str, torch.Tensor] | None
+    pads: list[int]  # left padding of each row's block
+
+
+def batch_inputs(blocks: list[Block], cache_lens: list[int], width: int, dtype: torch.dtype,
+                 device: torch.device, layout: AttentionLayout = FULL_ONLY) -> TreeInputs:
+    """Inputs for one forward over every row's block, left-padded to the longest; the cache holds `width` slots per
+    row of which row b's first cache_lens[b] are real (slot s holds position s)."""
+    size = max(len(b.tokens) for b in blocks)
+    pads = [size - len(b.tokens) for b in blocks]
+    input_ids = torch.tensor([[0] * pad + b.tokens for b, pad in zip(blocks, pads)], dtype=torch.long)
+    positions = torch.stack([torch.cat([torch.full((pad,), length, dtype=torch.long), b.positions])
+                             for b, pad, length in zip(blocks, pads, cache_lens)])
+    if all(b.chain for b in blocks) and not any(pads) and all(length == width for length in cache_lens):
+        # Ordinary causal continuations of equal length: let the model build its own (fast) masks.
+        return TreeInputs(input_ids.to(device), positions.to(device), None, pads)
+    allowed = torch.zeros(len(blocks), size, width + size, dtype=torch.bool)
+    for row, (block, pad, length) in enumerate(zip(blocks, pads, cache_lens)):
+        allowed[row, pad:, :length] = True
+        allowed[row, pad:, width + pad :] = block.allowed
+        allowed[row, range(pad), range(width, width + pad)] = True  # a pad query sees itself only
+    keys = torch.cat([torch.arange(width).expand(len(blocks), -1), positions], dim=1) if layout.windows else None
+    masks = layout.masks(allowed, positions, keys, dtype)
+    masks = {k: m.to(device) for k, m in masks.items()} if isinstance(masks, dict) else masks.to(device)
+    return TreeInputs(input_ids.to(device), positions.to(device), masks, pads)
+
+
+def tree_inputs(pending: list[int], draft: Draft, cache_len: int, dtype: torch.dtype,
+                device: torch.device, layout: AttentionLayout = FULL_ONLY) -> TreeInputs:
+    """The one-row case: inputs for scoring `pending`, then the draft tree, then its extra branch."""
+    return batch_inputs([row_block(pending, draft, cache_len)], [cache_len], cache_len, dtype, device, layout)
+
+
+def context_limit(model: PreTrainedModel) -> int:
+    return int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+
+
+def compact(cache: DynamicCache, kept: list[tuple[int, list[int]]], live: list[int]) -> int:
+    """Keep the live rows; row b keeps its first kept[b][0] slots, then the slots kept[b][1], packed at the front.
+    Returns the new width. A lone row needs no gather (its context is a prefix of the cache)."""
+    if len(kept) == 1:
+        context, extra = kept[0]
+        compact_cache(cache, context, extra)
+        return context + len(extra)
+    if not live:
+        return 0
+    return gather_rows(cache, live, [list(range(kept[b][0])) + kept[b][1] for b in live])
+
+
+def emitted_tokens(draft: Draft, verdict: Verdict, remaining: int, stop_ids: set[int]) -> tuple[list[int], bool]:
+    """What a step emits: the accepted draft tokens, then the bonus token, cut to the row's remaining budget and
+    after the first stop id (which is kept). Returns the tokens and whether a stop id ended them."""
+    emitted = ([draft.tokens[i] for i in verdict.path] + [verdict.bonus])[:remaining]
+    for j, token in enumerate(emitted):
+        if token in stop_ids:
+            return emitted[: j + 1], True
+    return emitted, False
+
+
+@dataclass
+class Row:
+    """One sequence of a batch while it decodes."""
+    ctx: DecodeContext
+    drafter: Drafter
+    budget: int
+    result: Generation
+    cache_len: int = 0
+    pending_draft_time: float = 0.0  # drafting time since the last step was recorded (begin() counts in the first)
+
+    def drafting(self, work: Callable[[], T]) -> T:
+        """Run the drafter's work, counting its time as drafting."""
+        t0 = time.perf_counter()
+        value = work()
+        self.pending_draft_time += time.perf_counter() - t0
+        return value
+
+    @property
+    def remaining(self) -> int:
+        return self.budget - len(self.result.token_ids)
+
+    @property
+    def live(self) -> bool:
+        return self.result.stop_reason != "eos" and self.remaining > 0
+
+
+def generate(
+    model: PreTrainedModel,
+    prompt_ids: list[int],
+    drafter: Drafter,
+    sampling: Sampling,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    generator: torch.Generator | None = None,
+    verify: VerifyFn | None = None,
+) -> Generation:
+    """Decode up to max_new_tokens after prompt_ids with the drafter's proposals (one row of generate_batch)."""
+    return generate_batch(model, [prompt_ids], [drafter], sampling, max_new_tokens, stop_ids, [generator], verify)[0]
+
+
+@torch.inference_mode()
+def generate_batch(
+    model: PreTrainedModel,
+    prompts: list[list[int]],
+    drafters: list[Drafter],
+    sampling: Sampling,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    generators: list[torch.Generator | None] | None = None,
+    verify: VerifyFn | None = None,
+) -> list[Generation]:
+    """Decode every prompt at once, row b with drafters[b] (one drafter object per row: drafters keep per-sequence
+    state) and generators[b]; losslessly unless the drafters bring their own verifier (the same for every row).
+    Each row stops after its first stop id (kept in the output), at max_new_tokens, or when the model's context is
+    full: the same rule for every method. A prompt that already fills the context (a later turn after long
+    answers) yields no tokens and stop_reason "context", for every method alike. A row's wall_time runs from the
+    batch's start to the step that finished it; its verify_times are the batch's (shared) forwards."""
+    if not prompts or any(not p for p in prompts):
+        raise ValueError("empty prompt")
+    if len(drafters) != len(prompts) or len({id(d) for d in drafters}) != len(drafters):
+        raise ValueError("one distinct drafter per prompt")
+    if max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
+    verify = verify or drafters[0].verifier or verify_lossless
+    synchronize(model.device)
+    started = time.perf_counter()
+    rows = start_rows(prompts, drafters, generators or [None] * len(prompts), sampling, max_new_tokens,
+                      context_limit(model))
+    active = [row for row in rows if row.budget > 0]
+    for row in active:
+        row.drafting(lambda: row.drafter.begin(row.ctx))
+    layout, cache, width = AttentionLayout.of(model.config), new_cache(), 0  # width: cache slots per row
+    while active:
+        drafts = [propose(row) for row in active]
+        t1 = time.perf_counter()
+        out, pads = forward(model, active, drafts, cache, width, layout)
+        kept, steps = [], []
+        for b, (row, draft) in enumerate(zip(active, drafts)):
+            slots, step = settle(row, draft, out, b, width + pads[b], pads[b], verify, stop_ids)
+            kept.append(slots)
+            steps.append(step)
+        live = [b for b, row in enumerate(active) if row.live]
+        width = compact(cache, kept, live)
+        verify_seconds = time.perf_counter() - t1
+        for row, step in zip(active, steps):
+            if row.result.stop_reason != "eos":
+                row.drafting(lambda: row.drafter.accepted(row.ctx, step))
+            row.result.draft_times.append(row.pending_draft_time)
+            row.result.verify_times.append(verify_seconds)
+            row.pending_draft_time = 0.0
+        for b, row in enumerate(active):
+            if b not in live:
+                synchronize(model.device)
+                row.result.wall_time = time.perf_counter() - started
+        active = [active[b] for b in live]
+    synchronize(model.device)
+    for row in rows:
+        if row.budget == 0:
+            row.result.wall_time = time.perf_counter() - started
+    return [row.result for row in rows]
+
+
+def start_rows(prompts: list[list[int]], drafters: list[Drafter], generators: list[torch.Generator | None],
+               sampling: Sampling, max_new_tokens: int, limit: int) -> list[Row]:
+    """One row per prompt, its budget cut to what the model's context has left."""
+    rows = []
+    for prompt, drafter, generator in zip(prompts, drafters, generators):
+        budget = max(0, min(max_new_tokens, limit - len(prompt)))
+        result = Generation([], [], [], [], 0.0, "length" if budget == max_new_tokens else "context")
+        rows.append(Row(DecodeContext(list(prompt), len(prompt), sampling, generator), drafter, budget, result))
+    return rows
+
+
+def propose(row: Row) -> Draft:
+    """The row's draft, cut so that accepting all of it and the bonus token stays within the row's budget."""
+    remaining = row.remaining
+    return row.drafting(lambda: row.drafter.propose(row.ctx).limited(remaining - 1)) if remaining > 1 else Draft()
+
+
+def forward(model: PreTrainedModel, rows: list[Row], drafts: list[Draft], cache: DynamicCache, width: int,
+            layout: AttentionLayout) -> tuple[Any, list[int]]:
+    """ONE target forward over every row's uncached tokens and draft tree; the logits of each row's last
+    len(draft) + 1 (+ extra branch) positions are kept. Returns the output and each row's left padding."""
+    blocks = [row_block(row.ctx.token_ids[row.cache_len:], d, row.cache_len) for row, d in zip(rows, drafts)]
+    inputs = batch_inputs(blocks, [row.cache_len for row in rows], width, model.dtype, model.device, layout)
+    keep = max(scored(d) for d in drafts)
+    out = model(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask,
+                cache=cache, use_cache=True, logits_to_keep=keep,
+                output_hidden_states=any(row.drafter.hidden_layers for row in rows))
+    return out, inputs.pads
+
+
+def scored(draft: Draft) -> int:
+    """Positions whose logits a step needs: the root, each tree node, each node of the extra branch."""
+    return len(draft) + 1 + (len(draft.extra.tokens) if draft.extra else 0)
+
+
+def settle(row: Row, draft: Draft, out: Any, b: int, start: int, pad: int, verify: VerifyFn,
+           stop_ids: set[int]) -> tuple[tuple[int, list[int]], StepResult]:
+    """Verify row b's draft against the forward's logits, emit its tokens and record the step. Returns the cache
+    slots the row keeps (its context length, then the slots of its uncached tokens and accepted path, its block
+    having landed at `start`) and what its drafter is told."""
+    keep = out.logits.shape[1]
+    logits = out.logits[b, keep - scored(draft):].float()
+    extra_logits = None
+    if draft.extra and draft.extra.tokens:
+        extra_logits, logits = logits[len(draft) + 1 :], logits[: len(draft) + 1]
+    verdict = verify(draft, logits, row.ctx.sampling, row.ctx.generator)
+    n_pending = len(row.ctx.token_ids) - row.cache_len
+    kept = (row.cache_len, list(range(start, start + n_pending)) + [start + n_pending + i for i in verdict.path])
+    emitted, stopped = emitted_tokens(draft, verdict, row.remaining, stop_ids)
+    if stopped:
+        row.result.stop_reason = "eos"
+    hidden = None
+    if row.drafter.hidden_layers:
+        positions = [pad + j for j in range(n_pending)] + [pad + n_pending + i for i in verdict.path]
+        hidden = torch.cat([out.hidden_states[i][b][positions] for i in row.drafter.hidden_layers], dim=-1)
+    row.cache_len += n_pending + len(verdict.path)
+    row.ctx.token_ids.extend(emitted)
+    row.result.token_ids.extend(emitted)
+    row.result.accept_lengths.append(len(emitted))
+    row.result.tree_sizes.append(len(draft))
+    end = verdict.path[-1] if verdict.path else ROOT
+    row.result.full_paths.append(bool(draft) and end not in draft.parents)  # the path ended at a leaf
+    return kept, StepResult(emitted, verdict.path, hidden, extra_logits, draft, logits)

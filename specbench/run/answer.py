@@ -1,0 +1,99 @@
+"""Decoding questions: every turn of a batch of questions through the engine (later turns see the earlier
+answers), the per-question seeds every method shares, the context check and the untimed warm-up. The runner
+turns what this returns into records."""
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Any
+
+import torch
+
+from specbench.decode.draft import Drafter
+from specbench.decode.engine import context_limit, generate_batch
+from specbench.decode.sampling import Sampling
+from specbench.decode.target import LoadedModel, chat_prompt
+from specbench.errors import SpecbenchError
+from specbench.run.tasks import Question
+
+
+def question_seed(seed: int, task: str, question_id: Any, turn: int, repeat: int = 0) -> int:
+    """The same per-turn seed for every method, independent of run order and process; each repeat draws anew."""
+    return zlib.crc32(f"{seed}/{task}/{question_id}/{turn}".encode() + (f"/{repeat}".encode() if repeat else b""))
+
+
+def answer_questions(
+    target: LoadedModel, drafters: list[Drafter], questions: list[Question], task: str, sampling: Sampling,
+    max_new_tokens: int, seed: int, repeat: int = 0,
+) -> list[dict[str, Any]]:
+    """Decode every turn of the questions, question i with drafters[i]; later turns see the earlier answers. With
+    several questions, turn k of all of them is one batch (generate_batch) and each choice also keeps that batch's
+    wall time per turn (batch_wall_time), from which throughput is computed."""
+    keys = ("turns", "new_tokens", "wall_time", "accept_lengths", "decoding_steps", "token_ids", "draft_time",
+            "verify_time", "stop_reason") + (("batch_wall_time",) if len(questions) > 1 else ())
+    choices: list[dict[str, list]] = [{k: [] for k in keys} for _ in questions]
+    messages: list[list[dict[str, str]]] = [[] for _ in questions]
+    for turn in range(max(len(q.turns) for q in questions)):
+        rows = [i for i, q in enumerate(questions) if turn < len(q.turns)]
+        prompts, generators = [], []
+        for i in rows:
+            messages[i].append({"role": "user", "content": questions[i].turns[turn]})
+            prompts.append(chat_prompt(target.tokenizer, messages[i]))
+            generator = None
+            if not sampling.greedy:
+                generator = torch.Generator(device=target.model.device)
+                generator.manual_seed(question_seed(seed, task, questions[i].question_id, turn, repeat))
+            generators.append(generator)
+        started = time.perf_counter()
+        results = generate_batch(target.model, prompts, [drafters[i] for i in rows], sampling, max_new_tokens,
+                                 target.stop_ids, generators)
+        batch_wall = time.perf_counter() - started  # generate_batch synchronises the device before it returns
+        for i, result in zip(rows, results):
+            choice = choices[i]
+            answer = target.tokenizer.decode(result.token_ids, skip_special_tokens=True)
+            messages[i].append({"role": "assistant", "content": answer})
+            choice["turns"].append(answer)
+            choice["new_tokens"].append(len(result.token_ids))
+            choice["wall_time"].append(round(result.wall_time, 6))
+            choice["accept_lengths"].append(result.accept_lengths)
+            choice["decoding_steps"].append(len(result.accept_lengths))
+            choice["token_ids"].append(result.token_ids)
+            choice["draft_time"].append(round(sum(result.draft_times), 6))
+            choice["verify_time"].append(round(sum(result.verify_times), 6))
+            choice["stop_reason"].append(result.stop_reason)
+            if "batch_wall_time" in choice:
+                choice["batch_wall_time"].append(round(batch_wall, 6))
+    return choices
+
+
+def answer_question(
+    target: LoadedModel, drafter: Drafter, question: Question, task: str, sampling: Sampling,
+    max_new_tokens: int, seed: int, repeat: int = 0,
+) -> dict[str, Any]:
+    """Decode every turn of one question; later turns see the earlier answers."""
+    return answer_questions(target, [drafter], [question], task, sampling, max_new_tokens, seed, repeat)[0]
+
+
+def check_prompts_fit(target: LoadedModel, questions: dict[str, list[Question]], budgets: dict[str, int]) -> None:
+    limit = context_limit(target.model)
+    for task, qs in questions.items():
+        for q in qs:
+            length = len(chat_prompt(target.tokenizer, [{"role": "user", "content": q.turns[0]}]))
+            if length + budgets[task] > limit:
+                raise SpecbenchError(
+                    f"{task} question {q.question_id}: prompt of {length} tokens + {budgets[task]} new tokens "
+                    f"exceeds the model's context of {limit}"
+                )
+
+
+def warm_up(target: LoadedModel, drafters: dict[str, Drafter], question: Question | None, tokens: int,
+            batch_sizes: tuple[int, ...] = (1,)) -> None:
+    """One untimed generation per method and batch size, so that no method's first timed question pays for lazy
+    initialisation (allocator, kernels, caches). Its output is discarded."""
+    if question is None or tokens <= 0:
+        return
+    prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": question.turns[0]}])
+    for drafter in drafters.values():
+        for size in sorted(set(batch_sizes)):
+            rows = [drafter] + [drafter.fork() for _ in range(size - 1)]
+            generate_batch(target.model, [prompt] * size, rows, Sampling(), tokens, target.stop_ids)

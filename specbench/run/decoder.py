@@ -1,0 +1,106 @@
+"""The decoding side of a run: the target and every method's drafter, loaded once, turning jobs into records. The
+single-process run uses one Decoder; a distributed run one per Ray worker."""
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from tqdm import tqdm
+
+from specbench.decode.cost_model import CostModel
+from specbench.decode.costs import cpu_description, measure_cost_model
+from specbench.decode.draft import Drafter
+from specbench.decode.sampling import Sampling
+from specbench.decode.target import load_model
+from specbench.run.answer import answer_questions, check_prompts_fit, warm_up
+from specbench.run.cost_store import Machine, read_stored_costs, store_costs
+from specbench.run.plan import Job, RunConfig
+from specbench.run.records import environment
+from specbench.run.registry import BuildContext, MethodInfo
+from specbench.run.tasks import Question
+
+
+@dataclass
+class WorkerInfo:
+    """Where records are decoded: written into each record and, for every worker, into run.json."""
+    worker: int
+    host: str
+    device: str  # the device kind: "cpu: <model> [flags]" or "cuda: <GPU name>"
+    environment: dict[str, Any]
+
+
+class Decoder:
+    """The target and every method's drafter, loaded once; decodes jobs into records. The single-process run uses
+    one; a distributed run one per worker."""
+
+    def __init__(self, cfg: RunConfig, budgets: dict[str, int], worker: int = 0) -> None:
+        self.cfg, self.budgets = cfg, budgets
+        self.target = load_model(cfg.target, cfg.device, cfg.dtype, cfg.runtime)
+        device = self.target.model.device
+        env = environment(str(device), str(self.target.model.dtype).replace("torch.", ""))
+        env["runtime"] = self.target.runtime.name if self.target.runtime else cfg.runtime
+        env["cpu"] = cpu_description()
+        kind = f"cuda: {env['cuda_device']}" if device.type == "cuda" else f"{device.type}: {env['cpu']}"
+        self.info = WorkerInfo(worker, socket.gethostname(), kind, env)
+        self.drafters: dict[str, Drafter] = {}
+        self.methods: dict[str, MethodInfo] = {}
+
+    def machine(self) -> Machine:
+        env = self.info.environment
+        return Machine(self.cfg.target, self.info.device, env["dtype"], env["runtime"], env["torch_threads"],
+                       env["torch"], env["transformers"])
+
+    def machine_costs(self, may_store: bool) -> CostModel:
+        """This machine's stored costs, else measured now (and stored when may_store: the machine was idle)."""
+        if not self.cfg.measure_costs:
+            stored = read_stored_costs(self.machine())
+            if stored is not None:
+                return stored
+        costs = measure_cost_model(self.target.model, self.cfg.target)
+        if may_store:
+            self.store_costs(costs)
+        return costs
+
+    def store_costs(self, costs: CostModel) -> None:
+        problem = store_costs(self.machine(), costs)
+        if problem:
+            tqdm.write(problem, file=sys.stderr)
+
+    def setup(self, methods: list[MethodInfo], costs: CostModel, questions: dict[str, list[Question]]) -> None:
+        """Check the prompts fit, build the drafters with the run's fixed costs, warm every method up."""
+        check_prompts_fit(self.target, questions, self.budgets)
+        build = BuildContext(self.target, self.cfg.draft, self.cfg.options, self.cfg.device, self.cfg.dtype, costs)
+        self.methods = {m.name: m for m in methods}
+        self.drafters = {m.name: m.build(build) for m in methods}
+        warm_up(self.target, self.drafters, next((qs[0] for qs in questions.values() if qs), None),
+                self.cfg.warmup_tokens, tuple(self.cfg.batch_sizes))
+
+    def decode(self, job: Job) -> Iterator[dict[str, Any]]:
+        """Each method's records for the job (one per question), as soon as that method has answered every turn
+        of every question. A batch is always decoded whole, so its timing is that of the batch size asked for."""
+        cfg = self.cfg
+        sampling = Sampling(job.temperature, cfg.top_p, cfg.top_k)
+        for name in job.methods:
+            method, drafter = self.methods[name], self.drafters[name]
+            drafters = [drafter] + [drafter.fork() for _ in job.questions[1:]]
+            choices = answer_questions(self.target, drafters, job.questions, job.task, sampling,
+                                       self.budgets[job.task], cfg.seed, job.repeat)
+            finished = time.time()  # when the answers were finished (Spec-Bench's answer files keep it)
+            for question, choice in zip(job.questions, choices):
+                record = {
+                    "method": name, "lossless": method.lossless, "task": job.task,
+                    "temperature": job.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
+                    "question_id": question.question_id, "category": question.category, "target": cfg.target,
+                    "seed": cfg.seed, "max_new_tokens": self.budgets[job.task],
+                    "drafter_state": drafter.state_scope, "repeat": job.repeat,
+                }
+                if job.batch_size > 1:
+                    record["batch_size"] = job.batch_size
+                    record["batch"] = {"index": job.batch_index, "size": len(job.questions)}
+                record["choices"] = [choice]
+                record["tstamp"] = finished
+                record["worker"] = {"id": self.info.worker, "host": self.info.host, "device": self.info.device}
+                yield record

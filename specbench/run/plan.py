@@ -1,0 +1,165 @@
+"""What a run decodes, decided before any model is loaded: its settings (RunConfig), the questions and methods
+(checked once, here), and the jobs still to do in the run folder."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specbench.decode.cost_model import CostModel, read_cost_model
+from specbench.decode.sampling import Sampling
+from specbench.decode.target import DEFAULT_TARGET
+from specbench.errors import SpecbenchError
+from specbench.run.records import RECORDS, check_resumable, read_records, read_run_info, record_key
+from specbench.run.registry import MethodInfo, select_methods
+from specbench.run.tasks import Question, QuestionSelection, Task, resolve_questions
+
+
+@dataclass
+class RunConfig:
+    out: Path
+    methods: list[str] = field(default_factory=lambda: ["vanilla", "pld"])
+    tasks: list[str] = field(default_factory=lambda: ["all"])
+    suite: str | None = None
+    question_files: list[Path] = field(default_factory=list)
+    category_map: dict[str, list[str]] = field(default_factory=dict)
+    task_files: list[Path] = field(default_factory=list)
+    question_begin: int | None = None
+    question_end: int | None = None
+    baseline: bool = True  # add vanilla when it is not among the methods: speedups need it
+    temperatures: list[float] = field(default_factory=lambda: [0.0, 1.0])
+    top_p: float = 1.0
+    top_k: int = 0
+    limit: int | None = None
+    repeats: int = 1  # decode every question this many times (interleaved), for intervals on the tables
+    max_new_tokens: int | None = None  # None: each task's default
+    source: str = "auto"
+    question_dir: Path | None = None
+    target: str = DEFAULT_TARGET
+    draft: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+    seed: int = 0
+    device: str | None = None
+    dtype: str | None = None
+    runtime: str = "fast"
+    cost_curve: Path | None = None  # reuse stored costs instead of measuring them when the run starts
+    measure_costs: bool = False  # measure this machine's costs anew (and store them) instead of reusing them
+    warmup_tokens: int = 16  # one untimed generation of this many tokens per method before the first question
+    batch_sizes: list[int] = field(default_factory=lambda: [1])  # prompts decoded at once (each its own records)
+    workers: int = 1  # above 1: decode on Ray workers (specbench.run.distributed), one GPU each or a share of the cores
+    ray_address: str | None = None  # an existing Ray cluster ("auto": the one this machine joined)
+    progress: bool = True
+
+    def settings(self) -> dict[str, Any]:
+        values = asdict(self)
+        # How a run is spread, and whether its costs were measured anew, does not change what it decodes.
+        for local in ("progress", "workers", "ray_address", "measure_costs"):
+            values.pop(local)
+        if values["batch_sizes"] == [1]:  # runs from before batching resume unchanged
+            values.pop("batch_sizes")
+        if self.question_dir is not None:  # the same questions whatever the working directory of a resume
+            values["question_dir"] = str(self.question_dir.resolve())
+        for key in ("question_files", "task_files"):
+            values[key] = [str(Path(p).resolve()) for p in values[key]]
+        return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
+
+    def selection(self) -> QuestionSelection:
+        return QuestionSelection(
+            tasks=self.tasks, suite=self.suite, question_files=list(self.question_files),
+            category_map=dict(self.category_map), task_files=list(self.task_files), source=self.source,
+            question_dir=self.question_dir, limit=self.limit, begin=self.question_begin, end=self.question_end)
+
+    def method_names(self) -> list[str]:
+        """The methods decoded: those asked for, with vanilla first when it is missing and the baseline is on."""
+        plain = [spec.partition("@")[0] for spec in self.methods]
+        return self.methods if not self.baseline or "vanilla" in plain else ["vanilla", *self.methods]
+
+
+def validate(cfg: RunConfig) -> tuple[list[MethodInfo], dict[str, tuple[Task, list[Question]]]]:
+    """Everything that can be checked before loading a model, and the questions."""
+    methods = select_methods(cfg.method_names())
+    if cfg.max_new_tokens is not None and cfg.max_new_tokens <= 0:
+        raise SpecbenchError(f"--max-new-tokens must be > 0, got {cfg.max_new_tokens}")
+    if cfg.repeats <= 0:
+        raise SpecbenchError(f"--repeats must be > 0, got {cfg.repeats}")
+    if not cfg.batch_sizes or min(cfg.batch_sizes) <= 0:
+        raise SpecbenchError(f"--batch-size must be a list of sizes > 0, got {cfg.batch_sizes}")
+    for t in cfg.temperatures:
+        try:
+            Sampling(t, cfg.top_p, cfg.top_k)
+        except ValueError as exc:
+            raise SpecbenchError(str(exc)) from None
+    return methods, {task.name: (task, questions) for task, questions in resolve_questions(cfg.selection())}
+
+
+def stored_costs(cfg: RunConfig) -> CostModel | None:
+    """The run's fixed costs if they exist before it starts: its own (a resumed run decides as it did), else
+    --cost-curve. Read before any model is loaded, so that a bad file costs one line and nothing else."""
+    own = read_run_info(cfg.out).get("costs")
+    if own:
+        return CostModel.from_dict(own, str(cfg.out / "run.json"))
+    if cfg.cost_curve is not None:
+        return read_cost_model(cfg.cost_curve, cfg.target)
+    return None
+
+
+@dataclass
+class Job:
+    """Questions decoded together (one, or a batch of batch_size) at one temperature and repeat, by `methods` in
+    that order (rotated from job to job, so that no method always runs first or right after another; methods that
+    finished every question of the job are left out on resume)."""
+    temperature: float
+    task: str
+    questions: list[Question]
+    repeat: int
+    methods: list[str]
+    batch_size: int = 1
+    batch_index: int = 0  # which batch of the task's questions (batches of batch_size in question order)
+
+    def describe(self) -> str:
+        ids = ", ".join(str(q.question_id) for q in self.questions)
+        return f"{self.task} question{'s' if len(self.questions) > 1 else ''} {ids}"
+
+
+def plan_jobs(cfg: RunConfig, methods: list[MethodInfo], tasks: list[Task], questions: dict[str, list[Question]],
+              done: set[tuple]) -> list[Job]:
+    """Repeats of a question (or batch) run back to back and methods alternate within each, so drift hits all
+    methods alike. A batch of size B takes the task's next B questions in order (the last may be smaller)."""
+    jobs = []
+    every = []
+    for t in cfg.temperatures:
+        for task in tasks:
+            for size in cfg.batch_sizes:
+                qs = questions[task.name]
+                for index, first in enumerate(range(0, len(qs), size)):
+                    every.extend((t, task, qs[first:first + size], r, size, index) for r in range(cfg.repeats))
+    for index, (temperature, task, batch, repeat, size, batch_index) in enumerate(every):
+        shift = index % len(methods)
+        order = [m.name for m in methods[shift:] + methods[:shift]]
+        todo = [m for m in order if any(
+            (m, task.name, float(temperature), str(q.question_id), repeat, size) not in done for q in batch)]
+        if todo:
+            jobs.append(Job(temperature, task.name, batch, repeat, todo, size, batch_index))
+    return jobs
+
+
+@dataclass
+class RunPlan:
+    """What a run decodes, checked before any model is loaded."""
+    methods: list[MethodInfo]
+    questions: dict[str, list[Question]]
+    budgets: dict[str, int]
+    jobs: list[Job]
+    costs: CostModel | None  # fixed before the run: its own on resume, or --cost-curve
+
+
+def plan_run(cfg: RunConfig) -> RunPlan:
+    """Validate (again: cheap) and plan; the caller holds the run folder's lock, so what is done cannot change."""
+    methods, selected = validate(cfg)
+    tasks = [task for task, _ in selected.values()]
+    questions = {name: qs for name, (_, qs) in selected.items()}
+    budgets = {t.name: cfg.max_new_tokens or t.max_new_tokens for t in tasks}
+    check_resumable(cfg.out, cfg.settings())
+    costs = stored_costs(cfg)
+    done = {record_key(r) for r in read_records(cfg.out)} if (cfg.out / RECORDS).is_file() else set()
+    return RunPlan(methods, questions, budgets, plan_jobs(cfg, methods, tasks, questions, done), costs)

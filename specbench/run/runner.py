@@ -1,0 +1,60 @@
+"""`specbench run`: every (temperature, task, question) is decoded by every method in turn, so machine drift
+hits all methods alike, and each finished question is recorded at once."""
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from tqdm import tqdm
+
+from specbench.run.decoder import Decoder
+from specbench.run.distributed import run_distributed
+from specbench.run.load import LoadLog, LoadMeter, warning
+from specbench.run.lock import folder_lock
+from specbench.run.plan import RunConfig, RunPlan, plan_run, validate
+from specbench.run.records import utc_now
+from specbench.run.writer import RunWriter
+
+
+def run(cfg: RunConfig) -> Path:
+    """Decode what the run folder still lacks, holding its lock (one writer at a time)."""
+    validate(cfg)  # bad input costs one line before the folder is created or locked
+    with folder_lock(cfg.out, "run folder"):
+        plan = plan_run(cfg)
+        meter = LoadMeter()
+        log = LoadLog(started=utc_now(), at_start=meter.other_share(wait=True) or 0.0)
+        if log.busy:
+            tqdm.write(warning(log.at_start, log.cores, "as the run started"), file=sys.stderr)
+        if cfg.workers > 1 or cfg.ray_address:
+            return run_distributed(cfg, plan, log)
+        return _run_here(cfg, plan, meter, log)
+
+
+def _run_here(cfg: RunConfig, plan: RunPlan, meter: LoadMeter, log: LoadLog) -> Path:
+    decoder = Decoder(cfg, plan.budgets)
+    costs = plan.costs or decoder.machine_costs(may_store=False)
+    decoder.setup(plan.methods, costs, plan.questions)
+    if plan.costs is None and not log.busy:
+        decoder.store_costs(costs)  # once, with the drafting costs the methods measured while being built
+    writer = RunWriter(cfg.out, cfg.settings(), decoder.info.environment, costs, [asdict(decoder.info)])
+    meter.other_share(wait=True)  # the per-question windows start here, after loading and warm-up
+    unread, warned = 0, log.busy  # one warning line per session
+    try:
+        for job in tqdm(plan.jobs, desc="questions" if cfg.batch_sizes == [1] else "batches",
+                        unit="q" if cfg.batch_sizes == [1] else "batch", disable=not cfg.progress):
+            writer.add(decoder.decode(job))
+            unread += 1
+            share = meter.other_share()
+            if share is not None:
+                if log.add(share, unread) and not warned:
+                    tqdm.write(warning(share, log.cores, f"while {job.describe()} decoded"), file=sys.stderr)
+                    warned = True
+                unread = 0
+    except BaseException:
+        with contextlib.suppress(OSError):  # the error in flight is the one to report (a full disk, say)
+            writer.write_load(log)
+        raise
+    writer.write_load(log)
+    return cfg.out

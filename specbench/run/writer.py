@@ -1,0 +1,30 @@
+"""The one writer of a run folder, for the single-process run and the Ray driver alike: it checks that the folder's
+earlier records came from the same hardware, writes run.json (settings, environment, the run's fixed costs, every
+worker), appends each record once as a whole line, and keeps the load log."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from specbench.decode.cost_model import CostModel
+from specbench.run.load import LoadLog
+from specbench.run.records import RecordWriter, check_same_hardware, record_key, write_load_log, write_run_info
+
+
+class RunWriter:
+    def __init__(self, out: Path, settings: dict[str, Any], environment: dict[str, Any], costs: CostModel,
+                 workers: list[dict[str, Any]]) -> None:
+        check_same_hardware(out, environment)
+        write_run_info(out, settings, environment, costs.to_dict(), workers)
+        self.out = out
+        self.records = RecordWriter(out)
+
+    def add(self, records: Iterable[dict[str, Any]]) -> None:
+        """Each record not yet in the folder: a batch cut short by a stop, or a question requeued after a worker
+        died, is decoded whole again and its finished records come back twice."""
+        for record in records:
+            if record_key(record) not in self.records.done:
+                self.records.write(record)
+
+    def write_load(self, log: LoadLog) -> None:
+        write_load_log(self.out, log.to_dict())

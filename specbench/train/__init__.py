@@ -1,0 +1,1 @@
+"""Training data and loops for trained drafters: target features, self-distilled datasets, and the shared fit()."""
