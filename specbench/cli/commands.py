@@ -149,13 +149,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
     from specbench.analysis.bench import benchmark, cost_benchmark, format_costs
+    from specbench.analysis.overhead import format_overhead, overhead_benchmark
     from specbench.decode.target import chat_prompt, load_model
     from specbench.run.tasks import resolve_questions
 
-    if args.max_new_tokens <= 0:
-        raise SpecbenchError(f"--max-new-tokens must be > 0, got {args.max_new_tokens}")
+    tokens = args.max_new_tokens or (32 if args.overhead else 128)
+    if tokens <= 0:
+        raise SpecbenchError(f"--max-new-tokens must be > 0, got {tokens}")
     if args.json and not args.cost:
         raise SpecbenchError("--json goes with --cost")
+    if args.cost and args.overhead:
+        raise SpecbenchError("--cost and --overhead are two benchmarks: run them one at a time")
     if args.rounds <= 0:
         raise SpecbenchError(f"--rounds must be > 0, got {args.rounds}")
     if args.cost:
@@ -170,10 +174,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     questions = [q for _, qs in resolve_questions(question_selection(args)) for q in qs]
     target = load_model(args.target, args.device, args.dtype, args.runtime)
     prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": q.turns[0]}]) for q in questions]
-    print(f"{len(prompts)} prompts, {args.max_new_tokens} new tokens, target {args.target} on {target.model.device}")
-    print(benchmark(target, prompts, args.max_new_tokens))
+    if args.overhead:
+        print(format_overhead(target, overhead_benchmark(target, prompts[0], tokens, args.rounds), tokens, args.rounds))
+        return 0
+    print(f"{len(prompts)} prompts, {tokens} new tokens, target {args.target} on {target.model.device}")
+    print(benchmark(target, prompts, tokens))
     return 0
-
 
 def cmd_distill(args: argparse.Namespace) -> int:
     import torch

@@ -246,8 +246,13 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", type=Path, help="--cost: also write the figures to this JSON file "
                                                  "(usable as run --cost-curve)")
     bench.add_argument("--rounds", type=int, default=3, help="--cost: rounds over all sizes; a cell is the fastest "
-                                                             "of all rounds (default 3)")
-    bench.set_defaults(limit=2, max_new_tokens=128)
+                                                             "of all rounds (default 3); --overhead: generations per "
+                                                             "cell, the fastest kept")
+    bench.add_argument("--overhead", action="store_true",
+                       help="the engine's own time per step (all but the target forward and the drafter) at tree "
+                            "sizes 1, 16, 64 and batch sizes 1, 8, at T=0 and T=1 (--max-new-tokens per row, "
+                            "default 32 here)")
+    bench.set_defaults(limit=2)  # --max-new-tokens: 128, or 32 with --overhead
     return top
 
 
