@@ -103,20 +103,20 @@ def main() -> None:
         in_draft_vocab[load_eagle3_head(args.draft_vocab, embedding).draft_to_target()] = True
     tallies: dict[str, Tally] = {}
     for record in read_records(args.run_dir):
-        if record["method"] != "vanilla" or float(record["temperature"]) != args.temperature:
+        if record.method != "vanilla" or record.temperature != args.temperature:
             continue
-        questions = args.question_dir / record["task"] / "question.jsonl"
-        question = next(q for q in map(json.loads, questions.open()) if str(q["question_id"]) == str(record["question_id"]))
+        questions = args.question_dir / record.task / "question.jsonl"
+        question = next(q for q in map(json.loads, questions.open()) if str(q["question_id"]) == str(record.question_id))
         prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": question["turns"][0]}])
-        full = prompt + record["choices"][0]["token_ids"][0]
+        full = prompt + record.choice.token_ids[0]
         with torch.no_grad():
             guesses, target_logits = guess(full)
         span = slice(len(prompt) - 1, len(full) - 2)  # the generated tokens after the first one
         guesses = guesses[span]
         actual = torch.tensor(full[len(prompt) + 1 :])
-        task = tallies.setdefault(record["task"], Tally())
+        task = tallies.setdefault(record.task, Tally())
         if args.temperature > 0:
-            sampling = Sampling(args.temperature, float(record["top_p"]), int(record["top_k"]))
+            sampling = Sampling(args.temperature, record.top_p, record.top_k)
             probs = target_probs(target_logits[span], sampling)  # what vanilla sampled from
             scores = probs.gather(1, guesses.unsqueeze(1))[:, 0]
             task.ceiling += float(probs.max(-1).values.sum())

@@ -15,18 +15,19 @@ from pathlib import Path
 from scipy.stats import t as student_t
 
 from specbench.errors import SpecbenchError
+from specbench.run.record import Record
 from specbench.run.records import read_records
 
 
-def per_turn_tau(records: list[dict], method: str, temperature: float) -> dict[tuple, float]:
+def per_turn_tau(records: list[Record], method: str, temperature: float) -> dict[tuple, float]:
     """τ of every turn (tokens emitted / target forwards) of `method`, keyed by task, question, repeat and turn."""
     taus = {}
     for record in records:
-        if record["method"] != method or float(record["temperature"]) != temperature:
+        if record.method != method or record.temperature != temperature:
             continue
-        for turn, lengths in enumerate(record["choices"][0]["accept_lengths"]):
+        for turn, lengths in enumerate(record.choice.accept_lengths):
             if lengths:
-                key = (record["task"], str(record["question_id"]), int(record.get("repeat", 0)), turn)
+                key = (record.task, str(record.question_id), record.repeat, turn)
                 taus[key] = sum(lengths) / len(lengths)
     return taus
 

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from specbench.decode.costs import cpu_description  # noqa: E402
-from specbench.run.records import read_records, record_key  # noqa: E402
+from specbench.run.records import read_records  # noqa: E402
 
 
 def timed_run(args: list[str]) -> float:
@@ -33,8 +33,8 @@ def timed_run(args: list[str]) -> float:
 def decoding_seconds(out: Path) -> float:
     """From the start of the first answer to the end of the last one (records keep when each answer finished)."""
     records = read_records(out)
-    starts = [r["tstamp"] - sum(r["choices"][0]["wall_time"]) for r in records]
-    return max(r["tstamp"] for r in records) - min(starts)
+    starts = [r.tstamp - sum(r.choice.wall_time) for r in records]
+    return max(r.tstamp for r in records) - min(starts)
 
 
 def main() -> int:
@@ -61,7 +61,7 @@ def main() -> int:
         one = timed_run([*common, "--out", str(root / "one"), "--report-dir", str(root / "r1")])
         many = timed_run([*common, "--out", str(root / "many"), "--report-dir", str(root / "r2"),
                           "--workers", str(args.workers), "--cost-curve", str(root / "one" / "run.json")])
-        tokens = lambda out: {record_key(r): r["choices"][0]["token_ids"] for r in read_records(out)}  # noqa: E731
+        tokens = lambda out: {r.key(): r.choice.token_ids for r in read_records(out)}  # noqa: E731
         same = tokens(root / "one") == tokens(root / "many")
         records = len(read_records(root / "one"))
         decode_one, decode_many = decoding_seconds(root / "one"), decoding_seconds(root / "many")

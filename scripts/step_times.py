@@ -13,9 +13,10 @@ from specbench.run.records import read_records
 
 
 def step_times(run_dir: Path) -> pd.DataFrame:
-    rows = [{"method": r["method"], "T": r["temperature"], "draft_s": sum(c["draft_time"]),
-             "verify_s": sum(c["verify_time"]), "steps": sum(c["decoding_steps"]), "tokens": sum(c["new_tokens"])}
-            for r in read_records(run_dir) for c in r["choices"]]
+    rows = [{"method": r.method, "T": r.temperature, "draft_s": sum(r.choice.draft_time),
+             "verify_s": sum(r.choice.verify_time), "steps": sum(r.choice.decoding_steps),
+             "tokens": sum(r.choice.new_tokens)}
+            for r in read_records(run_dir)]
     totals = pd.DataFrame(rows).groupby(["method", "T"]).sum()
     return pd.DataFrame({"draft ms/step": 1000 * totals["draft_s"] / totals["steps"],
                          "verify ms/step": 1000 * totals["verify_s"] / totals["steps"],

@@ -13,7 +13,8 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'spec
 
 from specbench.cli import main  # noqa: E402
 from specbench.run.distributed import NAMESPACE, worker_name  # noqa: E402
-from specbench.run.records import read_records, record_key  # noqa: E402
+from specbench.run.record import Record  # noqa: E402
+from specbench.run.records import read_records  # noqa: E402
 
 METHODS = "vanilla,pld,lookahead"
 
@@ -32,8 +33,7 @@ def run(target: Path, out: Path, *extra: str) -> int:
 
 
 def decoded(out: Path) -> dict[tuple, tuple]:
-    return {record_key(r): (r["choices"][0]["token_ids"], r["choices"][0]["accept_lengths"])
-            for r in read_records(out)}
+    return {r.key(): (r.choice.token_ids, r.choice.accept_lengths) for r in read_records(out)}
 
 
 @pytest.fixture(scope="module")
@@ -49,14 +49,14 @@ def test_two_workers_decode_what_one_process_decodes(cluster, single, tiny_targe
     assert run(tiny_target_dir, out, "--limit", "4", "--workers", "2", "--cost-curve", str(single / "run.json")) == 0
     assert decoded(out) == decoded(single)
     records = read_records(out)
-    assert {r["worker"]["id"] for r in records} == {0, 1}  # both workers decoded
-    assert all(r["worker"]["host"] and r["worker"]["device"].startswith("cpu") for r in records)
+    assert {r.worker.id for r in records} == {0, 1}  # both workers decoded
+    assert all(r.worker.host and r.worker.device.startswith("cpu") for r in records)
     info = json.loads((out / "run.json").read_text())
     assert [w["worker"] for w in info["workers"]] == [0, 1]
     # every question's methods ran on one worker: the speedups stay paired on one device
     by_question: dict[tuple, set] = {}
     for r in records:
-        by_question.setdefault((r["task"], r["temperature"], r["question_id"]), set()).add(r["worker"]["id"])
+        by_question.setdefault((r.task, r.temperature, r.question_id), set()).add(r.worker.id)
     assert all(len(workers) == 1 for workers in by_question.values())
 
 
@@ -77,12 +77,12 @@ def test_a_killed_worker_loses_nothing_and_resume_adds_only_what_is_missing(clus
     killed = read_records(out)
     assert decoded(out) == decoded(single)  # every question decoded, none twice, the same tokens
     assert len(killed) == len(decoded(out))
-    assert killed[-1]["worker"]["id"] == 1  # the survivor finished the run
+    assert killed[-1].worker.id == 1  # the survivor finished the run
     # resume with more questions: finished lines untouched, only the new questions decoded
     before = (out / "records.jsonl").read_bytes()
     assert run(tiny_target_dir, out, "--limit", "5", "--workers", "2") == 0
     after = (out / "records.jsonl").read_bytes()
     assert after.startswith(before)
-    new = [json.loads(line) for line in after[len(before):].decode().splitlines()]
-    assert new and {record_key(r) for r in new}.isdisjoint({record_key(r) for r in killed})
-    assert {str(r["question_id"]) for r in new} == {"5"}  # the fifth question of each task, nothing else
+    new = [Record.from_json(json.loads(line), "new line") for line in after[len(before):].decode().splitlines()]
+    assert new and {r.key() for r in new}.isdisjoint({r.key() for r in killed})
+    assert {str(r.question_id) for r in new} == {"5"}  # the fifth question of each task, nothing else

@@ -115,8 +115,8 @@ def spec_bench_run(tiny_target_dir, tmp_path_factory):
 def test_vanilla_runs_as_the_baseline_and_reports_break_down(spec_bench_run, tiny_target_dir, tmp_path, capsys):
     root, out = spec_bench_run
     records = read_records(out)
-    assert {r["method"] for r in records} == {"vanilla", "pld"}
-    assert {(r["task"], r["category"]) for r in records} == {
+    assert {r.method for r in records} == {"vanilla", "pld"}
+    assert {(r.task, r.category) for r in records} == {
         ("mt_bench", "writing"), ("mt_bench", "math"), ("translation", "translation"), ("qa", "qa")}
     leaderboard = (root / "report" / "leaderboard_T0.md").read_text()
     assert "Overall Speedup" in leaderboard and "| pld" in leaderboard
@@ -129,7 +129,7 @@ def test_vanilla_runs_as_the_baseline_and_reports_break_down(spec_bench_run, tin
     assert main(["run", "--target", str(tiny_target_dir), "--out", str(alone), "--report-dir", str(tmp_path / "r"),
                  "--methods", "pld", "--no-baseline", "--question-file", str(root / "q" / "question.jsonl"),
                  "--tasks", "qa", "--max-new-tokens", "8", "--temperatures", "0"]) == 0
-    assert {r["method"] for r in read_records(alone)} == {"pld"}
+    assert {r.method for r in read_records(alone)} == {"pld"}
 
 
 def test_spec_bench_export(spec_bench_run, tmp_path):
@@ -138,21 +138,21 @@ def test_spec_bench_export(spec_bench_run, tmp_path):
     assert main(["export", str(out), "--format", "spec-bench", "--out", str(export)]) == 0
     files = sorted(export.glob("*.jsonl"))
     assert [f.name.split("-temp-")[0].rsplit("-", 2)[1] for f in files] == ["pld", "vanilla"]
-    records = {(r["method"], r["question_id"]): r for r in read_records(out)}
+    records = {(r.method, r.question_id): r for r in read_records(out)}
     for f in files:
         answers = [json.loads(line) for line in f.read_text().splitlines()]
         assert [a["question_id"] for a in answers] == [81, 82, 83, 84, 85]  # sorted as Spec-Bench sorts
         method = "pld" if "-pld-" in f.name else "vanilla"
         for a in answers:
             assert set(a) == {"question_id", "category", "answer_id", "model_id", "choices", "tstamp"}
-            choice, record = a["choices"][0], records[(method, a["question_id"])]["choices"][0]
-            assert choice["turns"] == record["turns"] and choice["new_tokens"] == record["new_tokens"]
+            choice, record = a["choices"][0], records[(method, a["question_id"])].choice
+            assert choice["turns"] == record.turns and choice["new_tokens"] == record.new_tokens
             assert all(isinstance(x, int) for x in choice["accept_lengths"])  # one flat list
             assert sum(choice["accept_lengths"]) == sum(choice["new_tokens"])
         if method == "pld":
             flat = [x for a in answers for x in a["choices"][0]["accept_lengths"]]
-            tau = sum(sum(r["choices"][0]["new_tokens"]) for k, r in records.items() if k[0] == "pld") / sum(
-                sum(r["choices"][0]["decoding_steps"]) for k, r in records.items() if k[0] == "pld")
+            tau = sum(sum(r.choice.new_tokens) for k, r in records.items() if k[0] == "pld") / sum(
+                sum(r.choice.decoding_steps) for k, r in records.items() if k[0] == "pld")
             assert np.mean(flat) == pytest.approx(tau, rel=1e-12)  # speed.py's τ is ours
             assert max(flat) > 1  # pld's drafts were accepted
     prediction = json.loads((export / "speed_prediction.json").read_text())

@@ -12,12 +12,12 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from specbench.errors import SpecbenchError
-from specbench.run.records import read_records, read_run_info, record_key
+from specbench.run.record import Record
+from specbench.run.records import read_records, read_run_info
 
 # Largest logit gap still called a near tie, per dtype: fp32 kernels disagree by ~1e-5, half precision by ~1e-2.
 NEAR_TIE = {"float32": 1e-3, "float64": 1e-6, "float16": 0.1, "bfloat16": 0.1}
@@ -43,46 +43,40 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def _key(record: dict[str, Any]) -> tuple[str, str, int]:
-    return record["task"], str(record["question_id"]), int(record.get("repeat", 0))
-
-
-def _batch_size(record: dict[str, Any]) -> int:
-    return int(record.get("batch_size", 1))
+def _key(record: Record) -> tuple[str, str, int]:
+    return record.task, str(record.question_id), record.repeat
 
 
 def compare_to_vanilla(run_dir: Path) -> tuple[dict[str, tuple[int, int]], list[Mismatch], dict[str, bool]]:
     """Per method (identical turns, compared turns), the mismatches, and each method's lossless flag."""
-    records = [r for r in read_records(run_dir) if float(r["temperature"]) == 0.0]
-    sizes = sorted({_batch_size(r) for r in records if r["method"] == "vanilla"})
+    records = [r for r in read_records(run_dir) if r.temperature == 0.0]
+    sizes = sorted({r.batch_size for r in records if r.method == "vanilla"})
     if not sizes:
         raise SpecbenchError(f"{run_dir}: no vanilla records at T=0 to compare with")
     reference = sizes[0]
-    several = len({_batch_size(r) for r in records}) > 1 or reference != 1
-    vanilla = {_key(r): r["choices"][0]["token_ids"] for r in records
-               if r["method"] == "vanilla" and _batch_size(r) == reference}
+    several = len({r.batch_size for r in records}) > 1 or reference != 1
+    vanilla = {_key(r): r.choice.token_ids for r in records if r.method == "vanilla" and r.batch_size == reference}
     counts: dict[str, tuple[int, int]] = {}
     lossless: dict[str, bool] = {}
     mismatches: list[Mismatch] = []
     for r in records:
-        if (r["method"] == "vanilla" and _batch_size(r) == reference) or _key(r) not in vanilla:
+        if (r.method == "vanilla" and r.batch_size == reference) or _key(r) not in vanilla:
             continue
-        name = f"{r['method']} (B={_batch_size(r)})" if several else r["method"]
-        r = {**r, "method": name}
-        lossless[r["method"]] = r.get("lossless", True)
-        same, total = counts.get(r["method"], (0, 0))
+        name = f"{r.method} (B={r.batch_size})" if several else r.method
+        lossless[name] = r.lossless
+        same, total = counts.get(name, (0, 0))
         diverged = False
-        for turn, (ref, got) in enumerate(zip(vanilla[_key(r)], r["choices"][0]["token_ids"])):
+        for turn, (ref, got) in enumerate(zip(vanilla[_key(r)], r.choice.token_ids)):
             total += 1
             index = first_divergence(ref, got)
             if index is None:
                 same += 1
                 continue
             mismatches.append(Mismatch(
-                r["method"], r["task"], str(r["question_id"]), turn, index,
+                name, r.task, str(r.question_id), turn, index,
                 ref[index] if index < len(ref) else None, got[index] if index < len(got) else None, diverged))
             diverged = True
-        counts[r["method"]] = (same, total)
+        counts[name] = (same, total)
     return counts, mismatches, lossless
 
 
@@ -96,9 +90,9 @@ def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
         return
     settings = read_run_info(run_dir)["settings"]
     target = load_model(settings["target"], settings.get("device"), settings.get("dtype"), settings.get("runtime", "fast"))
-    records = [r for r in read_records(run_dir) if r["method"] == "vanilla" and float(r["temperature"]) == 0.0]
-    reference = min(_batch_size(r) for r in records)
-    vanilla = {(_key(r)[:2]): r["choices"][0] for r in records if _batch_size(r) == reference}
+    records = [r for r in read_records(run_dir) if r.method == "vanilla" and r.temperature == 0.0]
+    reference = min(r.batch_size for r in records)
+    vanilla = {(_key(r)[:2]): r.choice for r in records if r.batch_size == reference}
     selection = selection_from_settings(settings)
     selection.tasks = sorted({m.task for m in todo})
     questions = {task.name: {str(q.question_id): q for q in qs} for task, qs in resolve_questions(selection)}
@@ -110,8 +104,8 @@ def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
         for turn in range(m.turn + 1):
             messages.append({"role": "user", "content": question.turns[turn]})
             if turn < m.turn:
-                messages.append({"role": "assistant", "content": answers["turns"][turn]})
-        prefix = chat_prompt(target.tokenizer, messages) + answers["token_ids"][m.turn][: m.index]
+                messages.append({"role": "assistant", "content": answers.turns[turn]})
+        prefix = chat_prompt(target.tokenizer, messages) + answers.token_ids[m.turn][: m.index]
         with torch.inference_mode():
             logits = target.model(torch.tensor([prefix], device=target.model.device)).logits[0, -1].float()
         m.margin = float(logits[m.expected] - logits[m.got])
@@ -157,8 +151,8 @@ def check_run(run_dir: Path, margins: bool = True) -> tuple[str, bool]:
 def compare_runs(first_dir: Path, second_dir: Path) -> tuple[str, bool]:
     """Two runs of the same settings (one idle and one beside other work, say): per method and temperature, how
     many records have the same token ids and the same accept lengths in every turn. Timings are not compared."""
-    first = {record_key(r): r["choices"][0] for r in read_records(first_dir)}
-    second = {record_key(r): r["choices"][0] for r in read_records(second_dir)}
+    first = {r.key(): r.choice for r in read_records(first_dir)}
+    second = {r.key(): r.choice for r in read_records(second_dir)}
     shared = sorted(first.keys() & second.keys(), key=str)
     if not shared:
         raise SpecbenchError(f"{first_dir} and {second_dir} have no record in common")
@@ -167,8 +161,8 @@ def compare_runs(first_dir: Path, second_dir: Path) -> tuple[str, bool]:
         a, b = first[key], second[key]
         count = counts.setdefault((key[0], key[2]), [0, 0, 0])
         count[0] += 1
-        count[1] += a["token_ids"] == b["token_ids"]
-        count[2] += a["accept_lengths"] == b["accept_lengths"]
+        count[1] += a.token_ids == b.token_ids
+        count[2] += a.accept_lengths == b.accept_lengths
     lines = [f"{'method':<20} {'T':>4}  same token ids  same accept lengths"]
     for (method, temperature), (total, tokens, accepts) in sorted(counts.items()):
         lines.append(f"{method:<20} {temperature:>4g}  {tokens:>6}/{total:<7} {accepts:>8}/{total}")

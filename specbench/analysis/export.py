@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from specbench.errors import SpecbenchError
+from specbench.run.record import Record
 from specbench.run.records import read_records, read_run_info
 
 FORMATS = ("spec-bench",)
@@ -45,22 +46,22 @@ def model_id(target: str, method: str, dtype: str, temperature: float, batch_siz
     return f"{Path(target).name.lower()}-{method}-{dtype}-temp-{temperature:g}{batch}".replace("/", "_")
 
 
-def _answer(record: dict[str, Any], model: str, fallback_time: float) -> dict[str, Any]:
-    choice = record["choices"][0]
-    key = f"{record['method']}/{record['task']}/{record['question_id']}/{record['temperature']}/{record.get('repeat', 0)}"
-    if int(record.get("batch_size", 1)) > 1:
-        key += f"/bs{record['batch_size']}"
+def _answer(record: Record, model: str, fallback_time: float) -> dict[str, Any]:
+    choice = record.choice
+    key = f"{record.method}/{record.task}/{record.question_id}/{record.temperature}/{record.repeat}"
+    if record.batch_size > 1:
+        key += f"/bs{record.batch_size}"
     return {
-        "question_id": record["question_id"],
-        "category": record.get("category") or record["task"],  # speed.py selects tasks by category
+        "question_id": record.question_id,
+        "category": record.task_category,  # speed.py selects tasks by category
         "answer_id": hashlib.sha1(key.encode()).hexdigest()[:22],  # deterministic: the same run exports the same
         "model_id": model,
         "choices": [{
-            "index": 0, "turns": choice["turns"], "decoding_steps": choice["decoding_steps"],
-            "new_tokens": choice["new_tokens"], "wall_time": choice["wall_time"],
-            "accept_lengths": [a for turn in choice["accept_lengths"] for a in turn],
+            "index": 0, "turns": choice.turns, "decoding_steps": choice.decoding_steps,
+            "new_tokens": choice.new_tokens, "wall_time": choice.wall_time,
+            "accept_lengths": [a for turn in choice.accept_lengths for a in turn],
         }],
-        "tstamp": record.get("tstamp", fallback_time),
+        "tstamp": record.tstamp or fallback_time,  # records from before tstamp was kept: the run's start
     }
 
 
@@ -72,17 +73,16 @@ def answer_files(run_dir: Path, out: Path) -> list[AnswerFile]:
     target = info.get("settings", {}).get("target", "model")
     dtype = info.get("environment", {}).get("dtype", "float32")
     started = Path(run_dir / "run.json").stat().st_mtime if (run_dir / "run.json").is_file() else 0.0
-    repeats = {int(r.get("repeat", 0)) for r in records}
-    task_order = list(dict.fromkeys(r["task"] for r in records))
-    groups: dict[tuple[str, float, int, int], list[dict[str, Any]]] = {}
+    repeats = {r.repeat for r in records}
+    task_order = list(dict.fromkeys(r.task for r in records))
+    groups: dict[tuple[str, float, int, int], list[Record]] = {}
     for r in records:
-        key = (r["method"], float(r["temperature"]), int(r.get("repeat", 0)), int(r.get("batch_size", 1)))
-        groups.setdefault(key, []).append(r)
+        groups.setdefault((r.method, r.temperature, r.repeat, r.batch_size), []).append(r)
     files = []
     for (method, temperature, repeat, batch_size), rows in sorted(groups.items()):
         # reorg_answer_file sorts by question id; our ids may repeat across tasks, so tasks stay in run order
-        rows.sort(key=lambda r: (task_order.index(r["task"]), isinstance(r["question_id"], str),
-                                 r["question_id"] if isinstance(r["question_id"], int) else str(r["question_id"])))
+        rows.sort(key=lambda r: (task_order.index(r.task), isinstance(r.question_id, str),
+                                 r.question_id if isinstance(r.question_id, int) else str(r.question_id)))
         model = model_id(target, method, dtype, temperature, batch_size)
         folder = out / f"run_{repeat + 1}" if len(repeats) > 1 else out
         files.append(AnswerFile(folder / f"{model}.jsonl", method, temperature, repeat,

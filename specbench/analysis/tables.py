@@ -3,32 +3,30 @@ intervals over repeats), throughput at batch sizes, and their Markdown and LaTeX
 says how each number is computed)."""
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 from scipy.stats import t as student_t
 
+from specbench.run.record import Record
 
-def per_question_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+
+def per_question_frame(records: list[Record]) -> pd.DataFrame:
     rows = []
     for r in records:
-        choice = r["choices"][0]
+        choice = r.choice
         rows.append({
-            "method": r["method"], "lossless": r.get("lossless", True), "task": r["task"],
-            "category": r.get("category") or r["task"],
-            "device": (r.get("worker") or {}).get("device", ""),  # records before workers were named: one kind
-            "repeat": int(r.get("repeat", 0)),
-            "batch_size": int(r.get("batch_size", 1)), "batch_index": (r.get("batch") or {}).get("index", -1),
+            "method": r.method, "lossless": r.lossless, "task": r.task, "category": r.task_category,
+            "device": r.worker.device if r.worker else "",  # records before workers were named: one kind
+            "repeat": r.repeat, "batch_size": r.batch_size, "batch_index": r.batch.index if r.batch else -1,
             # the wall time of the batches this question took part in (its own, alone); max over a batch's records
             # is the batch's, since a question with fewer turns sat out the later batches
-            "batch_wall_time": sum(choice.get("batch_wall_time", choice["wall_time"])),
-            "temperature": float(r["temperature"]), "question_id": str(r["question_id"]),
-            "new_tokens": sum(choice["new_tokens"]), "wall_time": sum(choice["wall_time"]),
-            "steps": sum(choice["decoding_steps"]),
-            "draft_time": sum(choice.get("draft_time", [0.0])), "verify_time": sum(choice.get("verify_time", [0.0])),
-            "accept_lengths": [a for turn in choice["accept_lengths"] for a in turn],
+            "batch_wall_time": sum(choice.batch_wall_time if choice.batch_wall_time is not None else choice.wall_time),
+            "temperature": r.temperature, "question_id": str(r.question_id),
+            "new_tokens": sum(choice.new_tokens), "wall_time": sum(choice.wall_time),
+            "steps": sum(choice.decoding_steps), "draft_time": sum(choice.draft_time),
+            "verify_time": sum(choice.verify_time),
+            "accept_lengths": [a for turn in choice.accept_lengths for a in turn],
             # per turn, for a batch's own counts: its forwards and forward time are those of its longest row
-            "turn_steps": tuple(choice["decoding_steps"]), "turn_verify_time": tuple(choice.get("verify_time", [])),
+            "turn_steps": tuple(choice.decoding_steps), "turn_verify_time": tuple(choice.verify_time),
         })
     return pd.DataFrame(rows)
 

@@ -1,6 +1,7 @@
 """python -m specbench run | report | export | check | list | bench | train | distill | datastore"""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -20,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
         print("specbench: interrupted (finished records are kept; rerun with the same --out to resume)",
               file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of our output left (`specbench list | head`): no message, as a shell tool
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit flush cannot fail too
+        return 141  # 128 + SIGPIPE
     except OSError as exc:  # the disk, not the input: a full disk, no permission, a folder removed under us
         resume = "; finished records are kept: rerun the same command to resume" if args.command == "run" else ""
         print(f"specbench: error: {os_error(exc)}{resume}", file=sys.stderr)

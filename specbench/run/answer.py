@@ -14,6 +14,7 @@ from specbench.decode.engine import context_limit, generate_batch
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import LoadedModel, chat_prompt
 from specbench.errors import SpecbenchError
+from specbench.run.record import Choice
 from specbench.run.tasks import Question
 
 
@@ -25,13 +26,11 @@ def question_seed(seed: int, task: str, question_id: Any, turn: int, repeat: int
 def answer_questions(
     target: LoadedModel, drafters: list[Drafter], questions: list[Question], task: str, sampling: Sampling,
     max_new_tokens: int, seed: int, repeat: int = 0,
-) -> list[dict[str, Any]]:
+) -> list[Choice]:
     """Decode every turn of the questions, question i with drafters[i]; later turns see the earlier answers. With
     several questions, turn k of all of them is one batch (generate_batch) and each choice also keeps that batch's
     wall time per turn (batch_wall_time), from which throughput is computed."""
-    keys = ("turns", "new_tokens", "wall_time", "accept_lengths", "decoding_steps", "token_ids", "draft_time",
-            "verify_time", "stop_reason") + (("batch_wall_time",) if len(questions) > 1 else ())
-    choices: list[dict[str, list]] = [{k: [] for k in keys} for _ in questions]
+    choices = [Choice(batch_wall_time=[] if len(questions) > 1 else None) for _ in questions]
     messages: list[list[dict[str, str]]] = [[] for _ in questions]
     for turn in range(max(len(q.turns) for q in questions)):
         rows = [i for i, q in enumerate(questions) if turn < len(q.turns)]
@@ -52,24 +51,24 @@ def answer_questions(
             choice = choices[i]
             answer = target.tokenizer.decode(result.token_ids, skip_special_tokens=True)
             messages[i].append({"role": "assistant", "content": answer})
-            choice["turns"].append(answer)
-            choice["new_tokens"].append(len(result.token_ids))
-            choice["wall_time"].append(round(result.wall_time, 6))
-            choice["accept_lengths"].append(result.accept_lengths)
-            choice["decoding_steps"].append(len(result.accept_lengths))
-            choice["token_ids"].append(result.token_ids)
-            choice["draft_time"].append(round(sum(result.draft_times), 6))
-            choice["verify_time"].append(round(sum(result.verify_times), 6))
-            choice["stop_reason"].append(result.stop_reason)
-            if "batch_wall_time" in choice:
-                choice["batch_wall_time"].append(round(batch_wall, 6))
+            choice.turns.append(answer)
+            choice.new_tokens.append(len(result.token_ids))
+            choice.wall_time.append(round(result.wall_time, 6))
+            choice.accept_lengths.append(result.accept_lengths)
+            choice.decoding_steps.append(len(result.accept_lengths))
+            choice.token_ids.append(result.token_ids)
+            choice.draft_time.append(round(sum(result.draft_times), 6))
+            choice.verify_time.append(round(sum(result.verify_times), 6))
+            choice.stop_reason.append(result.stop_reason)
+            if choice.batch_wall_time is not None:
+                choice.batch_wall_time.append(round(batch_wall, 6))
     return choices
 
 
 def answer_question(
     target: LoadedModel, drafter: Drafter, question: Question, task: str, sampling: Sampling,
     max_new_tokens: int, seed: int, repeat: int = 0,
-) -> dict[str, Any]:
+) -> Choice:
     """Decode every turn of one question; later turns see the earlier answers."""
     return answer_questions(target, [drafter], [question], task, sampling, max_new_tokens, seed, repeat)[0]
 

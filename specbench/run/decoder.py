@@ -18,6 +18,7 @@ from specbench.decode.target import load_model
 from specbench.run.answer import answer_questions, check_prompts_fit, warm_up
 from specbench.run.cost_store import Machine, read_stored_costs, store_costs
 from specbench.run.plan import Job, RunConfig
+from specbench.run.record import BatchPlace, Record, Worker
 from specbench.run.records import environment
 from specbench.run.registry import BuildContext, MethodInfo
 from specbench.run.tasks import Question
@@ -78,7 +79,7 @@ class Decoder:
         warm_up(self.target, self.drafters, next((qs[0] for qs in questions.values() if qs), None),
                 self.cfg.warmup_tokens, tuple(self.cfg.batch_sizes))
 
-    def decode(self, job: Job) -> Iterator[dict[str, Any]]:
+    def decode(self, job: Job) -> Iterator[Record]:
         """Each method's records for the job (one per question), as soon as that method has answered every turn
         of every question. A batch is always decoded whole, so its timing is that of the batch size asked for."""
         cfg = self.cfg
@@ -90,17 +91,11 @@ class Decoder:
                                        self.budgets[job.task], cfg.seed, job.repeat)
             finished = time.time()  # when the answers were finished (Spec-Bench's answer files keep it)
             for question, choice in zip(job.questions, choices):
-                record = {
-                    "method": name, "lossless": method.lossless, "task": job.task,
-                    "temperature": job.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
-                    "question_id": question.question_id, "category": question.category, "target": cfg.target,
-                    "seed": cfg.seed, "max_new_tokens": self.budgets[job.task],
-                    "drafter_state": drafter.state_scope, "repeat": job.repeat,
-                }
-                if job.batch_size > 1:
-                    record["batch_size"] = job.batch_size
-                    record["batch"] = {"index": job.batch_index, "size": len(job.questions)}
-                record["choices"] = [choice]
-                record["tstamp"] = finished
-                record["worker"] = {"id": self.info.worker, "host": self.info.host, "device": self.info.device}
-                yield record
+                yield Record(
+                    method=name, task=job.task, temperature=job.temperature, question_id=question.question_id,
+                    choice=choice, lossless=method.lossless, top_p=cfg.top_p, top_k=cfg.top_k,
+                    category=question.category, target=cfg.target, seed=cfg.seed,
+                    max_new_tokens=self.budgets[job.task], drafter_state=drafter.state_scope, repeat=job.repeat,
+                    batch_size=job.batch_size,
+                    batch=BatchPlace(job.batch_index, len(job.questions)) if job.batch_size > 1 else None,
+                    tstamp=finished, worker=Worker(self.info.worker, self.info.host, self.info.device))

@@ -22,6 +22,7 @@ from specbench.errors import SpecbenchError
 from specbench.run.decoder import Decoder
 from specbench.run.load import LoadLog
 from specbench.run.plan import Job, RunConfig, RunPlan
+from specbench.run.record import Record
 from specbench.run.writer import RunWriter
 
 NAMESPACE = "specbench"
@@ -46,7 +47,7 @@ class DecodeWorker:
     def setup(self, plan: RunPlan, costs: dict[str, Any]) -> None:
         self.decoder.setup(plan.methods, CostModel.from_dict(costs, "the run's costs"), plan.questions)
 
-    def decode(self, job: Job) -> list[dict[str, Any]]:
+    def decode(self, job: Job) -> list[Record]:
         return list(self.decoder.decode(job))
 
 

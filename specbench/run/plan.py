@@ -10,7 +10,8 @@ from specbench.decode.cost_model import CostModel, read_cost_model
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import DEFAULT_TARGET
 from specbench.errors import SpecbenchError
-from specbench.run.records import RECORDS, check_resumable, read_records, read_run_info, record_key
+from specbench.run.record import record_key
+from specbench.run.records import RECORDS, check_resumable, read_records, read_run_info
 from specbench.run.registry import MethodInfo, select_methods
 from specbench.run.tasks import Question, QuestionSelection, Task, resolve_questions
 
@@ -137,7 +138,7 @@ def plan_jobs(cfg: RunConfig, methods: list[MethodInfo], tasks: list[Task], ques
         shift = index % len(methods)
         order = [m.name for m in methods[shift:] + methods[:shift]]
         todo = [m for m in order if any(
-            (m, task.name, float(temperature), str(q.question_id), repeat, size) not in done for q in batch)]
+            record_key(m, task.name, temperature, q.question_id, repeat, size) not in done for q in batch)]
         if todo:
             jobs.append(Job(temperature, task.name, batch, repeat, todo, size, batch_index))
     return jobs
@@ -161,5 +162,5 @@ def plan_run(cfg: RunConfig) -> RunPlan:
     budgets = {t.name: cfg.max_new_tokens or t.max_new_tokens for t in tasks}
     check_resumable(cfg.out, cfg.settings())
     costs = stored_costs(cfg)
-    done = {record_key(r) for r in read_records(cfg.out)} if (cfg.out / RECORDS).is_file() else set()
+    done = {r.key() for r in read_records(cfg.out)} if (cfg.out / RECORDS).is_file() else set()
     return RunPlan(methods, questions, budgets, plan_jobs(cfg, methods, tasks, questions, done), costs)

@@ -15,33 +15,30 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from specbench.errors import SpecbenchError
+from specbench.run.record import Record
 
 RECORDS = "records.jsonl"
 RUN_INFO = "run.json"
 
 
-def record_key(record: dict[str, Any]) -> tuple:
-    return (record["method"], record["task"], float(record["temperature"]), str(record["question_id"]),
-            int(record.get("repeat", 0)), int(record.get("batch_size", 1)))
-
-
-def read_records(out: Path) -> list[dict[str, Any]]:
+def read_records(out: Path) -> list[Record]:
     path = out / RECORDS
     if not path.is_file():
         raise SpecbenchError(f"{out}: no {RECORDS} (not a specbench run directory)")
     return list(_complete_lines(path))
 
 
-def _complete_lines(path: Path) -> Iterator[dict[str, Any]]:
+def _complete_lines(path: Path) -> Iterator[Record]:
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.endswith("\n"):
                 return  # a line cut by a kill: not a finished record
             if line.strip():
                 try:
-                    yield json.loads(line)
+                    raw = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise SpecbenchError(f"{path}:{number}: invalid JSON ({exc.msg})") from None
+                yield Record.from_json(raw, f"{path}:{number}")
 
 
 class RecordWriter:
@@ -52,7 +49,7 @@ class RecordWriter:
         self.path = out / RECORDS
         if self.path.is_file():
             self._drop_cut_tail()
-            self.done = {record_key(r) for r in _complete_lines(self.path)}
+            self.done = {r.key() for r in _complete_lines(self.path)}
         else:
             self.done = set()
 
@@ -62,10 +59,10 @@ class RecordWriter:
             with self.path.open("r+b") as handle:
                 handle.truncate(data.rfind(b"\n") + 1)
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: Record) -> None:
         """Append one whole line. On a failed write (full disk, vanished folder) the part written is cut off again
         where possible, so the file keeps whole records only, and the error names the file."""
-        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        line = (json.dumps(record.to_json(), ensure_ascii=False) + "\n").encode("utf-8")
         try:
             with self.path.open("ab") as handle:
                 size = handle.tell()
@@ -78,7 +75,7 @@ class RecordWriter:
                     raise
         except OSError as exc:
             raise OSError(exc.errno, exc.strerror, str(self.path)) from None
-        self.done.add(record_key(record))
+        self.done.add(record.key())
 
 
 def _cut(handle: Any, size: int) -> None:

@@ -8,7 +8,8 @@ from typing import Any, Iterable
 
 from specbench.decode.cost_model import CostModel
 from specbench.run.load import LoadLog
-from specbench.run.records import RecordWriter, check_same_hardware, record_key, write_load_log, write_run_info
+from specbench.run.record import Record
+from specbench.run.records import RecordWriter, check_same_hardware, write_load_log, write_run_info
 
 
 class RunWriter:
@@ -19,11 +20,11 @@ class RunWriter:
         self.out = out
         self.records = RecordWriter(out)
 
-    def add(self, records: Iterable[dict[str, Any]]) -> None:
+    def add(self, records: Iterable[Record]) -> None:
         """Each record not yet in the folder: a batch cut short by a stop, or a question requeued after a worker
         died, is decoded whole again and its finished records come back twice."""
         for record in records:
-            if record_key(record) not in self.records.done:
+            if record.key() not in self.records.done:
                 self.records.write(record)
 
     def write_load(self, log: LoadLog) -> None:
