@@ -13,26 +13,22 @@ from specbench.errors import SpecbenchError
 
 def cmd_run(args: argparse.Namespace) -> int:
     from specbench.analysis.report import build_report, check_report_dir
+    from specbench.run.plan import RunConfig
     from specbench.run.records import read_run_info
-    from specbench.run.runner import RunConfig, run
+    from specbench.run.runner import run
 
     out = args.out or Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
     report_dir = args.report_dir or Path("reports") / out.name
     check_report_dir(report_dir, read_run_info(out).get("started"))  # before hours of decoding, not after
-    selection = question_selection(args)
     cfg = RunConfig(
-        out=out, methods=args.methods, tasks=args.tasks, suite=args.suite, question_files=selection.question_files,
-        category_map=selection.category_map, task_files=args.task_files, question_begin=args.question_begin,
-        question_end=args.question_end, baseline=not args.no_baseline, temperatures=args.temperatures,
-        top_p=args.top_p, top_k=args.top_k, limit=args.limit, max_new_tokens=args.max_new_tokens, source=args.source,
-        question_dir=args.question_dir, target=args.target, draft=args.draft, options=parse_options(args.opt),
+        out=out, methods=args.methods, questions=question_selection(args), baseline=not args.no_baseline,
+        temperatures=args.temperatures, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
+        target=args.target, draft=args.draft, options=parse_options(args.opt),
         seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=args.runtime,
         cost_curve=args.cost_curve, measure_costs=args.measure_costs, workers=args.workers,
         ray_address=args.ray_address,
         batch_sizes=parse_batch_sizes(args.batch_size),
     )
-    if args.workers < 1:
-        raise SpecbenchError(f"--workers must be >= 1, got {args.workers}")
     if cfg.method_names() != cfg.methods:
         print("vanilla is not among --methods: it runs as the baseline, interleaved like the others "
               "(--no-baseline skips it)", file=sys.stderr)

@@ -102,8 +102,6 @@ def start_workers(cfg: RunConfig, plan: RunPlan, may_store: bool) -> tuple[list[
 def run_distributed(cfg: RunConfig, plan: RunPlan, log: LoadLog) -> Path:
     """The load is read once, as the run starts (log): the workers are processes of their own, so they would count
     as other work in any later reading."""
-    if cfg.workers < 1:
-        raise SpecbenchError(f"--workers must be >= 1, got {cfg.workers}")
     ray = _ray()
     ours = not ray.is_initialized()  # a cluster this run started is shut down with it
     try:

@@ -20,22 +20,13 @@ from specbench.run.tasks import Question, QuestionSelection, Task, resolve_quest
 class RunConfig:
     out: Path
     methods: list[str] = field(default_factory=lambda: ["vanilla", "pld"])
-    tasks: list[str] = field(default_factory=lambda: ["all"])
-    suite: str | None = None
-    question_files: list[Path] = field(default_factory=list)
-    category_map: dict[str, list[str]] = field(default_factory=dict)
-    task_files: list[Path] = field(default_factory=list)
-    question_begin: int | None = None
-    question_end: int | None = None
+    questions: QuestionSelection = field(default_factory=QuestionSelection)
     baseline: bool = True  # add vanilla when it is not among the methods: speedups need it
     temperatures: list[float] = field(default_factory=lambda: [0.0, 1.0])
     top_p: float = 1.0
     top_k: int = 0
-    limit: int | None = None
     repeats: int = 1  # decode every question this many times (interleaved), for intervals on the tables
     max_new_tokens: int | None = None  # None: each task's default
-    source: str = "auto"
-    question_dir: Path | None = None
     target: str = DEFAULT_TARGET
     draft: str | None = None
     options: dict[str, str] = field(default_factory=dict)
@@ -52,23 +43,14 @@ class RunConfig:
     progress: bool = True
 
     def settings(self) -> dict[str, Any]:
-        values = asdict(self)
+        values = {**asdict(self), **self.questions.settings()}
+        del values["questions"]
         # How a run is spread, and whether its costs were measured anew, does not change what it decodes.
         for local in ("progress", "workers", "ray_address", "measure_costs"):
             values.pop(local)
         if values["batch_sizes"] == [1]:  # runs from before batching resume unchanged
             values.pop("batch_sizes")
-        if self.question_dir is not None:  # the same questions whatever the working directory of a resume
-            values["question_dir"] = str(self.question_dir.resolve())
-        for key in ("question_files", "task_files"):
-            values[key] = [str(Path(p).resolve()) for p in values[key]]
         return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
-
-    def selection(self) -> QuestionSelection:
-        return QuestionSelection(
-            tasks=self.tasks, suite=self.suite, question_files=list(self.question_files),
-            category_map=dict(self.category_map), task_files=list(self.task_files), source=self.source,
-            question_dir=self.question_dir, limit=self.limit, begin=self.question_begin, end=self.question_end)
 
     def method_names(self) -> list[str]:
         """The methods decoded: those asked for, with vanilla first when it is missing and the baseline is on."""
@@ -84,13 +66,15 @@ def validate(cfg: RunConfig) -> tuple[list[MethodInfo], dict[str, tuple[Task, li
     if cfg.repeats <= 0:
         raise SpecbenchError(f"--repeats must be > 0, got {cfg.repeats}")
     if not cfg.batch_sizes or min(cfg.batch_sizes) <= 0:
-        raise SpecbenchError(f"--batch-size must be a list of sizes > 0, got {cfg.batch_sizes}")
+        raise SpecbenchError(f"--batch-size {','.join(map(str, cfg.batch_sizes))}: batch sizes must be > 0")
+    if cfg.workers < 1:
+        raise SpecbenchError(f"--workers must be >= 1, got {cfg.workers}")
     for t in cfg.temperatures:
         try:
             Sampling(t, cfg.top_p, cfg.top_k)
         except ValueError as exc:
             raise SpecbenchError(str(exc)) from None
-    return methods, {task.name: (task, questions) for task, questions in resolve_questions(cfg.selection())}
+    return methods, {task.name: (task, questions) for task, questions in resolve_questions(cfg.questions)}
 
 
 def stored_costs(cfg: RunConfig) -> CostModel | None:

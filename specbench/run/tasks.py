@@ -57,6 +57,17 @@ class QuestionSelection:
     begin: int | None = None  # Spec-Bench's --question-begin/--question-end: a slice of the question file's lines
     end: int | None = None
 
+    def settings(self) -> dict[str, Any]:
+        """As run.json keeps it (selection_from_settings reads it back): paths absolute, so that a resume selects
+        the same questions whatever its working directory."""
+        return {
+            "tasks": list(self.tasks), "suite": self.suite,
+            "question_files": [str(Path(p).resolve()) for p in self.question_files],
+            "category_map": dict(self.category_map), "task_files": [str(Path(p).resolve()) for p in self.task_files],
+            "question_begin": self.begin, "question_end": self.end, "limit": self.limit, "source": self.source,
+            "question_dir": str(self.question_dir.resolve()) if self.question_dir is not None else None,
+        }
+
 
 def _task_from_spec(spec: Any, where: str, origin: str | None = None) -> Task:
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"].strip():
