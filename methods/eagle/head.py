@@ -8,18 +8,15 @@ from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from specbench.errors import SpecbenchError
+from specbench.methods.common.official import CONFIG_KEYS
 
 # What the head reads at position t, by variant: (token offset, uses token, uses feature).
 # "shifted" is EAGLE: token t+1 with feature t. The others are the paper's ablations.
 INPUTS = {"shifted": (1, True, True), "unshifted": (0, True, True), "feature": (0, False, True), "token": (1, True, False)}
-HEAD_CONFIG_KEYS = (
-    "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps",
-    "max_position_embeddings", "vocab_size", "hidden_act", "rope_parameters", "attention_bias", "mlp_bias",
-)
 
 
 def head_config(target_config, inputs: str = "shifted") -> LlamaConfig:
-    values = {k: getattr(target_config, k) for k in HEAD_CONFIG_KEYS if getattr(target_config, k, None) is not None}
+    values = {k: getattr(target_config, k) for k in CONFIG_KEYS if getattr(target_config, k, None) is not None}
     config = LlamaConfig(**values, num_hidden_layers=1)
     config._attn_implementation = "sdpa"
     config.bias = True
