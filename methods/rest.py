@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from specbench.decode.draft import DecodeContext, Draft, Drafter
 from specbench.errors import SpecbenchError
-from specbench.methods.common.datastore import Datastore, Range, open_datastore
+from specbench.methods.common.datastore import Datastore, Range, build_datastore, open_datastore
 from specbench.methods.common.frequency_tree import speculate
 from specbench.run.registry import BuildContext, MethodInfo
 
@@ -49,3 +49,6 @@ def build(ctx: BuildContext) -> Drafter:
 METHODS = [MethodInfo("rest", "REST (He et al. 2024): the most frequent continuations of the longest suffix (16..2 "
                       "tokens) found in a datastore of training replies (suffix array), a trie of up to 16 tokens",
                       True, build)]
+
+# `python -m specbench datastore build` finds it here; samd reads the same datastore.
+DATASTORES = {"retrieval datastore (rest, samd)": build_datastore}
