@@ -3,7 +3,7 @@ ratios stay honest.
 
 On a CPU, speculation lives on forwards over a few tokens (1 to 32), and there the best matrix-product kernel
 depends on the token count. Measured on a 2-core AVX2 EPYC for SmolLM2-135M's 30 decoder layers (210 products,
-425 MB of fp32 weights, ms; reports/cost/linear_kernels.txt, from `python scripts/linear_kernels.py`, which prints
+425 MB of fp32 weights, ms; reports/cost/linear_kernels.txt, from `python scripts/figures/linear_kernels.py`, which prints
 this table on any machine):
 
     rows              1    2    4    8   12   16   24   32

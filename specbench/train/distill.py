@@ -64,7 +64,7 @@ class DistillConfig:
     temperature: float = 0.0  # 0 = greedy replies
     second_turn_share: float = 0.0  # fraction of conversations that get a follow-up turn
     batch_size: int = 32  # rows decoded at once; only padding depends on it
-    # How the decode loop spends its time (none changes a reply; scripts/distill_batching.py measures them):
+    # How the decode loop spends its time (none changes a reply; scripts/figures/distill_batching.py measures them):
     # the static cache grows by this many positions at a time: attention reads every position of the cache, written
     # or not, so one sized for the longest reply from the start would cost those reads at every step;
     cache_block: int = 64

@@ -4,7 +4,7 @@ batch had finished, batches cut by count alone) and as it runs now (the cache gr
 long prompts batched apart). Prints reply tokens per second of each, features included, and whether the replies
 are identical (none of these settings may change one).
 
-    python scripts/distill_batching.py --prompts 96 --reply-tokens 256 --threads 1
+    python scripts/figures/distill_batching.py --prompts 96 --reply-tokens 256 --threads 1
 """
 from __future__ import annotations
 

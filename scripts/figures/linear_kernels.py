@@ -2,7 +2,7 @@
 kernel rule (specbench/decode/runtime.py, `pick_kernel`). Rounds interleave the kernels so that drift hits them alike;
 each cell is the fastest of all rounds.
 
-    python scripts/linear_kernels.py [--target NAME] [--rounds 3]
+    python scripts/figures/linear_kernels.py [--target NAME] [--rounds 3]
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 step, wall time per emitted token and tokens per step (τ), over every task and turn at one temperature.
 
 Steps include each turn's prefill, as the run timed them. Usage:
-    python scripts/step_costs.py RUN_DIR [--temperature 0]
+    python scripts/figures/step_costs.py RUN_DIR [--temperature 0]
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 generate in batches, then a second batched prefill for the features) against `specbench distill` (one pass, static
 cache, features from the generation's own forwards). Prints reply tokens per second of each, features included.
 
-    python scripts/distill_throughput.py --prompts 64 --reply-tokens 128
+    python scripts/figures/distill_throughput.py --prompts 64 --reply-tokens 128
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Wall time of the same run in one process and on N Ray workers, side by side (issue: distributed sweeps).
 
-    python scripts/ray_scaling.py --workers 2                      # the tiny-model test run (a random Llama)
-    python scripts/ray_scaling.py --workers 2 --target smollm2-135m-instruct --methods vanilla,pld --limit 3
+    python scripts/figures/ray_scaling.py --workers 2                      # the tiny-model test run (a random Llama)
+    python scripts/figures/ray_scaling.py --workers 2 --target smollm2-135m-instruct --methods vanilla,pld --limit 3
 
 Each run is a fresh `python -m specbench run` process, timed from start to exit (model loading, Ray start-up and
 worker start-up included: what a user waits for). Prints both wall times, their ratio, the CPU, and whether the
@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from specbench.decode.costs import cpu_description  # noqa: E402

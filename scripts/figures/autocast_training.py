@@ -2,8 +2,8 @@
 schedule) trained twice on a feature cache, in fp32 and with `--autocast`. Prints training positions per second
 and held-out top-1 of each (held-out evaluation runs in fp32 in both).
 
-    python scripts/autocast_training.py eagle --features DIR --max-tokens 300000 --threads 1
-    python scripts/autocast_training.py eagle3 --features DIR --max-tokens 30000 --threads 1
+    python scripts/figures/autocast_training.py eagle --features DIR --max-tokens 300000 --threads 1
+    python scripts/figures/autocast_training.py eagle3 --features DIR --max-tokens 30000 --threads 1
 """
 from __future__ import annotations
 

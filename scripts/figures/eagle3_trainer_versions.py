@@ -3,7 +3,7 @@ methods/eagle3/training.py, on the same batches in one run (alternated: other, t
 fused layers. Prints each run, the ratio of the means, and the losses (equal when the two compute the same loss).
 
     git show 04fb160:methods/eagle3/training.py > /tmp/training_04fb160.py
-    python scripts/eagle3_trainer_versions.py --features FEATURES --other /tmp/training_04fb160.py --threads 1
+    python scripts/figures/eagle3_trainer_versions.py --features FEATURES --other /tmp/training_04fb160.py --threads 1
 """
 from __future__ import annotations
 

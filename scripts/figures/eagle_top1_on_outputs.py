@@ -2,7 +2,7 @@
 
 The training log's held-out top-1 is measured on the training data's reference replies; this measures the same
 quantity on what the target actually writes, which is what decides τ. Usage:
-    python scripts/eagle_top1_on_outputs.py RUN_DIR [--head FOLDER] [--question-dir ../shared/data/tasks]
+    python scripts/figures/eagle_top1_on_outputs.py RUN_DIR [--head FOLDER] [--question-dir ../shared/data/tasks]
         [--temperature T]
 (first turns only; the prompt is rebuilt from the question file through the chat template, as the runner does).
 With --temperature T > 0 it reads the run's vanilla turns sampled at T and scores, at each position, the

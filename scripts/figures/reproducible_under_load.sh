@@ -2,7 +2,7 @@
 # Two fresh runs of the same settings on this machine, the first idle and the second beside two busy processes,
 # each getting its costs the default way (a fresh cost store: the idle run measures and stores them, the loaded
 # run reuses them), then `check --against`: the same token ids and accept lengths, record by record.
-# Usage: bash scripts/reproducible_under_load.sh OUT_DIR [extra run arguments]
+# Usage: bash scripts/figures/reproducible_under_load.sh OUT_DIR [extra run arguments]
 set -euo pipefail
 out=${1:?usage: $0 OUT_DIR [run arguments]}
 shift

@@ -2,7 +2,7 @@
 per batch (the earlier path) against the cache's fused layers (`add_layer_features`, added here first when the
 cache lacks them). Prints training positions per second of each and their ratio, with the machine.
 
-    python scripts/eagle3_train_throughput.py --features results/features/smollm2-self-t0 --batches 12
+    python scripts/figures/eagle3_train_throughput.py --features results/features/smollm2-self-t0 --batches 12
 """
 from __future__ import annotations
 

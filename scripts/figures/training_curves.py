@@ -2,7 +2,7 @@
 
 Every head's trainer appends one line per held-out evaluation to OUT/log.jsonl (positions seen, hours, held-out
 losses and top-1). Usage:
-    python scripts/training_curves.py HEAD_FOLDER [HEAD_FOLDER ...] [--label NAME ...] [--at 2e6,4e6]
+    python scripts/figures/training_curves.py HEAD_FOLDER [HEAD_FOLDER ...] [--label NAME ...] [--at 2e6,4e6]
         [--metric heldout_top1] [--plot curves.png]
 The table gives, for each head, the evaluation nearest each position of --at (default: every evaluation of the
 first head), so heads logged at slightly different positions are read at about the same point.
