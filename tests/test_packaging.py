@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import shutil
 import site
 import subprocess
 import sys
@@ -19,14 +20,22 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy without build/: setuptools reuses build/lib, where files of an older layout would linger and
+    # go into the wheel (a moved module would still seem packaged).
+    source = tmp_path_factory.mktemp("source") / "specbench"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns("build", ".git", ".venv", "results", "*.egg-info",
+                                                                "__pycache__", ".pytest_cache"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                    str(REPO)], check=True, capture_output=True)
+                    str(source)], check=True, capture_output=True)
     return next(out.glob("specbench-*.whl"))
 
 
 def test_wheel_carries_methods_tasks_and_shipped_drafters(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "specbench/methods/eagle.py" in names and "specbench/builtin_tasks/mt_bench.yaml" in names
+    for module in ("decode/engine.py", "run/runner.py", "analysis/report.py", "train/training.py", "cli/__init__.py",
+                   "methods/pld.py", "methods/eagle/__init__.py", "methods/eagle3/head.py", "methods/medusa/head.py",
+                   "methods/sps/draft_model.py", "methods/common/feature_tree.py", "builtin_tasks/mt_bench.yaml"):
+        assert f"specbench/{module}" in names
     for drafter in ("eagle/smollm2-135m-instruct/self-t0-12m", "eagle/smollm2-135m-instruct/self-t0-all",
                     "eagle/smollm2-135m-instruct/self-t0-6m",
                     "eagle/smollm2-135m-instruct/self-t0",
