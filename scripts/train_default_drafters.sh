@@ -86,7 +86,7 @@ if [[ $what == all || $what == self-t0-all ]]; then
     --opt "init=$HEADS/self-t0-6m"
 fi
 if [[ $what == all || $what == self-t0-12m ]]; then
-  # The default EAGLE head (methods/eagle.py DEFAULT_HEAD): from scratch on the whole dataset, one 12M-position
+  # The default EAGLE head (methods/eagle/checkpoint.py DEFAULT_HEAD): from scratch on the whole dataset, one 12M-position
   # schedule (about 2.2 passes) at lr 5e-4 in bf16 autocast; no earlier stage on fixed replies.
   python -m specbench train eagle "${DATASET[@]}" --dataset-chunks 67 --out "$HEADS/self-t0-12m" \
     --max-tokens 12000000 --lr 5e-4 --eval-every 200 --snapshot-tokens 2000000 --autocast bfloat16
