@@ -6,7 +6,6 @@ the task's field mapping, or from the task's embedded sample. Built-in tasks bel
 paper's six, the default) or `spec-bench` (Spec-Bench's six over its one question file)."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, Iterable
 import yaml
 
 from specbench.errors import SpecbenchError
+from specbench.jsonl import json_lines
 
 SOURCES = ("auto", "embedded", "files", "hf")
 DEFAULT_SUITE = "eagle"
@@ -153,17 +153,10 @@ def read_question_file(path: Path, need_category: bool = False) -> list[Question
     if not path.is_file():
         raise SpecbenchError(f"{path}: no such question file")
     questions = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SpecbenchError(f"{path}:{number}: invalid JSON ({exc.msg})") from None
-            if need_category and (not isinstance(raw, dict) or not str(raw.get("category") or "").strip()):
-                raise SpecbenchError(f"{path}:{number}: no 'category' (a question file's categories make its tasks)")
-            questions.append(_question(raw, f"{path}:{number}"))
+    for number, raw in json_lines(path):
+        if need_category and (not isinstance(raw, dict) or not str(raw.get("category") or "").strip()):
+            raise SpecbenchError(f"{path}:{number}: no 'category' (a question file's categories make its tasks)")
+        questions.append(_question(raw, f"{path}:{number}"))
     if not questions:
         raise SpecbenchError(f"{path}: no questions")
     ids = [q.question_id for q in questions]

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from specbench.decode.target import LoadedModel
 from specbench.errors import SpecbenchError
+from specbench.jsonl import json_lines
 
 MODES = ("fixed", "self")  # replies: the prompts' references, or written by the target itself (greedy)
 
@@ -55,17 +56,10 @@ def read_prompts(path: Path, seed: int) -> list[dict]:
     if not path.is_file():
         raise SpecbenchError(f"training prompts {path} not found")
     rows = []
-    with path.open() as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SpecbenchError(f"{path}:{number}: not JSON ({exc.msg})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("turns"), list) or not row["turns"]:
-                raise SpecbenchError(f"{path}:{number}: expected an object with a non-empty list 'turns'")
-            rows.append(row)
+    for number, row in json_lines(path):
+        if not isinstance(row, dict) or not isinstance(row.get("turns"), list) or not row["turns"]:
+            raise SpecbenchError(f"{path}:{number}: expected an object with a non-empty list 'turns'")
+        rows.append(row)
     random.Random(seed).shuffle(rows)
     return rows
 
