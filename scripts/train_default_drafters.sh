@@ -3,7 +3,7 @@
 # Each command resumes from its checkpoint when rerun (a session may be stopped at any time), and all of them
 # share two feature caches: 2,560 conversations of ../shared/data/train/prompts.jsonl with their fixed replies,
 # and 1,280 of them with replies the target wrote itself.
-# Usage: bash scripts/train_default_drafters.sh [all|eagle|self|ablations|medusa|sps|eagle3-640k|eagle3|self-t0|self-t0-6m|self-t0-all|self-t0-12m]
+# Usage: bash scripts/train_default_drafters.sh [all|eagle|self|ablations|medusa|sps|eagle3-640k|eagle3|self-t0|self-t0-6m|self-t0-all|self-t0-12m|fair|fair-<method>]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1
@@ -90,4 +90,18 @@ if [[ $what == all || $what == self-t0-12m ]]; then
   # schedule (about 2.2 passes) at lr 5e-4 in bf16 autocast; no earlier stage on fixed replies.
   python -m specbench train eagle "${DATASET[@]}" --dataset-chunks 67 --out "$HEADS/self-t0-12m" \
     --max-tokens 12000000 --lr 5e-4 --eval-every 200 --snapshot-tokens 2000000 --autocast bfloat16
+fi
+if [[ $what == all || $what == fair || $what == fair-* ]]; then
+  # The fair comparison (reports/fair): every trained drafter on the same conversations, positions, schedule, lr,
+  # batches and precision; nobody's lr or width was tuned.
+  # Budget 640k: the first 11 chunks of the self-distilled dataset, as `eagle3-640k` above (whose two heads,
+  # heads/eagle3/smollm2-135m-instruct-640k and heads/eagle/smollm2-135m-instruct/equal-data, are this budget's eagle3
+  # and eagle rows). Run one with `fair-<method>` (fair-medusa, fair-hydra, fair-sps).
+  FAIR=("${DISTILLED[@]}" --feature-layers 2,15,27 --max-tokens 640000 --lr 5e-4 --batch-tokens 2048 --eval-every 50)
+  for method in medusa hydra sps; do
+    if [[ $what == all || $what == fair || $what == "fair-$method" ]]; then
+      trainer=$method; [[ $method == sps ]] && trainer=sps-draft
+      python -m specbench train "$trainer" "${FAIR[@]}" --out "heads/$method/smollm2-135m-instruct/fair-640k"
+    fi
+  done
 fi

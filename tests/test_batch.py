@@ -34,7 +34,7 @@ from tests.test_distribution import (  # noqa: F401  (shared fixtures)
 )
 
 GREEDY_CASES = ["vanilla", "sps (chain with q)", "pld", "tree, candidates sampled from q", "eagle (dynamic tree)",
-                "eagle1 (static tree)", "medusa", "eagle3 (reduced draft vocabulary)", "lookahead",
+                "eagle1 (static tree)", "medusa", "hydra", "eagle3 (reduced draft vocabulary)", "lookahead",
                 "recycling (matrix per generation)", "suffix (tree per generation)",
                 "rest (datastore of the target's samples)", "samd (recycling fallback)"]
 
@@ -99,7 +99,7 @@ def sample_batched(target, prompt, drafter: Drafter, verify: VerifyFn | None = N
     return result
 
 
-BATCHED_LOSSLESS = ["vanilla", "sps (chain with q)", "pld", "eagle (dynamic tree)", "medusa", "lookahead"]
+BATCHED_LOSSLESS = ["vanilla", "sps (chain with q)", "pld", "eagle (dynamic tree)", "medusa", "hydra", "lookahead"]
 
 
 @pytest.mark.parametrize("name", BATCHED_LOSSLESS)

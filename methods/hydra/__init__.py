@@ -1,0 +1,99 @@
+"""Hydra (Ankner et al. 2024, "Hydra: Sequentially-Dependent Draft Heads for Medusa Decoding"): Medusa's draft
+heads made sequentially dependent. Head k reads the target's last hidden state and the embeddings of the token just
+emitted and of the k tokens drafted before it, so each candidate depends on its prefix (Medusa's do not). Drafting
+walks a static tree of ranks level by level: one batched head call per depth over the nodes that have children.
+
+Hydra++ recipe, where it fits: teacher distillation (trained on the target's distribution, `train hydra`'s default)
+and 4-block MLP heads. Not implemented: Hydra++'s prefix-attention layer over the context (it would need a cache of
+the drafter's own). Verification is the engine's lossless rule.
+"""
+from __future__ import annotations
+
+import torch
+
+from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult, parse_tree
+from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
+from specbench.errors import SpecbenchError
+from specbench.methods.common.shipped import trained_folder
+from specbench.methods.hydra.checkpoint import load_heads
+from specbench.methods.hydra.head import HydraHeads
+from specbench.methods.hydra.training import train
+from specbench.run.registry import BuildContext, MethodInfo
+
+# The heads shipped for the default target: the fair comparison's equal-budget set (heads/README.md).
+SHIPPED = "fair-640k"
+# Medusa's 10-node tree (methods/medusa), so that the two compare at the same verification cost.
+DEFAULT_TREE = "[[0],[1],[2],[0,0],[0,1],[1,0],[0,0,0],[0,0,1],[0,1,0],[0,0,0,0]]"
+
+
+class HydraDrafter(Drafter):
+    hidden_layers = (-1,)
+
+    def __init__(self, heads: HydraHeads, embed: torch.nn.Module, lm_head: torch.Tensor,
+                 draft_vocab: torch.Tensor | None, tree: list[tuple[int, ...]],
+                 runtime: RuntimeInfo | None = None) -> None:
+        depth = max(len(p) for p in tree)
+        if depth > len(heads):
+            raise SpecbenchError(f"the Hydra tree is {depth} deep but there are only {len(heads)} heads")
+        self.heads = heads
+        self.embed = embed
+        self.dtype = heads.hydra_mlp[0][0].linear.weight.dtype
+        vocab = draft_vocab if draft_vocab is not None else torch.arange(lm_head.shape[0])
+        self.lm_head = frozen_linear(lm_head.detach()[vocab].to(lm_head.device, self.dtype).contiguous(), runtime)
+        self.vocab = vocab.to(lm_head.device)
+        self.tree = tree
+        self.parents = [ROOT if len(p) == 1 else tree.index(p[:-1]) for p in tree]
+        # Per depth d: the nodes of depth d - 1 that have children (() is the root), and how many ranks they need.
+        self.expanded = [sorted({p[:-1] for p in tree if len(p) == d}) for d in range(1, depth + 1)]
+        self.width = [1 + max(p[-1] for p in tree if len(p) == d) for d in range(1, depth + 1)]
+        self.last_feature: torch.Tensor | None = None
+
+    def begin(self, ctx: DecodeContext) -> None:
+        self.last_feature = None
+
+    def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
+        self.last_feature = step.hidden[-1]  # the feature that predicted the token just emitted last
+
+    def embeddings(self, tokens: list[int]) -> torch.Tensor:
+        ids = torch.tensor(tokens, device=self.vocab.device)
+        return self.embed(ids).to(self.dtype)
+
+    @torch.inference_mode()
+    def propose(self, ctx: DecodeContext) -> Draft:
+        if self.last_feature is None:
+            return Draft()
+        # inputs[path]: [h, e(root), e(path's tokens)...], the input of the head that guesses path's children.
+        inputs = {(): torch.cat([self.last_feature.to(self.dtype), self.embeddings(ctx.token_ids[-1:])[0]])}
+        token_of: dict[tuple[int, ...], int] = {}
+        for k, (parents, width) in enumerate(zip(self.expanded, self.width)):
+            x = torch.stack([inputs[p] for p in parents])
+            ranked = self.vocab[self.lm_head(self.heads(k, x)).topk(width, dim=-1).indices].tolist()
+            level = [p for p in self.tree if len(p) == k + 1]
+            for path in level:
+                token_of[path] = ranked[parents.index(path[:-1])][path[-1]]
+            if k + 1 < len(self.expanded):
+                grow = self.expanded[k + 1]
+                embeds = self.embeddings([token_of[p] for p in grow])
+                for path, e in zip(grow, embeds):
+                    inputs[path] = torch.cat([inputs[path[:-1]], e])
+        return Draft([token_of[p] for p in self.tree], list(self.parents))
+
+
+def _build(ctx: BuildContext) -> Drafter:
+    folder = trained_folder(ctx, "hydra", "Hydra heads", "hydra", SHIPPED)
+    heads, vocab = load_heads(folder)
+    lm_head = ctx.target.model.get_output_embeddings().weight
+    if heads.hidden != lm_head.shape[1]:
+        raise SpecbenchError(f"Hydra heads {folder} do not fit target {ctx.target.name} (hidden size)")
+    heads.to(lm_head.device, lm_head.dtype)
+    prepare_drafter(heads, ctx.target.runtime)
+    return HydraDrafter(heads, ctx.target.model.get_input_embeddings(), lm_head, vocab,
+                        parse_tree(ctx.option("tree", DEFAULT_TREE)), ctx.target.runtime)
+
+
+METHODS = [
+    MethodInfo("hydra", "Hydra (Ankner et al. 2024): sequentially dependent draft heads (4, each reading the hidden "
+               "state and the drafted prefix's embeddings; teacher-distilled), Medusa's 10-node tree", True, _build),
+]
+
+TRAINERS = {"hydra": train}
