@@ -31,11 +31,11 @@ from specbench.methods.eagle3 import Eagle3FeatureHead
 from specbench.methods.eagle3.checkpoint import head_config as eagle3_config
 from specbench.methods.eagle3.head import Eagle3Head
 from specbench.methods.eagle3.training import Eagle3Trainable, set_draft_vocabulary
-from specbench.methods.lookahead import LookaheadDrafter
 from specbench.methods.hydra import DEFAULT_TREE as HYDRA_TREE
 from specbench.methods.hydra import HydraDrafter
 from specbench.methods.hydra.head import HydraHeads
 from specbench.methods.hydra.training import HydraTrainable
+from specbench.methods.lookahead import LookaheadDrafter
 from specbench.methods.medusa import DEFAULT_TREE, MedusaDrafter, typical_verifier
 from specbench.methods.medusa.head import MedusaHeads
 from specbench.methods.medusa.training import MedusaTrainable
