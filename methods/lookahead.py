@@ -91,4 +91,5 @@ def build(ctx: BuildContext) -> Drafter:
 
 
 METHODS = [MethodInfo("lookahead", "Lookahead decoding: Jacobi window (N=5, W=7) + n-gram pool (G=7), one forward "
-                      "per step; pool per generation", True, build)]
+                      "per step; pool per generation", True, build,
+                      ("", "N=3:W=2:G=2", "N=3:W=4:G=4", "N=4:W=3:G=3"))]

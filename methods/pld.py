@@ -31,4 +31,5 @@ def build(ctx: BuildContext) -> Drafter:
     )
 
 
-METHODS = [MethodInfo("pld", "prompt lookup: copy what followed the last 3/2/1-gram earlier in the text (10 tokens)", True, build)]
+METHODS = [MethodInfo("pld", "prompt lookup: copy what followed the last 3/2/1-gram earlier in the text (10 tokens)", True, build,
+                      ("", "num_tokens=2", "num_tokens=4", "num_tokens=6"))]

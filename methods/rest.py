@@ -48,7 +48,7 @@ def build(ctx: BuildContext) -> Drafter:
 
 METHODS = [MethodInfo("rest", "REST (He et al. 2024): the most frequent continuations of the longest suffix (16..2 "
                       "tokens) found in a datastore of training replies (suffix array), a trie of up to 16 tokens",
-                      True, build)]
+                      True, build, ("", "max_tokens=4", "max_tokens=8", "max_tokens=32"))]
 
 # `python -m specbench datastore build` finds it here; samd reads the same datastore.
 DATASTORES = {"retrieval datastore (rest, samd)": build_datastore}

@@ -134,10 +134,11 @@ def build(ctx: BuildContext, default_aux: str = "recycling") -> Drafter:
                       threshold=ctx.option("threshold", 3), max_ngram=ctx.option("max_ngram", 16))
 
 
+TUNING = ("", "draft_len=4", "draft_len=12", "draft_len=16")
 METHODS = [
     MethodInfo("samd", "SAM-Decoding (Hu et al. 2024): the longest earlier repeat of the text's suffix, by a suffix "
                "automaton over the generation and in the retrieval datastore, drafts 8 tokens; below 3 matched tokens "
-               "Token Recycling drafts (aux=recycling)", True, build),
+               "Token Recycling drafts (aux=recycling)", True, build, TUNING),
     MethodInfo("samd-eagle", "SAM-Decoding with EAGLE-2 as the auxiliary drafter (Spec-Bench's first place): as samd, "
-               "with aux=eagle", True, lambda ctx: build(ctx, "eagle")),
+               "with aux=eagle", True, lambda ctx: build(ctx, "eagle"), TUNING),
 ]

@@ -127,4 +127,5 @@ def build(ctx: BuildContext) -> Drafter:
 
 METHODS = [MethodInfo("suffix", "SuffixDecoding (Oliaro et al. 2024): suffix trees over this generation and the run's "
                       "earlier outputs, a frequency-scored speculation tree of up to 1.0 x the match length "
-                      "(depth=24, min_prob=0.1, at most 16 tokens; scope=run)", True, build)]
+                      "(depth=24, min_prob=0.1, at most 16 tokens; scope=run)", True, build,
+                      ("", "factor=0.5", "factor=2.0", "factor=4.0"))]

@@ -25,18 +25,18 @@ from specbench.decode.verify import RejectionRules, Verdict, VerifyFn, rejection
 from specbench.methods.common.datastore import Datastore
 from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec
 from specbench.methods.common.feature_tree import TreeSpec as FeatureTreeSpec
+from specbench.methods.common.static_tree import DEFAULT_NODES, first_paths
 from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
 from specbench.methods.eagle.head import EagleHead, head_config
 from specbench.methods.eagle3 import Eagle3FeatureHead
 from specbench.methods.eagle3.checkpoint import head_config as eagle3_config
 from specbench.methods.eagle3.head import Eagle3Head
 from specbench.methods.eagle3.training import Eagle3Trainable, set_draft_vocabulary
-from specbench.methods.hydra import DEFAULT_TREE as HYDRA_TREE
 from specbench.methods.hydra import HydraDrafter
 from specbench.methods.hydra.head import HydraHeads
 from specbench.methods.hydra.training import HydraTrainable
 from specbench.methods.lookahead import LookaheadDrafter
-from specbench.methods.medusa import DEFAULT_TREE, MedusaDrafter, typical_verifier
+from specbench.methods.medusa import MedusaDrafter, typical_verifier
 from specbench.methods.medusa.head import MedusaHeads
 from specbench.methods.medusa.training import MedusaTrainable
 from specbench.methods.pld import PromptLookupDrafter
@@ -147,7 +147,7 @@ def medusa_drafter(target, prompt: list[int]) -> MedusaDrafter:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return MedusaDrafter(heads.eval(), target.get_output_embeddings().weight, None, parse_tree(DEFAULT_TREE))
+    return MedusaDrafter(heads.eval(), target.get_output_embeddings().weight, None, first_paths(DEFAULT_NODES))
 
 
 def hydra_drafter(target, prompt: list[int]) -> HydraDrafter:
@@ -170,7 +170,7 @@ def hydra_drafter(target, prompt: list[int]) -> HydraDrafter:
         loss.backward()
         optimizer.step()
     return HydraDrafter(heads.eval(), target.get_input_embeddings(), target.get_output_embeddings().weight, None,
-                        parse_tree(HYDRA_TREE))
+                        first_paths(DEFAULT_NODES))
 
 
 def eagle3_drafter(target, prompt: list[int]) -> FeatureTreeDrafter:

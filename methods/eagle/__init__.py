@@ -108,7 +108,7 @@ def _build(ctx: BuildContext, static: bool, ablation_inputs: str | None = None) 
 METHODS = [
     MethodInfo("eagle", "EAGLE-2: feature-level draft head, dynamic tree (top_k=4, depth=5, total_tokens=auto: sized per step "
                "from this machine's measured verification cost)", True,
-               lambda ctx: _build(ctx, static=False)),
+               lambda ctx: _build(ctx, static=False), ("", "total_tokens=4", "total_tokens=8", "total_tokens=16")),
     MethodInfo("eagle1", "EAGLE-1: the same head, static 25-node tree (--opt tree=JSON paths)", True,
                lambda ctx: _build(ctx, static=True)),
 ] + [

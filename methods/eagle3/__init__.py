@@ -81,6 +81,7 @@ def build(ctx: BuildContext) -> Drafter:
 
 METHODS = [
     MethodInfo("eagle3", "EAGLE-3: fused low/middle/high target features, training-time test, own draft vocabulary; "
-               "dynamic tree (top_k=4, depth=6, total_tokens=auto); --draft loads official EAGLE-3 heads", True, build),
+               "dynamic tree (top_k=4, depth=6, total_tokens=auto); --draft loads official EAGLE-3 heads", True, build,
+               ("", "total_tokens=4", "total_tokens=8", "total_tokens=16")),
 ]
 TRAINERS = {"eagle3": train}

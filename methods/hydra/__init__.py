@@ -15,6 +15,7 @@ from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResu
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.errors import SpecbenchError
 from specbench.methods.common.shipped import trained_folder
+from specbench.methods.common.static_tree import DEFAULT_NODES, first_paths
 from specbench.methods.hydra.checkpoint import load_heads
 from specbench.methods.hydra.head import HydraHeads
 from specbench.methods.hydra.training import train
@@ -22,8 +23,7 @@ from specbench.run.registry import BuildContext, MethodInfo
 
 # The heads shipped for the default target: the fair comparison's equal-budget set (heads/README.md).
 SHIPPED = "fair-640k"
-# Medusa's 10-node tree (methods/medusa), so that the two compare at the same verification cost.
-DEFAULT_TREE = "[[0],[1],[2],[0,0],[0,1],[1,0],[0,0,0],[0,0,1],[0,1,0],[0,0,0,0]]"
+TUNING = ("", "nodes=4", "nodes=6", "nodes=16")  # Medusa's: the two compare at the same verification cost
 
 
 class HydraDrafter(Drafter):
@@ -88,12 +88,18 @@ def _build(ctx: BuildContext) -> Drafter:
     heads.to(lm_head.device, lm_head.dtype)
     prepare_drafter(heads, ctx.target.runtime)
     return HydraDrafter(heads, ctx.target.model.get_input_embeddings(), lm_head, vocab,
-                        parse_tree(ctx.option("tree", DEFAULT_TREE)), ctx.target.runtime)
+                        static_tree(ctx), ctx.target.runtime)
+
+
+def static_tree(ctx: BuildContext) -> list[tuple[int, ...]]:
+    """tree=JSON paths, else the first nodes=N (default 10) of the ranked static tree (Medusa's)."""
+    return parse_tree(ctx.options["tree"]) if "tree" in ctx.options else first_paths(ctx.option("nodes", DEFAULT_NODES))
 
 
 METHODS = [
     MethodInfo("hydra", "Hydra (Ankner et al. 2024): sequentially dependent draft heads (4, each reading the hidden "
-               "state and the drafted prefix's embeddings; teacher-distilled), Medusa's 10-node tree", True, _build),
+               "state and the drafted prefix's embeddings; teacher-distilled), Medusa's 10-node tree (nodes=N)", True, _build,
+               TUNING),
 ]
 
 TRAINERS = {"hydra": train}

@@ -20,13 +20,13 @@ from specbench.decode.sampling import Sampling, sample, target_probs
 from specbench.decode.verify import Verdict, verify_greedy
 from specbench.errors import SpecbenchError
 from specbench.methods.common.shipped import trained_folder
+from specbench.methods.common.static_tree import DEFAULT_NODES, first_paths
 from specbench.methods.medusa.checkpoint import load_heads
 from specbench.methods.medusa.head import MedusaHeads
 from specbench.methods.medusa.training import train
 from specbench.run.registry import BuildContext, MethodInfo
 
-# Sized for a 2-core CPU, where verifying 11 tokens costs ~1.6 forwards of one (Medusa's GPU tree has 63 nodes).
-DEFAULT_TREE = "[[0],[1],[2],[0,0],[0,1],[1,0],[0,0,0],[0,0,1],[0,1,0],[0,0,0,0]]"
+TUNING = ("", "nodes=4", "nodes=6", "nodes=16")  # Medusa's GPU tree has 63 nodes
 
 
 class MedusaDrafter(Drafter):
@@ -107,15 +107,19 @@ def _build(ctx: BuildContext, typical: bool) -> Drafter:
     heads.to(lm_head.device, lm_head.dtype)
     prepare_drafter(heads, ctx.target.runtime)
     verifier = typical_verifier(ctx.option("threshold", 0.09), ctx.option("alpha", 0.3)) if typical else None
-    return MedusaDrafter(heads, lm_head, vocab, parse_tree(ctx.option("tree", DEFAULT_TREE)), verifier,
-                         ctx.target.runtime)
+    return MedusaDrafter(heads, lm_head, vocab, static_tree(ctx), verifier, ctx.target.runtime)
+
+
+def static_tree(ctx: BuildContext) -> list[tuple[int, ...]]:
+    """tree=JSON paths, else the first nodes=N (default 10) of the ranked static tree."""
+    return parse_tree(ctx.options["tree"]) if "tree" in ctx.options else first_paths(ctx.option("nodes", DEFAULT_NODES))
 
 
 METHODS = [
-    MethodInfo("medusa", "Medusa-style heads (4, shared frozen lm_head), 10-node tree, lossless verification", True,
-               lambda ctx: _build(ctx, typical=False)),
+    MethodInfo("medusa", "Medusa-style heads (4, shared frozen lm_head), 10-node tree (nodes=N), lossless verification",
+               True, lambda ctx: _build(ctx, typical=False), TUNING),
     MethodInfo("medusa-typical", "Medusa heads with typical acceptance (threshold 0.09, alpha 0.3): LOSSY at T>0",
-               False, lambda ctx: _build(ctx, typical=True)),
+               False, lambda ctx: _build(ctx, typical=True), TUNING),
 ]
 
 TRAINERS = {"medusa": train}

@@ -107,6 +107,7 @@ def build(ctx: BuildContext) -> Drafter:
 
 
 METHODS = [MethodInfo("sps", "speculative sampling: a small draft LM proposes gamma=4 tokens (--draft, or the "
-                       "2-layer draft trained here for the default target)", True, build)]
+                       "2-layer draft trained here for the default target)", True, build,
+                      ("", "gamma=1", "gamma=2", "gamma=3"))]
 
 TRAINERS = {"sps-draft": train}

@@ -20,8 +20,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = args.out or Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
     report_dir = args.report_dir or Path("reports") / out.name
     check_report_dir(report_dir, read_run_info(out).get("started"))  # before hours of decoding, not after
+    methods = args.methods
+    if args.settings is not None:
+        from specbench.run.settings import apply_settings, read_settings
+
+        methods = apply_settings(methods, args.temperatures, read_settings(args.settings), args.settings)
     cfg = RunConfig(
-        out=out, methods=args.methods, questions=question_selection(args), baseline=not args.no_baseline,
+        out=out, methods=methods, settings_file=args.settings, questions=question_selection(args), baseline=not args.no_baseline,
         temperatures=args.temperatures, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
         target=args.target, draft=args.draft, options=parse_options(args.opt),
         seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=args.runtime,
@@ -35,6 +40,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     run(cfg)
     print(build_report(out, report_dir))
     print(f"\nrecords: {out}\ntables:  {report_dir}")
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from specbench.analysis.tune import TuneConfig, summary, tune
+    from specbench.run.plan import RunConfig
+
+    cfg = RunConfig(
+        out=args.out, methods=args.methods, questions=question_selection(args), temperatures=args.temperatures,
+        max_new_tokens=args.max_new_tokens, target=args.target, draft=args.draft, options=parse_options(args.opt),
+        seed=args.seed, device=args.device, dtype=args.dtype, runtime=args.runtime, cost_curve=args.cost_curve)
+    settings_file = args.settings_file or args.out / "settings.yaml"
+    print(summary(tune(TuneConfig(cfg, settings_file))))
+    print(f"settings: {settings_file} (apply with run --settings {settings_file})")
     return 0
 
 
@@ -91,6 +110,8 @@ def cmd_list(_: argparse.Namespace) -> int:
     print("methods:")
     for m in available_methods().values():
         print(f"  {m.name:<16} {'lossless' if m.lossless else 'LOSSY':<9} {m.description}")
+        if m.tuning:
+            print(f"  {'':<16} {'':<9} tune tries: {', '.join(o or '(defaults)' for o in m.tuning)}")
     for suite, tasks in suites().items():
         print(f"tasks of --suite {suite}{' (the default)' if suite == DEFAULT_SUITE else ''}:")
         for t in tasks:
@@ -206,4 +227,4 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "distill": cmd_distill, "report": cmd_report, "export": cmd_export, "check": cmd_check,
-            "list": cmd_list, "bench": cmd_bench, "train": cmd_train, "datastore": cmd_datastore}
+            "list": cmd_list, "bench": cmd_bench, "train": cmd_train, "datastore": cmd_datastore, "tune": cmd_tune}

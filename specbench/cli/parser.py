@@ -46,7 +46,7 @@ def parse_options(pairs: list[str]) -> dict[str, str]:
     return options
 
 
-def _add_question_args(p: argparse.ArgumentParser, max_new_tokens: bool = True) -> None:
+def _add_question_args(p: argparse.ArgumentParser, max_new_tokens: bool = True, limit: bool = True) -> None:
     p.add_argument("--tasks", type=_csv, default=["all"], help="comma-separated task names, or all (default)")
     p.add_argument("--suite", help="built-in task set: eagle (the EAGLE paper's six; the default) or spec-bench "
                                    "(Spec-Bench's six, over its question file given as --question-file or "
@@ -59,8 +59,9 @@ def _add_question_args(p: argparse.ArgumentParser, max_new_tokens: bool = True) 
                         "mt_bench=writing,roleplay,reasoning,math,coding,extraction,stem,humanities (repeatable)")
     p.add_argument("--task-file", dest="task_files", type=Path, action="append", default=[], metavar="YAML",
                    help="a task defined outside the package, in the schema of tasks/*.yaml (repeatable)")
-    p.add_argument("--limit", type=int, help="the first N questions of each task, in file order (not spread over "
-                                             "a task's categories)")
+    if limit:
+        p.add_argument("--limit", type=int, help="the first N questions of each task, in file order (not spread "
+                                                 "over a task's categories)")
     p.add_argument("--question-begin", type=int, help="as Spec-Bench: start at this line of the question file "
                                                       "(with --question-file: of the files' lines together)")
     p.add_argument("--question-end", type=int, help="as Spec-Bench: stop before this line (applied before --limit)")
@@ -76,7 +77,8 @@ def question_selection(args: argparse.Namespace) -> QuestionSelection:
     return QuestionSelection(
         tasks=args.tasks, suite=args.suite, question_files=args.question_files,
         category_map=parse_category_map(args.category_map), task_files=args.task_files, source=args.source,
-        question_dir=args.question_dir, limit=args.limit, begin=args.question_begin, end=args.question_end)
+        question_dir=args.question_dir, limit=getattr(args, "limit", None), begin=args.question_begin,
+        end=args.question_end, tail=getattr(args, "dev_questions", None))
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -125,9 +127,32 @@ def parser() -> argparse.ArgumentParser:
                      help="reuse the costs (verification curve, drafting costs) stored in a run.json or a "
                           "`bench --cost --json` file, to make another machine's cost-based choices; default: "
                           "this machine's stored costs, measured by the first run here (a resumed run reuses its own)")
+    run.add_argument("--settings", type=Path, metavar="FILE",
+                     help="apply the settings `tune` chose (per method and temperature) to the bare method names of "
+                          "--methods; the run must evaluate other questions than those they were tuned on")
     run.add_argument("--measure-costs", action="store_true",
                      help="measure this machine's costs anew when the run starts (stored for later runs if the "
                           "machine is idle) instead of reusing the stored ones")
+
+    tune = sub.add_parser(
+        "tune", help="choose each method's settings on a development split, the same way for every method",
+        description="Decodes every setting each method declares (see `list`; at most 4 per method) beside vanilla "
+                    "on the last N questions of each task, and writes the fastest per method and temperature to a "
+                    "settings file for `run --settings`.",
+        epilog="example: python -m specbench tune --methods pld,lookahead,sps --question-dir ../shared/data/tasks "
+               "--dev-questions 3 --max-new-tokens 128 --temperatures 0 --out results/tune")
+    tune.add_argument("--methods", type=_csv, required=True, help="comma-separated bare method names")
+    _add_question_args(tune, limit=False)
+    tune.add_argument("--dev-questions", type=int, default=3,
+                      help="the last N questions of each task form the development split (default 3)")
+    tune.add_argument("--temperatures", type=_temperatures, default=[0.0, 1.0], help="comma-separated, default 0,1")
+    _add_model_args(tune)
+    tune.add_argument("--draft", help="draft model for methods that use one (sps)")
+    tune.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help="method option (repeatable)")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--out", type=Path, required=True, help="run directory of the tuning decode (rerun to resume)")
+    tune.add_argument("--settings-file", type=Path, help="where the settings go (default OUT/settings.yaml)")
+    tune.add_argument("--cost-curve", type=Path, help="the fixed costs to tune with (as run --cost-curve)")
 
     report = sub.add_parser("report", help="speedup and τ tables from a run directory")
     report.add_argument("run_dir", type=Path)

@@ -13,6 +13,7 @@ from specbench.errors import SpecbenchError
 from specbench.run.record import record_key
 from specbench.run.records import RECORDS, check_resumable, read_records, read_run_info
 from specbench.run.registry import MethodInfo, select_methods
+from specbench.run.settings import check_disjoint, read_settings
 from specbench.run.tasks import Question, QuestionSelection, Task, resolve_questions
 
 
@@ -40,6 +41,7 @@ class RunConfig:
     batch_sizes: list[int] = field(default_factory=lambda: [1])  # prompts decoded at once (each its own records)
     workers: int = 1  # above 1: decode on Ray workers (specbench.run.distributed), one GPU each or a share of the cores
     ray_address: str | None = None  # an existing Ray cluster ("auto": the one this machine joined)
+    settings_file: Path | None = None  # `tune`'s settings, already applied to `methods` (apply_settings)
     progress: bool = True
 
     def settings(self) -> dict[str, Any]:
@@ -48,6 +50,8 @@ class RunConfig:
         # How a run is spread, and whether its costs were measured anew, does not change what it decodes.
         for local in ("progress", "workers", "ray_address", "measure_costs"):
             values.pop(local)
+        if values["settings_file"] is None:  # runs from before tuning resume unchanged
+            values.pop("settings_file")
         if values["batch_sizes"] == [1]:  # runs from before batching resume unchanged
             values.pop("batch_sizes")
         return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
@@ -74,7 +78,13 @@ def validate(cfg: RunConfig) -> tuple[list[MethodInfo], dict[str, tuple[Task, li
             Sampling(t, cfg.top_p, cfg.top_k)
         except ValueError as exc:
             raise SpecbenchError(str(exc)) from None
-    return methods, {task.name: (task, questions) for task, questions in resolve_questions(cfg.questions)}
+    selected = {task.name: (task, questions) for task, questions in resolve_questions(cfg.questions)}
+    if cfg.settings_file is not None:
+        tuned = read_settings(cfg.settings_file)
+        if tuned.target != cfg.target:
+            raise SpecbenchError(f"--settings {cfg.settings_file} was tuned for target {tuned.target}, not {cfg.target}")
+        check_disjoint(tuned, selected, cfg.settings_file)
+    return methods, selected
 
 
 def stored_costs(cfg: RunConfig) -> CostModel | None:

@@ -37,12 +37,19 @@ class BuildContext:
             raise SpecbenchError(f"option {key}={raw!r}: expected {type(default).__name__}") from None
 
 
+# How many settings `tune` may try per method: the same grid budget for every method.
+TUNING_BUDGET = 4
+
+
 @dataclass(frozen=True)
 class MethodInfo:
     name: str
     description: str
     lossless: bool
     build: Callable[[BuildContext], Drafter]
+    # The settings `tune` tries, as option strings key=value:key=value ("" = the defaults, listed first); at most
+    # TUNING_BUDGET. Empty: the method has nothing to tune.
+    tuning: tuple[str, ...] = ()
 
 
 def available_methods() -> dict[str, MethodInfo]:
@@ -83,7 +90,19 @@ def variant(base: MethodInfo, spec: str, options: dict[str, str]) -> MethodInfo:
         return base.build(BuildContext(ctx.target, ctx.draft, {**ctx.options, **options}, ctx.device, ctx.dtype,
                                        ctx.costs))
 
-    return MethodInfo(spec, f"{base.description} [{spec.partition('@')[2]}]", base.lossless, build)
+    return MethodInfo(spec, f"{base.description} [{spec.partition('@')[2]}]", base.lossless, build, base.tuning)
+
+
+def parse_method_options(spec: str) -> dict[str, str]:
+    """The options of name@key=value:key=value ({} for a bare name)."""
+    options = {}
+    opts = spec.partition("@")[2]
+    for pair in opts.split(":") if opts else []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SpecbenchError(f"method {spec!r}: options go as name@key=value:key=value")
+        options[key] = value
+    return options
 
 
 def select_methods(names: list[str]) -> list[MethodInfo]:
@@ -97,13 +116,7 @@ def select_methods(names: list[str]) -> list[MethodInfo]:
         if not opts:
             selected.append(known[name])
             continue
-        options = {}
-        for pair in opts.split(":"):
-            key, sep, value = pair.partition("=")
-            if not sep or not key:
-                raise SpecbenchError(f"method {spec!r}: options go as name@key=value:key=value")
-            options[key] = value
-        selected.append(variant(known[name], spec, options))
+        selected.append(variant(known[name], spec, parse_method_options(spec)))
     if len(set(names)) != len(names):
         raise SpecbenchError("a method is listed twice in --methods")
     return selected

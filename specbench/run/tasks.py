@@ -56,6 +56,7 @@ class QuestionSelection:
     limit: int | None = None  # the first N questions of each task, in file order (after begin/end)
     begin: int | None = None  # Spec-Bench's --question-begin/--question-end: a slice of the question file's lines
     end: int | None = None
+    tail: int | None = None  # the last N questions of each task instead: the development split `tune` decodes
 
     def settings(self) -> dict[str, Any]:
         """As run.json keeps it (selection_from_settings reads it back): paths absolute, so that a resume selects
@@ -66,7 +67,7 @@ class QuestionSelection:
             "category_map": dict(self.category_map), "task_files": [str(Path(p).resolve()) for p in self.task_files],
             "question_begin": self.begin, "question_end": self.end, "limit": self.limit, "source": self.source,
             "question_dir": str(self.question_dir.resolve()) if self.question_dir is not None else None,
-        }
+        } | ({"tail": self.tail} if self.tail else {})  # runs from before `tune` resume unchanged
 
 
 def _task_from_spec(spec: Any, where: str, origin: str | None = None) -> Task:
@@ -293,8 +294,10 @@ def _tasks_of_question_files(sel: QuestionSelection) -> list[tuple[Task, list[Qu
 
 def resolve_questions(sel: QuestionSelection) -> list[tuple[Task, list[Question]]]:
     """Every selected task with its questions; bad input is one SpecbenchError naming what is wrong."""
-    if sel.limit is not None and sel.limit <= 0:
-        raise SpecbenchError(f"--limit must be > 0, got {sel.limit}")
+    if sel.limit is not None and sel.limit <= 0 or sel.tail is not None and sel.tail <= 0:
+        raise SpecbenchError(f"--limit and --dev-questions must be > 0, got {sel.limit or sel.tail}")
+    if sel.limit is not None and sel.tail is not None:
+        raise SpecbenchError("--limit (the first questions) and --dev-questions (the last ones) exclude each other")
     if sel.begin is not None and sel.begin < 0 or sel.end is not None and sel.end < 0:
         raise SpecbenchError("--question-begin and --question-end must be >= 0")
     if sel.begin is not None and sel.end is not None and sel.begin > sel.end:
@@ -315,7 +318,7 @@ def resolve_questions(sel: QuestionSelection) -> list[tuple[Task, list[Question]
         selected = [(t, qs) for t, qs in selected if qs]
     if not selected:
         raise SpecbenchError("no questions selected (check --tasks and --question-begin/--question-end)")
-    return selected
+    return [(t, qs[-sel.tail:]) for t, qs in selected] if sel.tail else selected
 
 
 def parse_category_map(entries: list[str]) -> dict[str, list[str]]:
@@ -338,4 +341,4 @@ def selection_from_settings(settings: dict[str, Any]) -> QuestionSelection:
         question_files=paths("question_files"), category_map=settings.get("category_map") or {},
         task_files=paths("task_files"), source=settings.get("source", "auto"),
         question_dir=Path(settings["question_dir"]) if settings.get("question_dir") else None,
-        begin=settings.get("question_begin"), end=settings.get("question_end"))
+        begin=settings.get("question_begin"), end=settings.get("question_end"), tail=settings.get("tail"))

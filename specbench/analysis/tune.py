@@ -1,0 +1,84 @@
+"""`specbench tune`: one tuning rule for every method. Each method declares the settings it may try
+(MethodInfo.tuning, at most TUNING_BUDGET); tune decodes every one of them, beside vanilla, on the same
+development split (the last N questions of each task, which a run with the settings may not evaluate), with the
+run's fixed cost model, and keeps per method and temperature the setting with the highest mean speedup over the
+tasks. The clock is read only here, before the run: the settings file fixes every choice the run then makes."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from specbench.analysis.tables import per_question_frame, speedup_table
+from specbench.errors import SpecbenchError
+from specbench.run.plan import RunConfig, validate
+from specbench.run.records import command_line, read_records, read_run_info
+from specbench.run.registry import TUNING_BUDGET, select_methods
+from specbench.run.runner import run
+from specbench.run.settings import TunedSettings
+
+
+@dataclass
+class TuneConfig:
+    run: RunConfig  # the decoding of every candidate: its out folder, dev questions (questions.tail), target ...
+    settings_file: Path
+
+
+def candidates(methods: list[str]) -> dict[str, list[str]]:
+    """Per method, the specs tune decodes: its declared settings as name@options (the defaults as the bare name)."""
+    out: dict[str, list[str]] = {}
+    for info in select_methods(methods):
+        if "@" in info.name:
+            raise SpecbenchError(f"tune takes bare method names, not {info.name}: each method's settings are its "
+                                 "declared ones (see `list`)")
+        if len(info.tuning) > TUNING_BUDGET:
+            raise SpecbenchError(f"{info.name} declares {len(info.tuning)} settings, over the budget of {TUNING_BUDGET}")
+        out[info.name] = [f"{info.name}@{o}" if o else info.name for o in info.tuning or ("",)]
+    return out
+
+
+def tune(cfg: TuneConfig) -> TunedSettings:
+    if not cfg.run.questions.tail:
+        raise SpecbenchError("tune decodes a development split: give --dev-questions N")
+    specs = candidates([m for m in cfg.run.methods if m != "vanilla"])
+    decode = replace(cfg.run, methods=["vanilla"] + [s for group in specs.values() for s in group], baseline=True)
+    _, selected = validate(decode)
+    run(decode)
+    frame = per_question_frame(read_records(decode.out))
+    chosen: dict[str, dict[str, str]] = {}
+    tried: dict[str, dict[str, list[dict]]] = {}
+    for temperature in decode.temperatures:
+        table = speedup_table(frame[frame["temperature"] == temperature])
+        table.index = [label.removesuffix(" (lossy)") for label in table.index]
+        key = str(float(temperature))
+        chosen[key], tried[key] = {}, {}
+        for method, group in specs.items():
+            rows = [{"options": spec.partition("@")[2], "speedup": round(float(table.loc[spec, ("Mean", "Speedup")]), 4),
+                     "tau": round(float(table.loc[spec, ("Mean", "τ")]), 4)} for spec in group]
+            tried[key][method] = rows
+            chosen[key][method] = max(rows, key=lambda r: r["speedup"])["options"]  # ties: the first, the defaults
+    info = read_run_info(decode.out)
+    env = {**info.get("environment", {}), "cpu": (info.get("costs") or {}).get("cpu")}
+    settings = TunedSettings(
+        target=decode.target, chosen=chosen,
+        dev_questions={name: [str(q.question_id) for q in qs] for name, (_, qs) in selected.items()},
+        max_new_tokens=decode.max_new_tokens, command=command_line(),
+        machine={k: env.get(k) for k in ("cpu", "processor", "cpu_count", "torch_threads", "device", "dtype", "cuda_device")},
+        budget={"settings_per_method": TUNING_BUDGET, "questions_per_task": decode.questions.tail},
+        candidates=tried)
+    cfg.settings_file.parent.mkdir(parents=True, exist_ok=True)
+    cfg.settings_file.write_text(settings.to_yaml(), encoding="utf-8")
+    return settings
+
+
+def summary(settings: TunedSettings) -> str:
+    """One Markdown table per temperature: every candidate's mean speedup and τ, the chosen one in bold."""
+    lines = []
+    for temperature, methods in settings.candidates.items():
+        lines += [f"T={float(temperature):g}", "", "| method | setting | speedup | τ |", "|---|---|---|---|"]
+        for method, rows in methods.items():
+            for r in rows:
+                mark = "**" if r["options"] == settings.chosen[temperature][method] else ""
+                lines.append(f"| {method} | {mark}{r['options'] or '(defaults)'}{mark} | {r['speedup']:.3f} | "
+                             f"{r['tau']:.2f} |")
+        lines.append("")
+    return "\n".join(lines)
