@@ -109,3 +109,19 @@ def test_candidates_depend_on_their_prefix():
     assert draft.parents == [-1, -1, 0, 1, 2]
     assert draft.tokens == [first[0], first[1], under[0], under[1], deepest]
     assert under[0] != under[1]  # with these weights the prefix changes the guess
+
+
+def test_the_report_says_what_the_heads_were_trained_on(trained, tiny_target_dir, tmp_path):
+    out = tmp_path / "r"
+    assert main(["run", "--target", str(tiny_target_dir), "--out", str(out), "--report-dir", str(out / "report"),
+                 "--methods", f"hydra@head={trained}:nodes=4,pld", "--tasks", "gsm8k", "--limit", "1",
+                 "--max-new-tokens", "8", "--temperatures", "0"]) == 0
+    rows = {line.split(" | ")[0].strip("| "): line for line in (out / "report" / "budget.md").read_text().splitlines()
+            if line.startswith("| ")}
+    train = json.loads((trained / "train.json").read_text())
+    assert train["settings"]["max_tokens"] == 60000 and train["data"]["conversations"] > 0
+    hydra = rows[f"hydra@head={trained}:nodes=4"]
+    final = json.loads((trained / "log.jsonl").read_text().splitlines()[-1])
+    assert str(trained) in hydra and f"{final['tokens'] / 1e6:.2f}M" in hydra and "nodes=4" in hydra
+    assert "conversations" in hydra and "fp32" in hydra
+    assert "training-free" in rows["pld"] and "training-free" in rows["vanilla"]

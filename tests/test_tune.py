@@ -64,6 +64,8 @@ def test_run_with_settings_applies_them_to_other_questions(tuned, tiny_target_di
                               "--methods", "pld", "--tasks", "gsm8k", "--temperatures", "0",
                               "--settings", str(tuned / "settings.yaml")])
     assert "was tuned on gsm8k question" in line and not (tmp_path / "x").exists()
+    budget = (out / "report" / "budget.md").read_text()
+    assert budget.count("tuned by `tune`") == 2 and "development split: gsm8k" in budget
     line = bad_input(capsys, ["run", "--target", str(tiny_target_dir), "--out", str(tmp_path / "y"),
                               "--methods", "pld", "--tasks", "gsm8k", "--limit", "1", "--temperatures", "0,1",
                               "--settings", str(tuned / "settings.yaml")])

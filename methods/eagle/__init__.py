@@ -102,7 +102,9 @@ def _build(ctx: BuildContext, static: bool, ablation_inputs: str | None = None) 
         spec.static_paths = parse_tree(ctx.option("tree", EAGLE1_TREE))
     if spec.top_k < 1 or spec.depth < 1 or spec.total_tokens < 1:
         raise SpecbenchError("eagle options top_k, depth and total_tokens must be >= 1")
-    return EagleDrafter(head, lm_head, draft_vocab, spec, ctx.target.runtime)
+    drafter = EagleDrafter(head, lm_head, draft_vocab, spec, ctx.target.runtime)
+    drafter.trained_from = str(folder)
+    return drafter
 
 
 METHODS = [

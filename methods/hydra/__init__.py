@@ -87,8 +87,10 @@ def _build(ctx: BuildContext) -> Drafter:
         raise SpecbenchError(f"Hydra heads {folder} do not fit target {ctx.target.name} (hidden size)")
     heads.to(lm_head.device, lm_head.dtype)
     prepare_drafter(heads, ctx.target.runtime)
-    return HydraDrafter(heads, ctx.target.model.get_input_embeddings(), lm_head, vocab,
-                        static_tree(ctx), ctx.target.runtime)
+    drafter = HydraDrafter(heads, ctx.target.model.get_input_embeddings(), lm_head, vocab, static_tree(ctx),
+                           ctx.target.runtime)
+    drafter.trained_from = str(folder)
+    return drafter
 
 
 def static_tree(ctx: BuildContext) -> list[tuple[int, ...]]:

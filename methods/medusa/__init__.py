@@ -107,7 +107,9 @@ def _build(ctx: BuildContext, typical: bool) -> Drafter:
     heads.to(lm_head.device, lm_head.dtype)
     prepare_drafter(heads, ctx.target.runtime)
     verifier = typical_verifier(ctx.option("threshold", 0.09), ctx.option("alpha", 0.3)) if typical else None
-    return MedusaDrafter(heads, lm_head, vocab, static_tree(ctx), verifier, ctx.target.runtime)
+    drafter = MedusaDrafter(heads, lm_head, vocab, static_tree(ctx), verifier, ctx.target.runtime)
+    drafter.trained_from = str(folder)
+    return drafter
 
 
 def static_tree(ctx: BuildContext) -> list[tuple[int, ...]]:

@@ -91,19 +91,24 @@ class DraftModelDrafter(Drafter):
 def build(ctx: BuildContext) -> Drafter:
     vocab = ctx.target.model.get_output_embeddings().weight.shape[0]
     gamma = ctx.option("gamma", 4)
-    folder = Path(ctx.draft) if ctx.draft else shipped_folder("sps", ctx.target.name)
+    chosen = ctx.options.get("head") or ctx.draft  # sps@head=FOLDER: drafts side by side in one run
+    folder = Path(chosen) if chosen else shipped_folder("sps", ctx.target.name)
     if folder is not None and is_small_draft(folder):
         draft_model, draft_vocab = load_small_draft(folder, ctx.target.model)
         prepare_drafter(draft_model, ctx.target.runtime)
-        return DraftModelDrafter(draft_model, gamma, vocab, draft_vocab)
-    if not ctx.draft:
+        drafter = DraftModelDrafter(draft_model, gamma, vocab, draft_vocab)
+        drafter.trained_from = str(folder)
+        return drafter
+    if not chosen:
         raise SpecbenchError("sps needs a draft model: --draft NAME_OR_PATH (an HF causal LM with the target's tokenizer)")
     # The draft runs on the target's runtime (stock when the target is stock).
     runtime = ctx.target.runtime.name if ctx.target.runtime and ctx.target.runtime.swapped_linears else "stock"
-    draft = load_model(ctx.draft, ctx.device, ctx.dtype, runtime)
+    draft = load_model(chosen, ctx.device, ctx.dtype, runtime)
     if draft.tokenizer.get_vocab() != ctx.target.tokenizer.get_vocab():
-        raise SpecbenchError(f"--draft {ctx.draft} has a different tokenizer from the target {ctx.target.name}")
-    return DraftModelDrafter(draft.model, gamma, vocab)
+        raise SpecbenchError(f"--draft {chosen} has a different tokenizer from the target {ctx.target.name}")
+    drafter = DraftModelDrafter(draft.model, gamma, vocab)
+    drafter.trained_from = chosen
+    return drafter
 
 
 METHODS = [MethodInfo("sps", "speculative sampling: a small draft LM proposes gamma=4 tokens (--draft, or the "

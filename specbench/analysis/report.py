@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from specbench.analysis.budget import budget_table
 from specbench.analysis.tables import (
     batch_cost_table,
     batch_frame,
@@ -152,6 +153,11 @@ def _write_report(frame: pd.DataFrame, info: dict[str, Any], out_dir: Path, plot
     if len(kinds) > 1:  # a distributed run over mixed hardware: a speedup is only a ratio on one kind of device
         printed.append(f"this run mixes device kinds ({'; '.join(kinds)}): every table is computed per kind "
                        "(files suffixed _device<N>, in this order)")
+    budget = budget_table(info)
+    header = "\n".join(f"<!-- {line} -->" for line in origin)
+    (out_dir / "budget.md").write_text(f"{header}\n\nWhat each method got: its settings and its drafter's training "
+                                       f"budget.\n\n{budget}\n", encoding="utf-8")
+    printed.append(f"What each method got (budget.md):\n{budget}")
     sizes = sorted(frame["batch_size"].unique())
     for (temperature, device), part in frame.groupby(["temperature", "device"]):
         t = f"{temperature:g}"

@@ -142,6 +142,9 @@ class Drafter:
     state_scope: str = "generation"
     # A verification rule other than the engine's lossless one (e.g. Medusa typical acceptance); None = lossless.
     verifier: Callable | None = None
+    # Where the drafter's trained weights came from (a folder or model id), for the report's budget table; None for
+    # training-free methods.
+    trained_from: str | None = None
 
     def begin(self, ctx: DecodeContext) -> None:
         """A new sequence starts (ctx.token_ids is the prompt). Reset per-sequence state."""

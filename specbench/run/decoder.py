@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from tqdm import tqdm
@@ -31,6 +31,7 @@ class WorkerInfo:
     host: str
     device: str  # the device kind: "cpu: <model> [flags]" or "cuda: <GPU name>"
     environment: dict[str, Any]
+    trained_from: dict[str, str] = field(default_factory=dict)  # method -> the trained weights its drafter loaded
 
 
 class Decoder:
@@ -76,6 +77,7 @@ class Decoder:
         build = BuildContext(self.target, self.cfg.draft, self.cfg.options, self.cfg.device, self.cfg.dtype, costs)
         self.methods = {m.name: m for m in methods}
         self.drafters = {m.name: m.build(build) for m in methods}
+        self.info.trained_from = {name: d.trained_from for name, d in self.drafters.items() if d.trained_from}
         warm_up(self.target, self.drafters, next((qs[0] for qs in questions.values() if qs), None),
                 self.cfg.warmup_tokens, tuple(self.cfg.batch_sizes))
 

@@ -17,6 +17,7 @@ import torch
 from safetensors import safe_open
 from tqdm import tqdm
 
+from specbench.decode.costs import cpu_description
 from specbench.errors import SpecbenchError
 from specbench.train.features import FeatureCache, chunk_layers
 
@@ -196,6 +197,19 @@ def autocast_type(name: str | None) -> torch.dtype | None:
     return AUTOCAST_TYPES[name]
 
 
+def write_provenance(cfg: TrainConfig, cache: FeatureCache, conversations: int) -> None:
+    """train.json beside the weights: the training settings, the data (the feature cache's settings, its chunks
+    and conversations) and the machine, for the budget table of every report that decodes with these weights."""
+    (cfg.out / "train.json").write_text(json.dumps({
+        "settings": {k: v if isinstance(v, (int, float, bool)) or v is None else str(v) for k, v in asdict(cfg).items()
+                     if k != "out"},
+        "data": {"features": str(cache.folder), "chunks": len(cache.chunks()), "conversations": conversations,
+                 **cache.manifest().get("settings", {})},
+        "machine": {"cpu": cpu_description(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+                    "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None},
+    }, indent=1), encoding="utf-8")
+
+
 def fit(trainable: Trainable, cache: FeatureCache, cfg: TrainConfig) -> dict[str, float]:
     """Train until max_tokens or max_hours; resume from cfg.out/checkpoint.pt when present. Returns the last eval."""
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -220,6 +234,8 @@ def fit(trainable: Trainable, cache: FeatureCache, cfg: TrainConfig) -> dict[str
         optimizer.load_state_dict(saved["optimizer"])
         state = saved["state"]
         print(f"resuming at step {state['step']}, {state['tokens']} tokens, {state['seconds'] / 3600:.2f} h")
+    if state["step"] == 0:
+        write_provenance(cfg, cache, len(convs))
     log = (cfg.out / "log.jsonl").open("a")
 
     def save() -> None:

@@ -1,0 +1,81 @@
+"""The budget-and-settings table of every report: per method, what its drafter was trained on (data, positions,
+precision, hours on what hardware: read from the weights' train.json and log.jsonl) and the settings it ran with
+(its options, and whether `tune` chose them, on which development split). A row without a known budget says so."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from specbench.errors import SpecbenchError
+from specbench.jsonl import json_lines
+from specbench.run.registry import parse_method_options
+from specbench.run.settings import read_settings
+
+
+def _last_log_line(folder: Path) -> dict[str, Any]:
+    log = folder / "log.jsonl"
+    if not log.is_file():
+        return {}
+    last: dict[str, Any] = {}
+    for _, row in json_lines(log):
+        if isinstance(row, dict):
+            last = row
+    return last
+
+
+def training_budget(folder: str) -> dict[str, str]:
+    """What the weights in `folder` were trained on, as table cells; "unknown" where nothing recorded it."""
+    path = Path(folder)
+    if not path.is_dir():
+        return {"data": f"{folder} (not a local folder: its training is not recorded here)", "positions": "unknown",
+                "precision": "unknown", "time": "unknown"}
+    final = _last_log_line(path)
+    positions = f"{final['tokens'] / 1e6:.2f}M" if "tokens" in final else "unknown"
+    train_file = path / "train.json"
+    if not train_file.is_file():
+        return {"data": "not recorded (no train.json; see heads/README.md)", "positions": positions,
+                "precision": "unknown", "time": f"{final['hours']:.2f} h" if "hours" in final else "unknown"}
+    train = json.loads(train_file.read_text(encoding="utf-8"))
+    data, settings, machine = train.get("data", {}), train.get("settings", {}), train.get("machine", {})
+    source = data.get("dataset") or data.get("data") or data.get("features", "?")
+    described = f"{Path(str(source)).name}: {data.get('conversations', '?')} conversations ({data.get('chunks', '?')} chunks)"
+    hardware = machine.get("cuda_device") or machine.get("cpu", "?")
+    return {"data": described, "positions": positions,
+            "precision": settings.get("autocast") or "fp32",
+            "time": f"{final.get('hours', float('nan')):.2f} h on {hardware}, {machine.get('torch_threads', '?')} threads"
+                    f"; lr {settings.get('lr', '?')}, {settings.get('batch_tokens', '?')} tokens per batch"}
+
+
+def budget_table(info: dict[str, Any]) -> str:
+    """The table as Markdown, from a run's run.json."""
+    settings = info.get("settings", {})
+    trained: dict[str, str] = {}
+    for worker in info.get("workers") or []:
+        trained.update(worker.get("trained_from") or {})
+    tuned, tuned_note = None, ""
+    if settings.get("settings_file"):
+        path = Path(settings["settings_file"])
+        try:
+            tuned = read_settings(path)
+            split = "; ".join(f"{task} {', '.join(ids)}" for task, ids in tuned.dev_questions.items())
+            tuned_note = f"tuned by `tune` ({path.name}; development split: {split})"
+        except SpecbenchError:
+            tuned_note = f"tuned by `tune` ({path}, no longer readable)"
+    methods = list(settings.get("methods", []))
+    if settings.get("baseline", True) and "vanilla" not in [m.partition("@")[0] for m in methods]:
+        methods.insert(0, "vanilla")
+    lines = ["| method | settings | trained from | data | positions | precision | time |", "|---|---|---|---|---|---|---|"]
+    for spec in dict.fromkeys(methods):
+        options = parse_method_options(spec)
+        shown = ", ".join(f"{k}={v}" for k, v in options.items() if k != "head") or "defaults"
+        base = spec.partition("@")[0]
+        if tuned_note and (tuned is None or any(base in chosen for chosen in tuned.chosen.values())):
+            shown += f"; {tuned_note}"
+        folder = trained.get(spec)
+        if folder is None:
+            lines.append(f"| {spec} | {shown} | training-free | | | | |")
+            continue
+        b = training_budget(folder)
+        lines.append(f"| {spec} | {shown} | {folder} | {b['data']} | {b['positions']} | {b['precision']} | {b['time']} |")
+    return "\n".join(lines)
