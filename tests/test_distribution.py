@@ -85,6 +85,10 @@ def prompt(target) -> list[int]:
 
 @pytest.fixture(scope="module")
 def exact_joint(target, prompt) -> np.ndarray:
+    return joint_of(target, prompt)
+
+
+def joint_of(target, prompt: list[int]) -> np.ndarray:
     """P(x1..x4) under vanilla sampling with SAMPLING, from the target's own logits: [V, V, V, V]."""
     joint = torch.ones(1, dtype=torch.float64)
     contexts = [[]]
