@@ -34,7 +34,7 @@ def trained(tiny_target_dir, tmp_path_factory) -> Path:
     out = folder / "heads"
     code = main(["train", "hydra", "--target", str(tiny_target_dir), "--dataset", str(folder / "data"),
                  "--features", str(folder / "features"), "--out", str(out), "--max-tokens", "60000", "--lr", "3e-3",
-                 "--batch-tokens", "1024", "--opt", "draft_vocab=100", "--opt", "layers=2", "--opt", "teacher=0"])
+                 "--batch-tokens", "1024", "--opt", "draft_vocab=100", "--opt", "layers=2", "--opt", "teacher=0"])  # two blocks: the non-default path
     assert code == 0
     return out
 

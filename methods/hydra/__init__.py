@@ -3,9 +3,10 @@ heads made sequentially dependent. Head k reads the target's last hidden state a
 emitted and of the k tokens drafted before it, so each candidate depends on its prefix (Medusa's do not). Drafting
 walks a static tree of ranks level by level: one batched head call per depth over the nodes that have children.
 
-Hydra++ recipe, where it fits: teacher distillation (trained on the target's distribution, `train hydra`'s default)
-and 4-block MLP heads. Not implemented: Hydra++'s prefix-attention layer over the context (it would need a cache of
-the drafter's own). Verification is the engine's lossless rule.
+Hydra++'s recipe where it fits: teacher distillation (trained on the target's distribution, `train hydra`'s default).
+Its 4-block MLP heads are `--opt layers=4`; the default is one block, as Medusa's here (four 4-block heads would be
+26 MB on this target, beyond what the wheel can carry). Not implemented: Hydra++'s prefix-attention layer over the
+context (it would need a cache of the drafter's own). Verification is the engine's lossless rule.
 """
 from __future__ import annotations
 

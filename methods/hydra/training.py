@@ -61,9 +61,9 @@ class HydraTrainable:
 
 
 def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: dict[str, str]) -> dict[str, float]:
-    """Train Hydra heads (options: heads=4, layers=4 (Hydra++), teacher=1, draft_vocab=8192) on a feature cache."""
+    """Train Hydra heads (options: heads=4, layers=1 (Hydra++ uses 4), teacher=1, draft_vocab=8192) on a feature cache."""
     model = target.model
-    heads = HydraHeads(model.config.hidden_size, int(options.get("heads", 4)), int(options.get("layers", 4)))
+    heads = HydraHeads(model.config.hidden_size, int(options.get("heads", 4)), int(options.get("layers", 1)))
     lm_head = model.get_output_embeddings().weight
     heads.to(lm_head.device)  # trained in fp32 on the target's device
     draft_vocab = draft_vocabulary(cache, cfg.out, int(options.get("draft_vocab", 8192)), target.stop_ids)
