@@ -36,14 +36,22 @@ def test_wheel_carries_methods_tasks_and_shipped_drafters(wheel):
                    "methods/pld.py", "methods/eagle/__init__.py", "methods/eagle3/head.py", "methods/medusa/head.py",
                    "methods/sps/draft_model.py", "methods/common/feature_tree.py", "builtin_tasks/mt_bench.yaml"):
         assert f"specbench/{module}" in names
-    for drafter in ("eagle/smollm2-135m-instruct/self-t0-12m", "eagle/smollm2-135m-instruct/self-t0-all",
-                    "eagle/smollm2-135m-instruct/self-t0-6m",
-                    "eagle/smollm2-135m-instruct/self-t0",
-                    "eagle/smollm2-135m-instruct/shifted",
-                    "eagle3/smollm2-135m-instruct", "medusa/smollm2-135m-instruct", "sps/smollm2-135m-instruct"):
+    defaults = ["eagle/smollm2-135m-instruct/self-t0-12m", "eagle3/smollm2-135m-instruct",
+                "medusa/smollm2-135m-instruct", "sps/smollm2-135m-instruct"]
+    if (REPO / "heads/hydra/smollm2-135m-instruct/fair-640k/config.json").is_file():
+        defaults.append("hydra/smollm2-135m-instruct/fair-640k")
+    for drafter in defaults:
         assert f"specbench/heads/{drafter}/config.json" in names
         assert f"specbench/heads/{drafter}/model.safetensors" in names
+    # Nothing superseded: older EAGLE heads, the ablation heads, the 640k EAGLE-3 head and the training data stay in
+    # the repository.
+    for left_out in ("eagle/smollm2-135m-instruct/self-t0-all/", "eagle/smollm2-135m-instruct/ablation/",
+                     "eagle3/smollm2-135m-instruct-640k/", "data/", "medusa/smollm2-135m-instruct/fair-640k/"):
+        assert not any(n.startswith(f"specbench/heads/{left_out}") for n in names), left_out
     assert not any(n.startswith(("methods/", "tasks/", "heads/")) for n in names)  # no top-level packages
+    size = wheel.stat().st_size
+    print(f"wheel: {size / 1e6:.1f} MB")
+    assert size <= 60e6, f"the wheel is {size / 1e6:.1f} MB"
 
 
 def _distribution(requirement: str) -> str:
@@ -60,7 +68,7 @@ def test_every_imported_third_party_module_is_a_declared_dependency():
                 for d in deps}
     import_names = {"yaml": "pyyaml"}
     used, top_level = set(), set()
-    for path in [*REPO.glob("specbench/*.py"), *REPO.glob("methods/**/*.py")]:
+    for path in [*REPO.glob("specbench/**/*.py"), *REPO.glob("methods/**/*.py")]:
         tree = ast.parse(path.read_text())
         module_level = {id(node) for node in tree.body}
         for node in ast.walk(tree):
@@ -110,8 +118,11 @@ def test_installed_wheel_runs_shipped_drafters_from_another_directory(wheel, tmp
     listed = subprocess.run([str(python), "-m", "specbench", "list"], cwd=work, env=env, capture_output=True,
                             text=True, check=True).stdout
     assert "mt_bench" in listed and "eagle" in listed
-    run = subprocess.run([str(python), "-m", "specbench", "run", "--methods", "vanilla,eagle,medusa,sps",
+    methods = ["vanilla", "eagle", "eagle3", "medusa", "sps"]
+    if (REPO / "heads/hydra/smollm2-135m-instruct/fair-640k/config.json").is_file():
+        methods.append("hydra")
+    run = subprocess.run([str(python), "-m", "specbench", "run", "--methods", ",".join(methods),
                           "--tasks", "gsm8k", "--limit", "1", "--max-new-tokens", "8", "--temperatures", "0",
                           "--out", str(work / "r")], cwd=work, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert (work / "r" / "records.jsonl").read_text().count("\n") == 4
+    assert (work / "r" / "records.jsonl").read_text().count("\n") == len(methods)

@@ -58,8 +58,10 @@ def find_head(target_name: str, ablation_inputs: str | None = None) -> Path:
     within = Path("ablation", ablation_inputs) if ablation_inputs else Path(DEFAULT_HEAD)
     folder = shipped_folder("eagle", target_name, within)
     if folder is None:
+        where = (f"; the ablation heads stay in the repository (heads/eagle/<target>/ablation/{inputs}), not in the "
+                 "wheel: pass that folder of a checkout with --draft" if ablation_inputs else "")
         raise SpecbenchError(
             f"no trained EAGLE head ({inputs}) ships for target {target_name!r}: pass --draft HEAD_FOLDER, or train "
-            "one with python -m specbench train eagle"
+            f"one with python -m specbench train eagle{where}"
         )
     return folder

@@ -105,6 +105,7 @@ class SampledCheckConfig:
     device: str | None = None
     dtype: str | None = None
     seed: int = 0
+    method_files: list[Path] = field(default_factory=list)
 
 
 def run_sampled_check(cfg: SampledCheckConfig) -> tuple[str, bool]:
@@ -116,7 +117,7 @@ def run_sampled_check(cfg: SampledCheckConfig) -> tuple[str, bool]:
     if cfg.temperature <= 0:
         raise SpecbenchError("the sampled check needs a temperature > 0 (T=0 is checked token by token on a run)")
     sampling = Sampling(cfg.temperature, cfg.top_p, cfg.top_k)
-    methods = [m for m in select_methods(cfg.methods) if m.name != "vanilla"]
+    methods = [m for m in select_methods(cfg.methods, cfg.method_files) if m.name != "vanilla"]
     if not methods:
         raise SpecbenchError("name at least one method besides vanilla to compare with it")
     prompts_text = [(t.name, q) for t, questions in resolve_questions(cfg.questions) for q in questions]

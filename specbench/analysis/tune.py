@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Sequence
 
 from specbench.analysis.tables import per_question_frame, speedup_table
 from specbench.errors import SpecbenchError
@@ -23,10 +24,10 @@ class TuneConfig:
     settings_file: Path
 
 
-def candidates(methods: list[str]) -> dict[str, list[str]]:
+def candidates(methods: list[str], method_files: Sequence[Path] = ()) -> dict[str, list[str]]:
     """Per method, the specs tune decodes: its declared settings as name@options (the defaults as the bare name)."""
     out: dict[str, list[str]] = {}
-    for info in select_methods(methods):
+    for info in select_methods(methods, method_files):
         if "@" in info.name:
             raise SpecbenchError(f"tune takes bare method names, not {info.name}: each method's settings are its "
                                  "declared ones (see `list`)")
@@ -39,7 +40,7 @@ def candidates(methods: list[str]) -> dict[str, list[str]]:
 def tune(cfg: TuneConfig) -> TunedSettings:
     if not cfg.run.questions.tail:
         raise SpecbenchError("tune decodes a development split: give --dev-questions N")
-    specs = candidates([m for m in cfg.run.methods if m != "vanilla"])
+    specs = candidates([m for m in cfg.run.methods if m != "vanilla"], cfg.run.method_files)
     decode = replace(cfg.run, methods=["vanilla"] + [s for group in specs.values() for s in group], baseline=True)
     _, selected = validate(decode)
     run(decode)

@@ -26,7 +26,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         methods = apply_settings(methods, args.temperatures, read_settings(args.settings), args.settings)
     cfg = RunConfig(
-        out=out, methods=methods, settings_file=args.settings, questions=question_selection(args), baseline=not args.no_baseline,
+        out=out, methods=methods, settings_file=args.settings, method_files=args.method_files, questions=question_selection(args), baseline=not args.no_baseline,
         temperatures=args.temperatures, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
         target=args.target, draft=args.draft, options=parse_options(args.opt),
         seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=args.runtime,
@@ -50,7 +50,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     cfg = RunConfig(
         out=args.out, methods=args.methods, questions=question_selection(args), temperatures=args.temperatures,
         max_new_tokens=args.max_new_tokens, target=args.target, draft=args.draft, options=parse_options(args.opt),
-        seed=args.seed, device=args.device, dtype=args.dtype, runtime=args.runtime, cost_curve=args.cost_curve)
+        seed=args.seed, device=args.device, dtype=args.dtype, runtime=args.runtime, cost_curve=args.cost_curve,
+        method_files=args.method_files)
     settings_file = args.settings_file or args.out / "settings.yaml"
     print(summary(tune(TuneConfig(cfg, settings_file))))
     print(f"settings: {settings_file} (apply with run --settings {settings_file})")
@@ -86,7 +87,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         summary, ok = run_sampled_check(SampledCheckConfig(
             methods=args.methods, out=out, questions=question_selection(args), samples=args.samples,
             tokens=args.tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, alpha=args.alpha,
-            target=args.target, draft=args.draft,
+            target=args.target, draft=args.draft, method_files=args.method_files,
             options=parse_options(args.opt), device=args.device, dtype=args.dtype, seed=args.seed))
         print(summary)
         print(f"table: {out / 'sampled_check.md'}")
@@ -103,12 +104,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def cmd_list(_: argparse.Namespace) -> int:
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from specbench.cli.doctor import doctor
+
+    return doctor(args.method_files)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
     from specbench.run.registry import available_methods
     from specbench.run.tasks import DEFAULT_SUITE, suites
 
     print("methods:")
-    for m in available_methods().values():
+    for m in available_methods(args.method_files).values():
         print(f"  {m.name:<16} {'lossless' if m.lossless else 'LOSSY':<9} {m.description}")
         if m.tuning:
             print(f"  {'':<16} {'':<9} tune tries: {', '.join(o or '(defaults)' for o in m.tuning)}")
@@ -126,7 +133,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from specbench.train.features import ExtractConfig, extract
     from specbench.train.training import TrainConfig
 
-    trainers = available_trainers()
+    trainers = available_trainers(args.method_files)
     if args.method not in trainers:
         raise SpecbenchError(f"nothing to train called {args.method!r}; valid: {', '.join(trainers)}")
     if args.prompts <= 0 or args.max_tokens <= 0 or args.max_len < 2 or args.batch_size <= 0:
@@ -227,4 +234,5 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "distill": cmd_distill, "report": cmd_report, "export": cmd_export, "check": cmd_check,
-            "list": cmd_list, "bench": cmd_bench, "train": cmd_train, "datastore": cmd_datastore, "tune": cmd_tune}
+            "list": cmd_list, "bench": cmd_bench, "train": cmd_train, "datastore": cmd_datastore, "tune": cmd_tune,
+            "doctor": cmd_doctor}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specbench import __version__
 from specbench.decode.target import DEFAULT_TARGET
 from specbench.errors import SpecbenchError
 from specbench.run.tasks import SOURCES, QuestionSelection, parse_category_map
@@ -81,6 +82,11 @@ def question_selection(args: argparse.Namespace) -> QuestionSelection:
         end=args.question_end, tail=getattr(args, "dev_questions", None))
 
 
+def _add_method_file(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--method-file", dest="method_files", type=Path, action="append", default=[], metavar="FILE.py",
+                   help="a Python file defining METHODS (your own method, without editing specbench; repeatable)")
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET, help="HF model id, local folder, .gguf, or a short name")
     p.add_argument("--device", default="auto", help="auto (GPU when present), cpu, cuda, cuda:1 ...")
@@ -91,7 +97,10 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="specbench", description="Benchmark harness for speculative decoding")
+    top = argparse.ArgumentParser(prog="specbench", description="Benchmark harness for speculative decoding",
+                                  epilog="example: python -m specbench run --methods vanilla,eagle,pld --tasks gsm8k "
+                                         "--limit 2 --max-new-tokens 64 --temperatures 0")
+    top.add_argument("--version", action="version", version=f"specbench {__version__}")
     sub = top.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="decode tasks with methods and write records")
@@ -127,6 +136,7 @@ def parser() -> argparse.ArgumentParser:
                      help="reuse the costs (verification curve, drafting costs) stored in a run.json or a "
                           "`bench --cost --json` file, to make another machine's cost-based choices; default: "
                           "this machine's stored costs, measured by the first run here (a resumed run reuses its own)")
+    _add_method_file(run)
     run.add_argument("--settings", type=Path, metavar="FILE",
                      help="apply the settings `tune` chose (per method and temperature) to the bare method names of "
                           "--methods; the run must evaluate other questions than those they were tuned on")
@@ -153,6 +163,7 @@ def parser() -> argparse.ArgumentParser:
     tune.add_argument("--out", type=Path, required=True, help="run directory of the tuning decode (rerun to resume)")
     tune.add_argument("--settings-file", type=Path, help="where the settings go (default OUT/settings.yaml)")
     tune.add_argument("--cost-curve", type=Path, help="the fixed costs to tune with (as run --cost-curve)")
+    _add_method_file(tune)
 
     report = sub.add_parser("report", help="speedup and τ tables from a run directory")
     report.add_argument("run_dir", type=Path)
@@ -185,13 +196,20 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--draft")
     check.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE")
     check.add_argument("--seed", type=int, default=0)
+    _add_method_file(check)
     check.add_argument("--out", type=Path, help="--sampled: where the table goes (default reports/sampled-check-T<t>)")
     _add_model_args(check)
 
-    sub.add_parser("list", help="methods and tasks")
+    doctor = sub.add_parser("doctor", help="check the install: versions, device, CPU flags, targets, shipped drafters",
+                            epilog="example: python -m specbench doctor")
+    _add_method_file(doctor)
+    listing = sub.add_parser("list", help="methods and tasks")
+    _add_method_file(listing)
 
     train = sub.add_parser("train", help="extract target features (cached, resumable) and train a drafter")
-    train.add_argument("method", help="what to train (see `list`): eagle, medusa, sps-draft")
+    train.add_argument("method", help="what to train: eagle, eagle3, medusa, hydra, sps-draft (and TRAINERS of "
+                                      "--method-file)")
+    _add_method_file(train)
     train.add_argument("--data", type=Path, default=Path("../shared/data/train/prompts.jsonl"),
                        help="training prompts, JSONL with turns and reference (default ../shared/data/train/prompts.jsonl)")
     train.add_argument("--features", type=Path, help="feature cache dir (default results/features/<target>-<mode>, "

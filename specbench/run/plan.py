@@ -42,6 +42,7 @@ class RunConfig:
     workers: int = 1  # above 1: decode on Ray workers (specbench.run.distributed), one GPU each or a share of the cores
     ray_address: str | None = None  # an existing Ray cluster ("auto": the one this machine joined)
     settings_file: Path | None = None  # `tune`'s settings, already applied to `methods` (apply_settings)
+    method_files: list[Path] = field(default_factory=list)  # --method-file: methods from outside the package
     progress: bool = True
 
     def settings(self) -> dict[str, Any]:
@@ -52,6 +53,10 @@ class RunConfig:
             values.pop(local)
         if values["settings_file"] is None:  # runs from before tuning resume unchanged
             values.pop("settings_file")
+        if values["method_files"]:
+            values["method_files"] = [str(Path(p).resolve()) for p in values["method_files"]]
+        else:  # runs from before method files resume unchanged
+            values.pop("method_files")
         if values["batch_sizes"] == [1]:  # runs from before batching resume unchanged
             values.pop("batch_sizes")
         return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
@@ -64,7 +69,7 @@ class RunConfig:
 
 def validate(cfg: RunConfig) -> tuple[list[MethodInfo], dict[str, tuple[Task, list[Question]]]]:
     """Everything that can be checked before loading a model, and the questions."""
-    methods = select_methods(cfg.method_names())
+    methods = select_methods(cfg.method_names(), cfg.method_files)
     if cfg.max_new_tokens is not None and cfg.max_new_tokens <= 0:
         raise SpecbenchError(f"--max-new-tokens must be > 0, got {cfg.max_new_tokens}")
     if cfg.repeats <= 0:

