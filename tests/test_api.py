@@ -64,3 +64,14 @@ def test_version_and_doctor(capsys):
     assert any(line.startswith("ok") and "torch" in line for line in lines)
     assert all(line.split()[0] in ("ok", "warn", "FAIL") for line in lines)
     assert code == (1 if any(line.startswith("FAIL") for line in lines) else 0)
+
+
+@pytest.mark.parametrize("command", ["run", "tune", "report", "export", "check", "list", "doctor", "train", "distill",
+                                     "datastore", "bench"])
+def test_every_command_help_has_an_example(command, capsys):
+    from specbench.cli.commands import COMMANDS
+
+    assert command in COMMANDS
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert "example: python -m specbench " in capsys.readouterr().out

@@ -103,7 +103,8 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"specbench {__version__}")
     sub = top.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="decode tasks with methods and write records")
+    run = sub.add_parser("run", help="decode tasks with methods and write records",
+        epilog="example: python -m specbench run --methods vanilla,eagle,pld --tasks all --limit 4 --max-new-tokens 128 --temperatures 0,1 --question-dir ../shared/data/tasks --out results/mine")
     run.add_argument("--methods", type=_csv, default=["vanilla", "pld"],
                      help="comma-separated method names, each optionally with its own options, as in "
                           "eagle@total_tokens=8:top_k=3 (one row per variant: a sweep)")
@@ -165,18 +166,21 @@ def parser() -> argparse.ArgumentParser:
     tune.add_argument("--cost-curve", type=Path, help="the fixed costs to tune with (as run --cost-curve)")
     _add_method_file(tune)
 
-    report = sub.add_parser("report", help="speedup and τ tables from a run directory")
+    report = sub.add_parser("report", help="speedup and τ tables from a run directory",
+        epilog="example: python -m specbench report results/mine --out reports/mine")
     report.add_argument("run_dir", type=Path)
     report.add_argument("--out", type=Path, help="default reports/<run name>")
 
     export = sub.add_parser("export", help="answer files of a run in another harness's format (spec-bench: one "
-                                           "JSONL per method and temperature that Spec-Bench's speed.py reads)")
+                                           "JSONL per method and temperature that Spec-Bench's speed.py reads)",
+        epilog="example: python -m specbench export results/mine --format spec-bench")
     export.add_argument("run_dir", type=Path)
     export.add_argument("--format", default="spec-bench", help="spec-bench (the only one yet)")
     export.add_argument("--out", type=Path, help="default reports/<run name>/spec-bench")
 
     check = sub.add_parser("check", help="equivalence: T=0 token identity in a run (RUN_DIR), or --sampled: the "
-                                         "T>0 distribution of each method's first tokens against vanilla's")
+                                         "T>0 distribution of each method's first tokens against vanilla's",
+        epilog="example: python -m specbench check results/mine; or: python -m specbench check --sampled --methods eagle,sps --samples 300")
     check.add_argument("run_dir", type=Path, nargs="?", help="a run directory (T=0 check)")
     check.add_argument("--against", type=Path, metavar="OTHER_RUN",
                        help="compare with another run of the same settings instead: the same token ids and accept "
@@ -203,10 +207,12 @@ def parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check the install: versions, device, CPU flags, targets, shipped drafters",
                             epilog="example: python -m specbench doctor")
     _add_method_file(doctor)
-    listing = sub.add_parser("list", help="methods and tasks")
+    listing = sub.add_parser("list", help="methods and tasks",
+        epilog="example: python -m specbench list --method-file my_method.py")
     _add_method_file(listing)
 
-    train = sub.add_parser("train", help="extract target features (cached, resumable) and train a drafter")
+    train = sub.add_parser("train", help="extract target features (cached, resumable) and train a drafter",
+        epilog="example: python -m specbench train hydra --dataset heads/data/smollm2-135m-instruct/self-t0 --dataset-chunks 11 --max-tokens 640000 --out results/heads/hydra")
     train.add_argument("method", help="what to train: eagle, eagle3, medusa, hydra, sps-draft (and TRAINERS of "
                                       "--method-file)")
     _add_method_file(train)
@@ -246,7 +252,8 @@ def parser() -> argparse.ArgumentParser:
     _add_model_args(train)
 
     distill = sub.add_parser("distill", help="self-distilled training data: the target answers training prompts in "
-                                             "large batches; conversations (token ids) and, optionally, features")
+                                             "large batches; conversations (token ids) and, optionally, features",
+        epilog="example: python -m specbench distill --prompts 256 --out results/data/self-t0")
     distill.add_argument("--data", type=Path, default=Path("../shared/data/train/prompts.jsonl"),
                          help="training prompts, JSONL with id and turns")
     distill.add_argument("--out", type=Path, required=True, help="dataset folder (manifest.json + chunk_*.npz)")
@@ -271,7 +278,8 @@ def parser() -> argparse.ArgumentParser:
     _add_model_args(distill)
 
     datastore = sub.add_parser("datastore", help="build the retrieval datastore of the methods that draft from one "
-                                                 "(rest, samd)")
+                                                 "(rest, samd)",
+        epilog="example: python -m specbench datastore build")
     datastore.add_argument("action", choices=["build"])
     datastore.add_argument("--target", default=DEFAULT_TARGET)
     datastore.add_argument("--data", type=Path, default=Path("../shared/data/train/prompts.jsonl"),
@@ -280,7 +288,8 @@ def parser() -> argparse.ArgumentParser:
                                 "go in too")
 
     bench = sub.add_parser("bench", help="our vanilla and pld against HF generate, interleaved; --cost: the target's "
-                                         "forward cost over k tokens, stock HF against the engine's runtime")
+                                         "forward cost over k tokens, stock HF against the engine's runtime",
+        epilog="example: python -m specbench bench --overhead")
     _add_question_args(bench)
     _add_model_args(bench)
     bench.add_argument("--cost", action="store_true", help="T(k) for k = 1..32 and the machine's floors")
