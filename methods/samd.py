@@ -130,8 +130,11 @@ def build(ctx: BuildContext, default_aux: str = "recycling") -> Drafter:
     if name not in methods or name.startswith("samd"):
         raise SpecbenchError(f"samd: aux={name!r} is not a method to fall back on")
     store = open_datastore(ctx.target.name, ctx.options) if ctx.options.get("static", "on") != "off" else None
-    return SamDrafter(store, methods[name].build(ctx), draft_len=ctx.option("draft_len", 8),
-                      threshold=ctx.option("threshold", 3), max_ngram=ctx.option("max_ngram", 16))
+    aux = methods[name].build(ctx)
+    drafter = SamDrafter(store, aux, draft_len=ctx.option("draft_len", 8), threshold=ctx.option("threshold", 3),
+                         max_ngram=ctx.option("max_ngram", 16))
+    drafter.trained_from = aux.trained_from  # samd-eagle's EAGLE head, for the budget table
+    return drafter
 
 
 TUNING = ("", "draft_len=4", "draft_len=12", "draft_len=16")

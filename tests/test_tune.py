@@ -75,8 +75,19 @@ def test_run_with_settings_applies_them_to_other_questions(tuned, tiny_target_di
 def test_tune_refuses_options_and_a_missing_split(tiny_target_dir, tmp_path, capsys):
     line = bad_input(capsys, ["tune", "--target", str(tiny_target_dir), "--out", str(tmp_path / "t"),
                               "--methods", "pld@num_tokens=3", "--tasks", "gsm8k"])
-    assert "bare method names" in line
+    assert "is what tune chooses" in line
     (tmp_path / "bad.yaml").write_text("chosen: 3\n")
     line = bad_input(capsys, ["run", "--target", str(tiny_target_dir), "--out", str(tmp_path / "r"),
                               "--methods", "pld", "--settings", str(tmp_path / "bad.yaml")])
     assert "not a settings file" in line
+
+
+def test_fixed_options_stay_fixed_and_merge_with_the_tuned_ones(tmp_path):
+    from specbench.analysis.tune import candidates
+    from specbench.run.settings import TunedSettings, apply_settings
+
+    assert candidates(["pld@head=/x"])["pld"] == ["pld@head=/x", "pld@head=/x:num_tokens=2", "pld@head=/x:num_tokens=4",
+                                                  "pld@head=/x:num_tokens=6"]
+    tuned = TunedSettings("t", {"0.0": {"pld": "num_tokens=4", "lookahead": ""}}, {})
+    assert apply_settings(["pld@head=/x", "lookahead", "vanilla", "pld@num_tokens=9"], [0.0], tuned, tmp_path) == [
+        "pld@head=/x:num_tokens=4", "lookahead", "vanilla", "pld@num_tokens=9"]

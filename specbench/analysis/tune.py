@@ -13,9 +13,9 @@ from specbench.analysis.tables import per_question_frame, speedup_table
 from specbench.errors import SpecbenchError
 from specbench.run.plan import RunConfig, validate
 from specbench.run.records import command_line, read_records, read_run_info
-from specbench.run.registry import TUNING_BUDGET, select_methods
+from specbench.run.registry import TUNING_BUDGET, parse_method_options, select_methods
 from specbench.run.runner import run
-from specbench.run.settings import TunedSettings
+from specbench.run.settings import TunedSettings, join_options
 
 
 @dataclass
@@ -25,22 +25,27 @@ class TuneConfig:
 
 
 def candidates(methods: list[str], method_files: Sequence[Path] = ()) -> dict[str, list[str]]:
-    """Per method, the specs tune decodes: its declared settings as name@options (the defaults as the bare name)."""
+    """Per method, the specs tune decodes: its declared settings (the defaults first) on top of the options the
+    method was given (name@head=FOLDER: fixed for every setting tried, never a tuned knob)."""
     out: dict[str, list[str]] = {}
-    for info in select_methods(methods, method_files):
-        if "@" in info.name:
-            raise SpecbenchError(f"tune takes bare method names, not {info.name}: each method's settings are its "
-                                 "declared ones (see `list`)")
+    for spec, info in zip(methods, select_methods(methods, method_files)):
+        name, fixed = spec.partition("@")[0], parse_method_options(spec)
         if len(info.tuning) > TUNING_BUDGET:
-            raise SpecbenchError(f"{info.name} declares {len(info.tuning)} settings, over the budget of {TUNING_BUDGET}")
-        out[info.name] = [f"{info.name}@{o}" if o else info.name for o in info.tuning or ("",)]
+            raise SpecbenchError(f"{name} declares {len(info.tuning)} settings, over the budget of {TUNING_BUDGET}")
+        tuned_keys = {k for option in info.tuning for k in parse_method_options(f"x@{option}")}
+        if set(fixed) & tuned_keys:
+            raise SpecbenchError(f"{spec}: {', '.join(sorted(set(fixed) & tuned_keys))} is what tune chooses; give "
+                                 "only fixed options (such as head=FOLDER)")
+        if name in out:
+            raise SpecbenchError(f"tune: {name} is listed twice")
+        out[name] = [join_options(name, {**fixed, **parse_method_options(f"x@{o}")}) for o in info.tuning or ("",)]
     return out
 
 
 def tune(cfg: TuneConfig) -> TunedSettings:
     if not cfg.run.questions.tail:
         raise SpecbenchError("tune decodes a development split: give --dev-questions N")
-    specs = candidates([m for m in cfg.run.methods if m != "vanilla"], cfg.run.method_files)
+    specs = candidates([m for m in cfg.run.methods if m.partition("@")[0] != "vanilla"], cfg.run.method_files)
     decode = replace(cfg.run, methods=["vanilla"] + [s for group in specs.values() for s in group], baseline=True)
     _, selected = validate(decode)
     run(decode)
@@ -53,8 +58,10 @@ def tune(cfg: TuneConfig) -> TunedSettings:
         key = str(float(temperature))
         chosen[key], tried[key] = {}, {}
         for method, group in specs.items():
-            rows = [{"options": spec.partition("@")[2], "speedup": round(float(table.loc[spec, ("Mean", "Speedup")]), 4),
-                     "tau": round(float(table.loc[spec, ("Mean", "τ")]), 4)} for spec in group]
+            declared = select_methods([method], cfg.run.method_files)[0].tuning or ("",)
+            rows = [{"options": option, "decoded_as": spec,
+                     "speedup": round(float(table.loc[spec, ("Mean", "Speedup")]), 4),
+                     "tau": round(float(table.loc[spec, ("Mean", "τ")]), 4)} for option, spec in zip(declared, group)]
             tried[key][method] = rows
             chosen[key][method] = max(rows, key=lambda r: r["speedup"])["options"]  # ties: the first, the defaults
     info = read_run_info(decode.out)

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from specbench.errors import SpecbenchError
+from specbench.run.registry import parse_method_options
 from specbench.run.tasks import Question, Task
 
 VERSION = 1
@@ -60,24 +61,28 @@ def read_settings(path: Path) -> TunedSettings:
                          raw.get("budget") or {}, raw.get("candidates") or {})
 
 
+def join_options(name: str, options: dict[str, str]) -> str:
+    """name@key=value:key=value (the bare name without options)."""
+    return f"{name}@{':'.join(f'{k}={v}' for k, v in options.items())}" if options else name
+
+
 def apply_settings(methods: list[str], temperatures: list[float], tuned: TunedSettings, path: Path) -> list[str]:
-    """Each bare method name of --methods with the options tuned for the run's temperatures (unchanged when it was
-    not tuned or the tuned choice is its defaults); a name that already carries options stays as given."""
+    """Each method of --methods with the options tuned for the run's temperatures added after its own (an option
+    it was given keeps its value; a method that was not tuned, or was tuned to its defaults, is unchanged)."""
     missing = [t for t in temperatures if str(float(t)) not in tuned.chosen]
     if missing:
         raise SpecbenchError(f"--settings {path} was tuned at T={', '.join(tuned.chosen)}, not at T={missing[0]:g}: "
                              "tune at that temperature too, or run the tuned temperatures only")
     out = []
     for spec in methods:
-        if "@" in spec:
-            out.append(spec)
-            continue
-        choices = {tuned.chosen[str(float(t))].get(spec) for t in temperatures}
+        name = spec.partition("@")[0]
+        choices = {tuned.chosen[str(float(t))].get(name) for t in temperatures}
         if len(choices) > 1:
-            raise SpecbenchError(f"--settings {path}: {spec} was tuned to different settings at the run's "
+            raise SpecbenchError(f"--settings {path}: {name} was tuned to different settings at the run's "
                                  "temperatures; run each temperature separately")
-        choice = choices.pop()
-        out.append(f"{spec}@{choice}" if choice else spec)
+        given = parse_method_options(spec)
+        chosen = parse_method_options(f"{name}@{choices.pop() or ''}")
+        out.append(join_options(name, {**given, **{k: v for k, v in chosen.items() if k not in given}}))
     return out
 
 
