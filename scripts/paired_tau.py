@@ -32,6 +32,17 @@ def per_turn_tau(records: list[Record], method: str, temperature: float) -> dict
     return taus
 
 
+def resolve(records: list[Record], name: str) -> str:
+    """A method label of the run: NAME itself, or the one label NAME@... (e.g. tuned options added by --settings)."""
+    labels = {r.method for r in records}
+    if name in labels:
+        return name
+    matches = sorted(label for label in labels if label.startswith(f"{name}@"))
+    if len(matches) != 1:
+        sys.exit(f"paired_tau: {name} matches {len(matches)} methods of the run ({', '.join(matches) or 'none'})")
+    return matches[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
@@ -45,6 +56,7 @@ def main() -> None:
     except SpecbenchError as exc:
         sys.exit(f"paired_tau: {exc}")
     for a, b in zip(args.methods[::2], args.methods[1::2]):
+        a, b = resolve(records, a), resolve(records, b)
         tau_a, tau_b = per_turn_tau(records, a, args.temperature), per_turn_tau(records, b, args.temperature)
         shared = sorted(tau_a.keys() & tau_b.keys())
         if len(shared) < 2:

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The fair comparison (reports/fair/): every method at equal training budget, tuned by one rule, then evaluated.
+#   1. the equal-budget heads: bash scripts/train_default_drafters.sh fair  (medusa, hydra, sps at 640k positions on
+#      the first 11 chunks of the self-distilled dataset; eagle and eagle3 at that budget already ship:
+#      heads/eagle/smollm2-135m-instruct/equal-data and heads/eagle3/smollm2-135m-instruct-640k)
+#   2. tune: every method's declared settings on the development split (the LAST question of each task), per
+#      temperature -> reports/fair/settings.yaml
+#   3. run: the first 10 questions of each task with those settings (never the tuned-on ones); the run folder is
+#      committed (reports/fair/run/) so that a stopped session resumes it: rerun this script.
+# Usage: bash scripts/figures/fair.sh [tune|run|report|all] [TEMPERATURES, default 0,1]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export HF_HUB_OFFLINE=1
+what="${1:-all}"
+temps="${2:-0,1}"
+H=heads
+T=smollm2-135m-instruct
+TRAINED=(
+  "sps@head=$H/sps/$T/fair-640k"
+  "medusa@head=$H/medusa/$T/fair-640k"
+  "hydra@head=$H/hydra/$T/fair-640k"
+  "eagle@head=$H/eagle/$T/equal-data"
+  "eagle3@head=$H/eagle3/$T-640k"
+  "samd-eagle@head=$H/eagle/$T/equal-data"
+)
+FREE=(pld lookahead recycling suffix rest samd swift)
+METHODS=$(IFS=,; echo "${FREE[*]},${TRAINED[*]}")
+QUESTIONS=(--tasks all --question-dir ../shared/data/tasks --max-new-tokens 128)
+if [[ $what == all || $what == tune ]]; then
+  python -m specbench tune --methods "$METHODS" "${QUESTIONS[@]}" --dev-questions 1 --temperatures "$temps" \
+    --out results/fair-tune-T"${temps//,/-}" --settings-file reports/fair/settings-T"${temps//,/-}".yaml
+fi
+if [[ $what == all || $what == run ]]; then
+  python -m specbench run --methods "vanilla,$METHODS" "${QUESTIONS[@]}" --limit 10 --temperatures "$temps" \
+    --settings reports/fair/settings-T"${temps//,/-}".yaml --out reports/fair/run-T"${temps//,/-}" \
+    --report-dir reports/fair/T"${temps//,/-}"
+  python -m specbench check reports/fair/run-T"${temps//,/-}" | tee reports/fair/T"${temps//,/-}"/check.txt
+  python scripts/step_times.py reports/fair/run-T"${temps//,/-}" > reports/fair/T"${temps//,/-}"/step_times.md
+  # The reader's questions, with 95% paired per-turn intervals: hydra above medusa? eagle above hydra? eagle3?
+  for t in ${temps//,/ }; do
+    python scripts/paired_tau.py reports/fair/run-T"${temps//,/-}" hydra medusa eagle hydra eagle3 eagle \
+      --temperature "$t"
+  done | tee reports/fair/T"${temps//,/-}"/paired_tau.txt
+fi
