@@ -164,3 +164,53 @@ def test_recurrent_families_are_refused_in_one_line(name, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and f"specbench: error: target family {name}" in err and "Traceback" not in err, err
     assert not (tmp_path / "r" / "records.jsonl").exists()
+
+
+# ------------------------------------------------------------------------------ heads built for any family
+
+
+@pytest.mark.parametrize("name", ["gemma3_text", "gemma2", "qwen2", "deepseek_v3"])
+def test_an_eagle_head_trained_for_a_moment_drafts_for_the_family(name):
+    """The head's token embeddings are the target's as its first layer receives them (Gemma scales them by
+    sqrt(hidden): in the embedding module for Gemma 3, in the model's forward for Gemma 2); its layer is built from
+    the target's sizes. Trained briefly on the target's own greedy outputs, it drafts, and drafts are accepted."""
+    from specbench.methods.common.feature_tree import TreeSpec
+    from specbench.methods.common.official import target_embedding
+    from specbench.methods.eagle import EagleDrafter
+    from specbench.methods.eagle.head import EagleHead, head_config
+    from specbench.methods.eagle.training import EagleTrainable
+    from specbench.train.training import Batch
+
+    target = tiny(name, seed=0)
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.no_grad():
+        first = target(ids, output_hidden_states=True).hidden_states[0][0]
+    embedding = target_embedding(target)
+    assert torch.allclose(embedding[ids[0]], first, atol=1e-5)
+    if name.startswith("gemma"):
+        assert not torch.allclose(target.get_input_embeddings().weight[ids[0]], first)  # a scale was applied
+    references = [hf_greedy(target, p) for p in PROMPTS]
+    sequences = [p + r for p, r in zip(PROMPTS, references)]
+    longest = max(map(len, sequences))
+    tokens = torch.tensor([s + [0] * (longest - len(s)) for s in sequences])
+    valid = torch.tensor([[i < len(s) for i in range(longest)] for s in sequences])
+    with torch.no_grad():
+        hidden = target(tokens, attention_mask=valid.long(), output_hidden_states=True).hidden_states[-1]
+    torch.manual_seed(1)
+    head = EagleHead(head_config(target.config))
+    head.embed_tokens.weight.data.copy_(embedding)
+    trainable = EagleTrainable(head, target.get_output_embeddings().weight, None, noise=0.0)
+    optimizer = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=0.01)
+    for _ in range(150):
+        loss, _ = trainable.loss(Batch(tokens, hidden, valid, valid))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    drafter = EagleDrafter(head.eval(), target.get_output_embeddings().weight, None,
+                           TreeSpec(top_k=3, depth=3, total_tokens=8))
+    deep = 0
+    for prompt, reference in zip(PROMPTS, references):
+        out = generate(target, prompt, drafter, Sampling(), TOKENS, set())
+        assert out.token_ids == reference
+        deep += sum(a >= 3 for a in out.accept_lengths)
+    assert deep >= 4, f"only {deep} steps accepted two or more draft tokens"

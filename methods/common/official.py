@@ -20,6 +20,16 @@ CONFIG_KEYS = (
 )
 
 
+def head_values(target_config) -> dict[str, Any]:
+    """The target's sizes a draft head's Llama layer is built from. A target with a rope per layer kind (Gemma 2/3:
+    local and global) gives the head its full-attention rope: the head attends over the whole draft context."""
+    values = {k: getattr(target_config, k) for k in CONFIG_KEYS if getattr(target_config, k, None) is not None}
+    rope = values.get("rope_parameters")
+    if isinstance(rope, dict) and isinstance(rope.get("full_attention"), dict):
+        values["rope_parameters"] = rope["full_attention"]
+    return values
+
+
 def config_values(source: dict[str, Any]) -> dict[str, Any]:
     """The head's sizes for config.json, with rope_theta also at the top level, where older loaders (the official
     code, transformers 4.x) read it."""
@@ -44,6 +54,23 @@ def write_checkpoint(folder: Path, config: dict[str, Any], tensors: dict[str, to
     tmp = folder / (SAFETENSORS + ".tmp")
     save_file(tensors, str(tmp), metadata={"format": "pt"})
     tmp.rename(folder / SAFETENSORS)
+
+
+@torch.inference_mode()
+def target_embedding(model) -> torch.Tensor:
+    """The target's token embeddings as its first decoder layer receives them: the embedding matrix times the scale
+    some families apply (Gemma multiplies by sqrt(hidden size), in the embedding module or in the model's forward).
+    The scale is read off the model itself: a least-squares fit of the first hidden state (output_hidden_states[0])
+    to the looked-up rows on a few tokens, so no family is named here."""
+    weight = model.get_input_embeddings().weight.detach()
+    ids = torch.arange(min(8, weight.shape[0]), device=weight.device)[None]
+    first = model(input_ids=ids, output_hidden_states=True, use_cache=False).hidden_states[0][0].float()
+    rows = weight[ids[0]].float()
+    scale = float((first * rows).sum() / (rows * rows).sum())
+    if not torch.allclose(first, rows * scale, rtol=1e-2, atol=1e-3 * float(rows.abs().max())):
+        raise SpecbenchError(f"{type(model).__name__}: its first hidden state is not a scaled token embedding "
+                             "(position embeddings added?); EAGLE-style heads cannot take its embeddings")
+    return weight if abs(scale - 1.0) < 1e-6 else weight * scale
 
 
 def read_weights(folder: Path, target_embedding: torch.Tensor | None) -> dict[str, torch.Tensor]:

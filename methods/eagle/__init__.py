@@ -27,6 +27,7 @@ from specbench.decode.draft import Drafter, parse_tree
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.errors import SpecbenchError
 from specbench.methods.common.feature_tree import AUTO_MAX_TOKENS, FeatureTreeDrafter, TreeSpec, measure_level_seconds
+from specbench.methods.common.official import target_embedding
 from specbench.methods.eagle.checkpoint import find_head, load_head
 from specbench.methods.eagle.head import EagleHead
 from specbench.methods.eagle.training import train
@@ -76,7 +77,7 @@ def _build(ctx: BuildContext, static: bool, ablation_inputs: str | None = None) 
     # head=FOLDER (e.g. eagle@head=...) compares heads side by side in one run; --draft sets it for every method.
     chosen = ctx.options.get("head") or ctx.draft
     folder = Path(chosen) if chosen else find_head(ctx.target.name, ablation_inputs)
-    head, draft_vocab = load_head(folder, target.get_input_embeddings().weight.detach())
+    head, draft_vocab = load_head(folder, target_embedding(target))
     lm_head = target.get_output_embeddings().weight
     if head.config.hidden_size != lm_head.shape[1] or head.embed_tokens.weight.shape[0] != lm_head.shape[0]:
         raise SpecbenchError(f"EAGLE head {folder} does not fit target {ctx.target.name} (hidden or vocab size)")

@@ -8,7 +8,7 @@ from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from specbench.errors import SpecbenchError
-from specbench.methods.common.official import CONFIG_KEYS
+from specbench.methods.common.official import head_values
 
 # What the head reads at position t, by variant: (token offset, uses token, uses feature).
 # "shifted" is EAGLE: token t+1 with feature t. The others are the paper's ablations.
@@ -16,8 +16,7 @@ INPUTS = {"shifted": (1, True, True), "unshifted": (0, True, True), "feature": (
 
 
 def head_config(target_config, inputs: str = "shifted") -> LlamaConfig:
-    values = {k: getattr(target_config, k) for k in CONFIG_KEYS if getattr(target_config, k, None) is not None}
-    config = LlamaConfig(**values, num_hidden_layers=1)
+    config = LlamaConfig(**head_values(target_config), num_hidden_layers=1)
     config._attn_implementation = "sdpa"
     config.bias = True
     config.specbench_inputs = inputs

@@ -8,6 +8,7 @@ from torch.nn import functional as F
 
 from specbench.decode.target import LoadedModel
 from specbench.errors import SpecbenchError
+from specbench.methods.common.official import target_embedding
 from specbench.methods.eagle.checkpoint import load_head, save_head
 from specbench.methods.eagle.head import INPUTS, EagleHead, head_config
 from specbench.train.features import FeatureCache, draft_vocabulary
@@ -69,7 +70,7 @@ def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: d
     init=HEAD_FOLDER to fine-tune an existing head, e.g. on self-distilled data; it keeps that head's inputs and
     draft vocabulary)."""
     model = target.model
-    embedding = model.get_input_embeddings().weight.detach().float()
+    embedding = target_embedding(model).float()
     if "init" in options:
         head, draft_vocab = load_head(Path(options["init"]), embedding)
         if "inputs" in options and options["inputs"] != head.config.specbench_inputs:

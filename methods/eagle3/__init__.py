@@ -15,6 +15,7 @@ from specbench.decode.draft import Drafter
 from specbench.decode.runtime import prepare_drafter
 from specbench.errors import SpecbenchError
 from specbench.methods.common.feature_tree import AUTO_MAX_TOKENS, FeatureTreeDrafter, TreeSpec, measure_level_seconds
+from specbench.methods.common.official import target_embedding
 from specbench.methods.common.shipped import shipped_folder
 from specbench.methods.eagle3.checkpoint import load_head
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
@@ -57,7 +58,7 @@ def build(ctx: BuildContext) -> Drafter:
     target = ctx.target.model
     chosen = ctx.options.get("head") or ctx.draft
     folder = Path(chosen) if chosen else find_head(ctx.target.name)
-    head = load_head(folder, target.get_input_embeddings().weight.detach())
+    head = load_head(folder, target_embedding(target))
     config = target.config
     if head.config.vocab_size != target.get_output_embeddings().weight.shape[0] or \
             head.fc.in_features != 3 * config.hidden_size:

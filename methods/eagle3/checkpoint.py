@@ -15,8 +15,8 @@ from transformers import LlamaConfig
 
 from specbench.errors import SpecbenchError
 from specbench.methods.common.official import (
-    CONFIG_KEYS,
     config_values,
+    head_values,
     load_weights,
     read_config,
     read_weights,
@@ -26,8 +26,7 @@ from specbench.methods.eagle3.head import Eagle3Head
 
 
 def head_config(target_config, draft_vocab_size: int) -> LlamaConfig:
-    values = {k: getattr(target_config, k) for k in CONFIG_KEYS if getattr(target_config, k, None) is not None}
-    config = LlamaConfig(**values, num_hidden_layers=1)
+    config = LlamaConfig(**head_values(target_config), num_hidden_layers=1)
     config.draft_vocab_size = draft_vocab_size
     config._attn_implementation = "sdpa"
     return config

@@ -21,6 +21,7 @@ import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
 
 from specbench.decode.target import LoadedModel
+from specbench.methods.common.official import target_embedding
 from specbench.methods.eagle3.checkpoint import head_config, save_head
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
 from specbench.train.features import FeatureCache, add_layer_features, draft_vocabulary
@@ -169,7 +170,7 @@ def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: d
     size = int(options.get("draft_vocab", 8192))
     chosen = draft_vocabulary(cache, cfg.out, size, target.stop_ids) if 0 < size < vocab else None
     head = Eagle3Head(head_config(model.config, len(chosen) if chosen is not None else vocab))
-    head.embed_tokens.weight.data.copy_(model.get_input_embeddings().weight.detach().float())
+    head.embed_tokens.weight.data.copy_(target_embedding(model).float())
     set_draft_vocabulary(head, chosen if chosen is not None else torch.arange(vocab))
     head.to(model.device)
     # The fused layers cached once (one prefill, or already written by `specbench distill --feature-layers`): the
