@@ -131,11 +131,9 @@ def eagle_drafter(target, static: bool) -> EagleDrafter:
     return EagleDrafter(head, target.get_output_embeddings().weight, None, spec)
 
 
-def medusa_drafter(target, prompt: list[int]) -> MedusaDrafter:
-    """Medusa heads trained for a moment on the target's own samples after the prompt (random heads guess the
-    token two places ahead so badly that depth 2 is never accepted)."""
-    torch.manual_seed(6)
-    heads = MedusaHeads(target.config.hidden_size, 4)
+def fit_for_a_moment(trainable, target, prompt: list[int], lr: float) -> None:
+    """150 Adam steps of a drafter's own loss on 48 samples of the target after the prompt (seed 7), with the
+    target's last hidden states."""
     generator = torch.Generator().manual_seed(7)
     samples = [prompt + generate(target, prompt, VanillaDrafter(), SAMPLING, 8, set(), generator).token_ids
                for _ in range(48)]
@@ -143,14 +141,20 @@ def medusa_drafter(target, prompt: list[int]) -> MedusaDrafter:
     with torch.no_grad():
         hidden = target(tokens, output_hidden_states=True).hidden_states[-1]
     ones = torch.ones_like(tokens, dtype=torch.bool)
-    batch = Batch(tokens, hidden, ones, ones)
-    trainable = MedusaTrainable(heads, target.get_output_embeddings().weight, None)
-    optimizer = torch.optim.Adam(heads.parameters(), lr=0.03)
+    optimizer = torch.optim.Adam(trainable.module.parameters(), lr=lr)
     for _ in range(150):
-        loss, _ = trainable.loss(batch)
+        loss, _ = trainable.loss(Batch(tokens, hidden, ones, ones))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+
+
+def medusa_drafter(target, prompt: list[int]) -> MedusaDrafter:
+    """Medusa heads trained for a moment on the target's own samples after the prompt (random heads guess the
+    token two places ahead so badly that depth 2 is never accepted)."""
+    torch.manual_seed(6)
+    heads = MedusaHeads(target.config.hidden_size, 4)
+    fit_for_a_moment(MedusaTrainable(heads, target.get_output_embeddings().weight, None), target, prompt, 0.03)
     return MedusaDrafter(heads.eval(), target.get_output_embeddings().weight, None, first_paths(DEFAULT_NODES))
 
 
@@ -159,20 +163,8 @@ def hydra_drafter(target, prompt: list[int]) -> HydraDrafter:
     the target's exact distributions (Hydra++'s objective, the default of `train hydra`)."""
     torch.manual_seed(10)
     heads = HydraHeads(target.config.hidden_size, 4, 2)
-    generator = torch.Generator().manual_seed(7)
-    samples = [prompt + generate(target, prompt, VanillaDrafter(), SAMPLING, 8, set(), generator).token_ids
-               for _ in range(48)]
-    tokens = torch.tensor(samples)
-    with torch.no_grad():
-        hidden = target(tokens, output_hidden_states=True).hidden_states[-1]
-    ones = torch.ones_like(tokens, dtype=torch.bool)
     trainable = HydraTrainable(heads, target.get_input_embeddings(), target.get_output_embeddings().weight, None)
-    optimizer = torch.optim.Adam(heads.parameters(), lr=0.01)
-    for _ in range(150):
-        loss, _ = trainable.loss(Batch(tokens, hidden, ones, ones))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    fit_for_a_moment(trainable, target, prompt, 0.01)
     return HydraDrafter(heads.eval(), target.get_input_embeddings(), target.get_output_embeddings().weight, None,
                         first_paths(DEFAULT_NODES))
 

@@ -12,6 +12,7 @@ import torch
 from torch.nn import functional as F
 
 from specbench.decode.target import LoadedModel
+from specbench.methods.common.ahead import ahead, draft_rows
 from specbench.methods.hydra.checkpoint import save_heads
 from specbench.methods.hydra.head import HydraHeads
 from specbench.train.features import FeatureCache, draft_vocabulary
@@ -25,25 +26,18 @@ class HydraTrainable:
         self.embed = embed
         self.teacher = teacher
         self.draft_vocab = draft_vocab
-        vocab = (draft_vocab if draft_vocab is not None else torch.arange(lm_head.shape[0])).to(lm_head.device)
-        self.lm_head = lm_head.detach().float()[vocab].contiguous()
-        self.to_draft = torch.full((lm_head.shape[0],), -1, dtype=torch.long, device=lm_head.device)
-        self.to_draft[vocab] = torch.arange(len(vocab), device=lm_head.device)
+        self.lm_head, self.to_draft = draft_rows(lm_head, draft_vocab)
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        n = batch.tokens.shape[1]
         with torch.no_grad():
             embeds = self.embed(batch.tokens).float()  # [B, n, H]
         total = torch.zeros((), device=batch.hidden.device)
         metrics: dict[str, float] = {}
         for k in range(len(self.module)):
-            span = n - 2 - k  # positions t with a target token at t + 2 + k
-            if span <= 0:
-                break
-            targets = self.to_draft[batch.tokens[:, 2 + k :]]
-            train_at = batch.loss_mask[:, 1 + k : 1 + k + span] & batch.valid[:, 2 + k :] & (targets >= 0)
-            if not train_at.any():
+            where = ahead(batch, k, self.to_draft)
+            if where is None:
                 continue
+            span, targets, train_at = where
             inputs = torch.cat([batch.hidden[:, :span]] + [embeds[:, 1 + j : 1 + j + span] for j in range(k + 1)], -1)
             logits = self.module(k, inputs[train_at]) @ self.lm_head.T
             if self.teacher:

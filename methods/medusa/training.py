@@ -7,6 +7,7 @@ import torch
 from torch.nn import functional as F
 
 from specbench.decode.target import LoadedModel
+from specbench.methods.common.ahead import ahead, draft_rows
 from specbench.methods.medusa.checkpoint import save_heads
 from specbench.methods.medusa.head import MedusaHeads
 from specbench.train.features import FeatureCache, draft_vocabulary
@@ -19,25 +20,17 @@ class MedusaTrainable:
 
     def __init__(self, heads: MedusaHeads, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None) -> None:
         self.module = heads
-        vocab = draft_vocab if draft_vocab is not None else torch.arange(lm_head.shape[0])
         self.draft_vocab = draft_vocab
-        vocab = vocab.to(lm_head.device)
-        self.lm_head = lm_head.detach().float()[vocab].contiguous()
-        self.to_draft = torch.full((lm_head.shape[0],), -1, dtype=torch.long, device=lm_head.device)
-        self.to_draft[vocab] = torch.arange(len(vocab), device=lm_head.device)
+        self.lm_head, self.to_draft = draft_rows(lm_head, draft_vocab)
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        n = batch.tokens.shape[1]
         total = torch.zeros((), device=batch.hidden.device)
         metrics: dict[str, float] = {}
         for k, head in enumerate(self.module.heads):
-            span = n - 2 - k  # positions t with a target token at t + 2 + k
-            if span <= 0:
-                break
-            targets = self.to_draft[batch.tokens[:, 2 + k :]]
-            train_at = batch.loss_mask[:, 1 + k : 1 + k + span] & batch.valid[:, 2 + k :] & (targets >= 0)
-            if not train_at.any():
+            where = ahead(batch, k, self.to_draft)
+            if where is None:
                 continue
+            span, targets, train_at = where
             logits = head(batch.hidden[:, :span][train_at]) @ self.lm_head.T
             loss = F.cross_entropy(logits, targets[train_at])
             total = total + 0.8**k * loss
