@@ -13,7 +13,7 @@ COMMON=(--features results/features/smollm2-fixed --prompts 2560 --mode fixed)
 SELF=(--features results/features/smollm2-self --prompts 1280 --mode self --batch-size 16)
 HEADS=heads/eagle/smollm2-135m-instruct
 # EAGLE-3 against EAGLE at equal data and budget: the first 11 chunks (2,816 conversations) of the committed
-# self-distilled dataset (README "Self-distilled data in one pass"; its features are rebuilt when missing).
+# self-distilled dataset (docs/training.md "Self-distilled data in one pass"; its features are rebuilt when missing).
 # Heads trained while the dataset grows name their share of it with --dataset-chunks K (its first K chunks).
 DATASET=(--dataset heads/data/smollm2-135m-instruct/self-t0 --features results/features/smollm2-self-t0)
 DISTILLED=("${DATASET[@]}" --dataset-chunks 11)

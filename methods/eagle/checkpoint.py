@@ -15,7 +15,7 @@ from specbench.methods.eagle.head import EagleHead
 # The default head's folder within a target's folder: `shifted` was the first recipe, `self-t0` the same stage 1
 # fine-tuned on more of the target's own replies, `self-t0-6m` on more of them for three times as long,
 # `self-t0-all` continues it on all of them, and `self-t0-12m`, trained from scratch on all of them for 12M
-# positions, is the best of them on the target's own text (README).
+# positions, is the best of them on the target's own text (docs/eagle-heads.md).
 DEFAULT_HEAD = "self-t0-12m"
 
 
