@@ -38,7 +38,7 @@ RETRIEVAL = ["rest", "samd", "samd-eagle"]  # their datastore is built from the 
 
 
 @pytest.mark.parametrize("method", ["eagle", "eagle1", "eagle3", "medusa", "sps", "lookahead", "recycling",
-                                    "suffix", "swift", *RETRIEVAL])
+                                    "suffix", "swift", "hydra", *RETRIEVAL])
 def test_shipped_drafters_match_vanilla(target, method):
     if method in RETRIEVAL and not TRAIN.is_file():
         pytest.skip(f"{TRAIN} is absent: no datastore to retrieve from")
