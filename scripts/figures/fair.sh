@@ -7,7 +7,8 @@
 #      temperature -> reports/fair/settings.yaml
 #   3. run: the first 10 questions of each task with those settings (never the tuned-on ones); the run folder is
 #      committed (reports/fair/run/) so that a stopped session resumes it: rerun this script.
-# Usage: bash scripts/figures/fair.sh [tune|run|report|all] [TEMPERATURES, default 0,1]
+# Usage: [LIMIT=N] bash scripts/figures/fair.sh [tune|run|all] [TEMPERATURES, default 0,1]   (LIMIT: questions per
+# task, default 10; a run folder resumes with a larger LIMIT)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export HF_HUB_OFFLINE=1
@@ -33,7 +34,7 @@ if [[ $what == all || $what == tune ]]; then
     --out results/fair-tune-T"${temps//,/-}" --settings-file reports/fair/settings-T"${temps//,/-}".yaml
 fi
 if [[ $what == all || $what == run ]]; then
-  python -m specbench run --methods "vanilla,$METHODS" "${QUESTIONS[@]}" --max-new-tokens 128 --limit 10 \
+  python -m specbench run --methods "vanilla,$METHODS" "${QUESTIONS[@]}" --max-new-tokens 128 --limit "${LIMIT:-10}" \
     --temperatures "$temps" \
     --settings reports/fair/settings-T"${temps//,/-}".yaml --out reports/fair/run-T"${temps//,/-}" \
     --report-dir reports/fair/T"${temps//,/-}"
