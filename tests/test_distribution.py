@@ -21,6 +21,7 @@ import torch
 from specbench.decode.draft import Drafter, parse_tree
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling, sample, target_probs
+from specbench.decode.self_draft import layer_skip_view
 from specbench.decode.verify import RejectionRules, Verdict, VerifyFn, rejection_walk, residual_after_one_hot
 from specbench.methods.common.datastore import Datastore
 from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec
@@ -220,6 +221,11 @@ LOSSLESS = {
     "eagle (dynamic tree)": Case(lambda t, d, p: eagle_drafter(t, static=False), 50, 300),
     "eagle1 (static tree)": Case(lambda t, d, p: eagle_drafter(t, static=True), 50, 400),
     "medusa": Case(lambda t, d, p: medusa_drafter(t, p), 300, 400),
+    # The 1-layer target has no layer swift may skip: its view is the target itself, so this checks the view's own
+    # cache and q (tests/test_swift.py tests a 4-layer target with layers skipped). 5000 deep accepts and 2500 full
+    # paths when written.
+    "swift (layer-skip view, nothing to skip on 1 layer)": Case(
+        lambda t, d, p: DraftModelDrafter(layer_skip_view(t, []), gamma=3, vocab_size=VOCAB), 2500, 1250),
     # 1731 deep accepts and 1915 full paths when written (p 0.09).
     "hydra": Case(lambda t, d, p: hydra_drafter(t, p), 850, 950),
     "eagle3 (reduced draft vocabulary)": Case(lambda t, d, p: eagle3_drafter(t, p), 400, 1100),

@@ -86,8 +86,8 @@ def test_fixed_options_stay_fixed_and_merge_with_the_tuned_ones(tmp_path):
     from specbench.analysis.tune import candidates
     from specbench.run.settings import TunedSettings, apply_settings
 
-    assert candidates(["pld@head=/x"])["pld"] == ["pld@head=/x", "pld@head=/x:num_tokens=2", "pld@head=/x:num_tokens=4",
-                                                  "pld@head=/x:num_tokens=6"]
+    assert [spec for _, spec in candidates(["pld@head=/x"])["pld"]] == [
+        "pld@head=/x", "pld@head=/x:num_tokens=2", "pld@head=/x:num_tokens=4", "pld@head=/x:num_tokens=6"]
     tuned = TunedSettings("t", {"0.0": {"pld": "num_tokens=4", "lookahead": ""}}, {})
     assert apply_settings(["pld@head=/x", "lookahead", "vanilla", "pld@num_tokens=9"], [0.0], tuned, tmp_path) == [
         "pld@head=/x:num_tokens=4", "lookahead", "vanilla", "pld@num_tokens=9"]

@@ -24,10 +24,10 @@ class TuneConfig:
     settings_file: Path
 
 
-def candidates(methods: list[str], method_files: Sequence[Path] = ()) -> dict[str, list[str]]:
-    """Per method, the specs tune decodes: its declared settings (the defaults first) on top of the options the
-    method was given (name@head=FOLDER: fixed for every setting tried, never a tuned knob)."""
-    out: dict[str, list[str]] = {}
+def candidates(methods: list[str], method_files: Sequence[Path] = ()) -> dict[str, list[tuple[str, str]]]:
+    """Per method, (declared setting, spec decoded) pairs: its declared settings (the defaults first) on top of the
+    options the method was given (name@head=FOLDER: fixed for every setting tried, never a tuned knob)."""
+    out: dict[str, list[tuple[str, str]]] = {}
     for spec, info in zip(methods, select_methods(methods, method_files)):
         name, fixed = spec.partition("@")[0], parse_method_options(spec)
         if len(info.tuning) > TUNING_BUDGET:
@@ -38,7 +38,7 @@ def candidates(methods: list[str], method_files: Sequence[Path] = ()) -> dict[st
                                  "only fixed options (such as head=FOLDER)")
         if name in out:
             raise SpecbenchError(f"tune: {name} is listed twice")
-        out[name] = [join_options(name, {**fixed, **parse_method_options(f"x@{o}")}) for o in info.tuning or ("",)]
+        out[name] = [(o, join_options(name, {**fixed, **parse_method_options(f"x@{o}")})) for o in info.tuning or ("",)]
     return out
 
 
@@ -46,7 +46,7 @@ def tune(cfg: TuneConfig) -> TunedSettings:
     if not cfg.run.questions.tail:
         raise SpecbenchError("tune decodes a development split: give --dev-questions N")
     specs = candidates([m for m in cfg.run.methods if m.partition("@")[0] != "vanilla"], cfg.run.method_files)
-    decode = replace(cfg.run, methods=["vanilla"] + [s for group in specs.values() for s in group], baseline=True)
+    decode = replace(cfg.run, methods=["vanilla"] + [s for group in specs.values() for _, s in group], baseline=True)
     _, selected = validate(decode)
     run(decode)
     frame = per_question_frame(read_records(decode.out))
@@ -58,10 +58,9 @@ def tune(cfg: TuneConfig) -> TunedSettings:
         key = str(float(temperature))
         chosen[key], tried[key] = {}, {}
         for method, group in specs.items():
-            declared = select_methods([method], cfg.run.method_files)[0].tuning or ("",)
             rows = [{"options": option, "decoded_as": spec,
                      "speedup": round(float(table.loc[spec, ("Mean", "Speedup")]), 4),
-                     "tau": round(float(table.loc[spec, ("Mean", "τ")]), 4)} for option, spec in zip(declared, group)]
+                     "tau": round(float(table.loc[spec, ("Mean", "τ")]), 4)} for option, spec in group]
             tried[key][method] = rows
             chosen[key][method] = max(rows, key=lambda r: r["speedup"])["options"]  # ties: the first, the defaults
     info = read_run_info(decode.out)
