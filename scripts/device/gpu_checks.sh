@@ -54,7 +54,7 @@ for dtype in float32 bfloat16; do
 done
 
 for dtype in bfloat16 float32; do
-    step "${T_C:-40}" "T(k) $dtype" $py -m specbench bench --cost --device "$DEVICE" --dtype "$dtype" \
+    step "${T_C:-40}" "T(k) $dtype" $py -m specbench bench --cost --device "$DEVICE" --question-dir "$QDIR" --dtype "$dtype" \
         --json "$OUT/cost-$dtype.json"
 done
 

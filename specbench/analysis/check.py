@@ -9,6 +9,7 @@ B of the run (B=1 when it is there), and named "method (B=b)".
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,18 @@ from specbench.run.records import read_records, read_run_info
 
 # Largest logit gap still called a near tie, per dtype: fp32 kernels disagree by ~1e-5, half precision by ~1e-2.
 NEAR_TIE = {"float32": 1e-3, "float64": 1e-6, "float16": 0.1, "bfloat16": 0.1}
+TIE_ULPS = 2  # and at least this many units in the last place of the dtype at the logits' magnitude
+
+
+def near_tie_threshold(dtype: str, scale: float | None) -> float:
+    """The largest logit gap still called float noise: NEAR_TIE for the dtype, or TIE_ULPS units in the last place
+    at the logits' magnitude where that is more (bf16 logits between 16 and 32 lie 0.125 apart, so two of them one
+    step apart are as close as bf16 can tell; measured on an H200, reports/gpu-h200)."""
+    floor = NEAR_TIE.get(dtype, 1e-3)
+    kind = getattr(torch, dtype, None)
+    if not scale or not isinstance(kind, torch.dtype) or not kind.is_floating_point:
+        return floor
+    return max(floor, TIE_ULPS * torch.finfo(kind).eps * 2.0 ** math.floor(math.log2(scale)))
 
 
 @dataclass
@@ -34,6 +47,7 @@ class Mismatch:
     got: int | None
     follows_earlier: bool = False  # an earlier turn of this question diverged already (the prompts differ)
     margin: float | None = None  # target's logit(vanilla's token) - logit(method's token) on vanilla's prefix
+    scale: float | None = None  # the larger magnitude of those two logits (a low-precision dtype's step grows with it)
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -109,6 +123,7 @@ def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
         with torch.inference_mode():
             logits = target.model(torch.tensor([prefix], device=target.model.device)).logits[0, -1].float()
         m.margin = float(logits[m.expected] - logits[m.got])
+        m.scale = float(max(abs(logits[m.expected]), abs(logits[m.got])))
 
 
 def _drift(mismatches: list[Mismatch], same: int, total: int) -> str:
@@ -124,7 +139,6 @@ def check_run(run_dir: Path, margins: bool = True) -> tuple[str, bool]:
     if margins and any(lossless.get(m.method, True) for m in mismatches):
         add_margins(run_dir, [m for m in mismatches if lossless.get(m.method, True)])
     dtype = read_run_info(run_dir).get("environment", {}).get("dtype", "float32")
-    tie = NEAR_TIE.get(dtype, 1e-3)
     lines, ok = [], True
     for method, (same, total) in sorted(counts.items()):
         kind = "lossless" if lossless[method] else "lossy"
@@ -140,6 +154,7 @@ def check_run(run_dir: Path, margins: bool = True) -> tuple[str, bool]:
         if m.follows_earlier:
             line += "; an earlier turn diverged already"
         elif m.margin is not None:
+            tie = near_tie_threshold(dtype, m.scale)
             kind = "near tie: float noise possible" if abs(m.margin) <= tie else "clear margin: a bug, not noise"
             line += f"; target logit margin {m.margin:.2e} ({kind}, {dtype} tie threshold {tie:g})"
         lines.append(line)
