@@ -31,7 +31,14 @@ from transformers.generation.logits_process import (
 from specbench.decode.draft import ROOT, Draft
 from specbench.decode.engine import emitted_tokens
 from specbench.decode.sampling import Sampling, sample, target_probs
-from specbench.decode.verify import Verdict, rejection_walk, verify_lossless
+from specbench.decode.verify import (
+    Verdict,
+    gathered_walk,
+    rejection_walk,
+    verify_greedy,
+    verify_greedy_batch,
+    verify_lossless,
+)
 from tests.stats import goodness_of_fit
 
 V = 6
@@ -105,6 +112,17 @@ def tree(widths: tuple[int, ...], sampled: bool) -> DraftFn:
     return draft
 
 
+def repeated_sibling(world: World, prefix: list[int], generator: torch.Generator) -> Draft:
+    """One-hot: the two tokens q likes best under the root, then the first of them again, then one child under each
+    (a drafter may propose a token twice; once rejected it must stay rejected)."""
+    first, second = world.q(prefix).topk(2).indices.tolist()
+    tokens, parents = [first, second, first], [ROOT, ROOT, ROOT]
+    for node in range(3):
+        tokens.append(int(world.q(prefix + [tokens[node]]).argmax()))
+        parents.append(node)
+    return Draft(tokens, parents)
+
+
 @dataclass
 class Tally:
     counts: np.ndarray = field(default_factory=lambda: np.zeros((V,) * TOKENS))
@@ -148,6 +166,7 @@ class Case:
     accepted: dict  # (depth, sibling rank) -> least count over SAMPLES
     residual: dict  # (depth, siblings rejected) -> least count
     full_paths: int
+    never: tuple = ()  # (depth, sibling rank) that must never be accepted
 
 
 CASES = {  # floors: about half of what seed 7 gives (2552 / 563 / 701 / 1327 / 551 accepted in the first case)
@@ -161,6 +180,9 @@ CASES = {  # floors: about half of what seed 7 gives (2552 / 563 / 701 / 1327 / 
         {(0, 3): 340, (1, 2): 1350}, 630),
     "sampled chain (SpS)": Case(
         tree((1, 1), sampled=True), {(1, 0): 1400, (2, 0): 500}, {(0, 1): 1300, (1, 1): 700}, 700),
+    "one-hot tree with a repeated sibling": Case(
+        repeated_sibling, {(1, 0): 540, (1, 1): 620, (2, 0): 220}, {(0, 3): 1950, (1, 1): 630}, 530,
+        never=((1, 2),)),  # the repeat of a rejected token
 }
 
 
@@ -194,6 +216,7 @@ def test_rejection_sampling_emits_the_exact_joint(world, joint, name):
         assert tally.residual[key] >= least, f"residual after {key[1]} rejections at depth {key[0]} drawn only " \
                                              f"{tally.residual[key]} times"
     assert tally.full_paths >= case.full_paths
+    assert all(tally.accepted[key] == 0 for key in case.never), tally.accepted
     assert goodness_of_fit(tally.counts, joint) > PASS_P
 
 
@@ -320,3 +343,53 @@ def test_rejection_walk_says_whether_it_ended_on_rejections():
     rejected = rejection_walk(Draft([0, 3, 4], [ROOT, 0, 0]), probs, generator)
     assert rejected.path == [0] and rejected.rejected_all and rejected.end_row == 1
     torch.testing.assert_close(rejected.residual, probs[1])
+
+
+def random_tree(generator: torch.Generator, nodes: int) -> Draft:
+    """A random tree over V tokens: each node's parent any earlier node or the root; siblings may share a token."""
+    parents = [ROOT] + [int(torch.randint(-1, i, (), generator=generator)) for i in range(1, nodes)]
+    return Draft(torch.randint(0, V, (nodes,), generator=generator).tolist(), parents[:nodes])
+
+
+def test_gathered_walk_makes_the_reference_walks_decisions():
+    """gathered_walk (one gather of p(x) and q(x)) decides exactly as rejection_walk (whole vectors, renormalised
+    after each rejection): the same draws give the same path, end and residual, over random one-hot trees with
+    repeated siblings and random sampled chains."""
+    g = torch.Generator().manual_seed(3)
+    trees = chains = 0
+    for case in range(600):
+        nodes = 1 + case % 7
+        probs = target_probs(torch.randn(nodes + 1, V, generator=g) * 2, SAMPLING)
+        if case % 3:
+            draft = random_tree(g, nodes)
+            trees += 1
+        else:
+            q = torch.randn(nodes, V, generator=g).softmax(-1)
+            draft = Draft.chain(torch.multinomial(q, 1, generator=g)[:, 0].tolist(), q)
+            chains += 1
+        seed = int(torch.randint(0, 2**31, (), generator=g))
+        reference = rejection_walk(draft, probs, torch.Generator().manual_seed(seed))
+        fast = gathered_walk(draft, probs, torch.Generator().manual_seed(seed))
+        assert (fast.path, fast.end_row, fast.rejected_all) == (reference.path, reference.end_row,
+                                                                reference.rejected_all), (case, draft)
+        torch.testing.assert_close(fast.residual, reference.residual, atol=1e-6, rtol=1e-5)
+    assert trees >= 350 and chains >= 150
+    sampled_tree = Draft([1, 2], [ROOT, ROOT], torch.full((2, V), 1 / V))
+    assert gathered_walk(sampled_tree, probs[:3], g) is None  # siblings drawn from q: rejection_walk's case
+
+
+def test_batch_greedy_equals_row_by_row():
+    """verify_greedy_batch with all_rows (one argmax over the whole batch) gives each row verify_greedy's verdict."""
+    g = torch.Generator().manual_seed(5)
+    drafts = [random_tree(g, n) for n in (1, 4, 0, 7, 3)]
+    logits = [torch.randn(len(d) + 1, V, generator=g) for d in drafts]
+    for d, rows in zip(drafts, logits):  # plant accepted paths: the argmax follows the first child twice
+        kids = d.children()
+        if kids[0]:
+            rows[0, d.tokens[kids[0][0]]] = 9.0
+            if kids[kids[0][0] + 1]:
+                rows[kids[0][0] + 1, d.tokens[kids[kids[0][0] + 1][0]]] = 9.0
+    expected = [verify_greedy(d, rows) for d, rows in zip(drafts, logits)]
+    assert sum(len(v.path) for v in expected) >= 4
+    assert verify_greedy_batch(drafts, logits, all_rows=True) == expected
+    assert verify_greedy_batch(drafts, logits, all_rows=False) == expected

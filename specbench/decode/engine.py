@@ -26,7 +26,7 @@ from specbench.decode.kv import compact_cache, gather_rows, new_cache
 from specbench.decode.layout import FULL_ONLY, AttentionLayout
 from specbench.decode.runtime import synchronize
 from specbench.decode.sampling import Sampling
-from specbench.decode.verify import Verdict, VerifyFn, verify_lossless
+from specbench.decode.verify import Verdict, VerifyFn, verify_greedy_batch, verify_lossless
 
 T = TypeVar("T")
 
@@ -220,9 +220,11 @@ def generate_batch(
         drafts = [propose(row) for row in active]
         t1 = time.perf_counter()
         out, pads = forward(model, active, drafts, cache, width, layout)
+        scores = [row_logits(out, b, draft) for b, draft in enumerate(drafts)]
+        verdicts = verify_rows(verify, active, drafts, [logits for logits, _ in scores], model.device)
         kept, steps = [], []
         for b, (row, draft) in enumerate(zip(active, drafts)):
-            slots, step = settle(row, draft, out, b, width + pads[b], pads[b], verify, stop_ids)
+            slots, step = settle(row, draft, verdicts[b], scores[b], out, b, width + pads[b], pads[b], stop_ids)
             kept.append(slots)
             steps.append(step)
         live = [b for b, row in enumerate(active) if row.live]
@@ -281,17 +283,31 @@ def scored(draft: Draft) -> int:
     return len(draft) + 1 + (len(draft.extra.tokens) if draft.extra else 0)
 
 
-def settle(row: Row, draft: Draft, out: Any, b: int, start: int, pad: int, verify: VerifyFn,
-           stop_ids: set[int]) -> tuple[tuple[int, list[int]], StepResult]:
-    """Verify row b's draft against the forward's logits, emit its tokens and record the step. Returns the cache
-    slots the row keeps (its context length, then the slots of its uncached tokens and accepted path, its block
-    having landed at `start`) and what its drafter is told."""
+def row_logits(out: Any, b: int, draft: Draft) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Row b's logits at its root and tree nodes [len(draft) + 1, V], and at its extra branch (None without one)."""
     keep = out.logits.shape[1]
     logits = out.logits[b, keep - scored(draft):].float()
-    extra_logits = None
     if draft.extra and draft.extra.tokens:
-        extra_logits, logits = logits[len(draft) + 1 :], logits[: len(draft) + 1]
-    verdict = verify(draft, logits, row.ctx.sampling, row.ctx.generator)
+        return logits[: len(draft) + 1], logits[len(draft) + 1 :]
+    return logits, None
+
+
+def verify_rows(verify: VerifyFn, rows: list[Row], drafts: list[Draft], logits: list[torch.Tensor],
+                device: torch.device) -> list[Verdict]:
+    """Every row's verdict. At T=0 under the lossless rule the batch goes together (on an accelerator one argmax and
+    one copy to the host for all rows); otherwise row by row with each row's own generator."""
+    if verify is verify_lossless and all(row.ctx.sampling.greedy for row in rows):
+        return verify_greedy_batch(drafts, logits, all_rows=device.type != "cpu")
+    return [verify(draft, scores, row.ctx.sampling, row.ctx.generator)
+            for row, draft, scores in zip(rows, drafts, logits)]
+
+
+def settle(row: Row, draft: Draft, verdict: Verdict, scores: tuple[torch.Tensor, torch.Tensor | None], out: Any,
+           b: int, start: int, pad: int, stop_ids: set[int]) -> tuple[tuple[int, list[int]], StepResult]:
+    """Emit row b's tokens for its verdict and record the step. Returns the cache slots the row keeps (its context
+    length, then the slots of its uncached tokens and accepted path, its block having landed at `start`) and what
+    its drafter is told."""
+    logits, extra_logits = scores
     n_pending = len(row.ctx.token_ids) - row.cache_len
     kept = (row.cache_len, list(range(start, start + n_pending)) + [start + n_pending + i for i in verdict.path])
     emitted, stopped = emitted_tokens(draft, verdict, row.remaining, stop_ids)

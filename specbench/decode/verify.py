@@ -2,6 +2,11 @@
 
 logits has one row per tree position: row 0 is the root (the last emitted token, whose logits predict the first
 draft level) and row i + 1 is draft node i. A verifier returns the accepted path and the bonus token.
+
+The walks read the target only at the values they decide on, fetched together, so that no candidate waits on the
+device: at T=0 the argmax of the rows the walk visits (on a CPU) or of every row of the whole batch at once (on an
+accelerator: one argmax, one copy to the host per step); at T>0 p(x), and q(x) for sampled chains, of every draft
+node at its parent's row in one gather. Only the residual the bonus token is drawn from is built as a vector.
 """
 from __future__ import annotations
 
@@ -23,20 +28,39 @@ class Verdict:
 VerifyFn = Callable[[Draft, torch.Tensor, Sampling, "torch.Generator | None"], Verdict]
 
 
-def verify_greedy(draft: Draft, logits: torch.Tensor) -> Verdict:
-    """T=0: follow the child equal to the target's argmax; the bonus is the argmax after the last accepted node.
-    The argmax is taken at the rows the walk visits only (one per accepted level, plus the bonus's): over a
-    64-node tree's [65, V] logits the whole argmax cost 2 ms a step on a 2-core CPU, the walk's rows 0.1 ms."""
+def greedy_walk(draft: Draft, best: Callable[[int], int]) -> Verdict:
+    """T=0: follow the child equal to the target's argmax at each row (best(row)); the bonus is the argmax after the
+    last accepted node."""
     children = draft.children()
     path: list[int] = []
     row = 0
     while True:
-        best = int(logits[row].argmax())
-        nxt = next((c for c in children[row] if draft.tokens[c] == best), None)
+        token = best(row)
+        nxt = next((c for c in children[row] if draft.tokens[c] == token), None)
         if nxt is None:
-            return Verdict(path, best)
+            return Verdict(path, token)
         path.append(nxt)
         row = nxt + 1
+
+
+def verify_greedy(draft: Draft, logits: torch.Tensor) -> Verdict:
+    """T=0 for one row, the argmax taken at the rows the walk visits only (one per accepted level, plus the
+    bonus's): over a 64-node tree's [65, V] logits the whole argmax cost 2 ms a step on a 2-core CPU, the walk's
+    rows 0.1 ms."""
+    return greedy_walk(draft, lambda row: int(logits[row].argmax()))
+
+
+def verify_greedy_batch(drafts: list[Draft], logits: list[torch.Tensor], all_rows: bool) -> list[Verdict]:
+    """T=0 for every row of a batch. all_rows (an accelerator's way): one argmax over every row's positions and one
+    copy to the host for the whole batch, instead of a wait on the device per visited row; else row by row."""
+    if not all_rows:
+        return [verify_greedy(draft, rows) for draft, rows in zip(drafts, logits)]
+    best = torch.cat(logits).argmax(dim=-1).tolist()
+    verdicts, start = [], 0
+    for draft, rows in zip(drafts, logits):
+        verdicts.append(greedy_walk(draft, best[start : start + rows.shape[0]].__getitem__))
+        start += rows.shape[0]
+    return verdicts
 
 
 @dataclass
@@ -121,10 +145,62 @@ def _normalised(weights: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
     return weights / total if total > 1e-12 else fallback
 
 
+def gathered_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator | None) -> Walk | None:
+    """rejection_walk's decisions, with the same draws in the same order, from the values it compares: p(x) of every
+    node at its parent's row (and q(x) for a sampled chain), gathered in one copy to the host. After rejected
+    one-hot siblings x_1..x_k the next one is accepted with p(x) / (1 - p(x_1) - ... - p(x_k)), which is what
+    zeroing and renormalising p gives; a token already rejected at that row cannot be accepted again. None for a
+    tree of sampled siblings, whose residuals after a rejection need the whole of p and q (rejection_walk)."""
+    if draft.q is not None and not draft.is_chain():
+        return None
+    children = draft.children()
+    rows = torch.tensor([parent + 1 for parent in draft.parents], dtype=torch.long, device=probs.device)
+    tokens = torch.tensor(draft.tokens, dtype=torch.long, device=probs.device)
+    p_at = probs[rows, tokens].tolist()
+    q_at = None
+    if draft.q is not None:
+        q_at = draft.q.float()[torch.arange(len(draft), device=draft.q.device), tokens.to(draft.q.device)].tolist()
+    path: list[int] = []
+    row = 0
+    while True:
+        kids = children[row]
+        if not kids:
+            return Walk(path, row, probs[row], rejected_all=False)
+        if q_at is not None:  # a chain: one sampled candidate
+            child = kids[0]
+            u = _uniform(generator)
+            if q_at[child] > 0 and u < min(1.0, p_at[child] / q_at[child]):
+                path.append(child)
+                row = child + 1
+                continue
+            residual, _ = residual_after_sampled(probs[row], draft.q[child].float(), draft.tokens[child])
+            return Walk(path, row, residual, rejected_all=True)
+        mass, rejected, accepted_child = 1.0, [], None
+        for child in kids:
+            x = draft.tokens[child]
+            u = _uniform(generator)
+            px = 0.0 if x in rejected else p_at[child]
+            if mass > 1e-12 and u * mass < px:
+                accepted_child = child
+                break
+            if x not in rejected:
+                rejected.append(x)
+                mass -= px
+        if accepted_child is None:
+            residual = probs[row].clone()
+            residual[torch.tensor(rejected, dtype=torch.long, device=probs.device)] = 0.0
+            return Walk(path, row, _normalised(residual, fallback=residual), rejected_all=True)
+        path.append(accepted_child)
+        row = accepted_child + 1
+
+
 def verify_rejection(
     draft: Draft, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None
 ) -> Verdict:
-    walk = rejection_walk(draft, target_probs(logits, sampling), generator)
+    probs = target_probs(logits, sampling)
+    walk = gathered_walk(draft, probs, generator)
+    if walk is None:
+        walk = rejection_walk(draft, probs, generator)
     return Verdict(walk.path, sample(walk.residual, generator))
 
 
