@@ -159,7 +159,7 @@ def gathered_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator 
     p_at = probs[rows, tokens].tolist()
     q_at = None
     if draft.q is not None:
-        q_at = draft.q.float()[torch.arange(len(draft), device=draft.q.device), tokens.to(draft.q.device)].tolist()
+        q_at = draft.q[torch.arange(len(draft), device=draft.q.device), tokens.to(draft.q.device)].float().tolist()
     path: list[int] = []
     row = 0
     while True:
