@@ -90,7 +90,7 @@ def test_features_from_the_same_forwards_equal_a_fresh_prefill(distilled, tiny_t
         assert chunk["loss_mask"][offsets[k] : offsets[k + 1]].tolist() == reply[1:] + [0]
 
 
-def test_a_cache_grown_block_by_block_and_rows_dropped_early_change_no_reply(tiny_target_dir, tmp_path):
+def test_rows_that_finish_early_leave_the_batch_and_every_token_gets_its_feature(tiny_target_dir, tmp_path):
     target = load_model(str(tiny_target_dir))
     turns = [" ".join(WORDS[(5 * i + j) % len(WORDS)] for j in range(1 + 3 * i)) for i in range(5)]
     prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": t}]) for t in turns]
@@ -99,20 +99,33 @@ def test_a_cache_grown_block_by_block_and_rows_dropped_early_change_no_reply(tin
     # The random target seldom stops: make a token that some replies hold (and others lack) a stop token, so that
     # rows finish at different steps and leave the batch while others go on.
     free = answer_batch(target, prompts, cfg, None, False)
+    assert all(r.hidden is None for r in free)
     held = {t: sum(t in r.reply[2:] for r in free) for r in free for t in r.reply[2:]}
     target.model.generation_config.eos_token_id = min(held, key=lambda t: (abs(held[t] - 2), t))
-    whole = answer_batch(target, prompts, dataclasses.replace(cfg, cache_block=10_000), None, True)
-    grown = answer_batch(target, prompts, dataclasses.replace(cfg, cache_block=3), None, True)
-    assert [r.reply for r in grown] == [r.reply for r in whole]
-    for row in grown:  # each row's features are a fresh prefill's of its conversation: no other row's mask or keys
-        stored = torch.cat(row.hidden).float()
+    rows = answer_batch(target, prompts, cfg, None, True)
+    for row in rows:  # each row's features are a fresh prefill's of its conversation: no other row's mask or keys
+        stored = row.hidden.float()
         assert len(stored) == len(row.prompt) + len(row.reply)  # every token fed, the last one included
         fresh = target_features(target, [row.prompt + row.reply])[0]
         torch.testing.assert_close(stored, fresh, atol=2e-3, rtol=2e-3)  # fp16 storage
-    # Both are the engine's greedy decoding (up to float noise at a near tie), and rows stopped at different steps.
+    # The engine's greedy decoding (up to float noise at a near tie), and rows stopped at different steps.
     vanilla = [generate(target.model, p, VanillaDrafter(), Sampling(), 20, target.stop_ids).token_ids for p in prompts]
-    assert sum(r.reply == v for r, v in zip(grown, vanilla)) >= len(prompts) - 1
-    assert len({len(r.reply) for r in grown}) > 1
+    assert sum(r.reply == v for r, v in zip(rows, vanilla)) >= len(prompts) - 1
+    assert len({len(r.reply) for r in rows}) > 1
+
+
+def test_sampled_replies_depend_on_their_seed_alone(tiny_target_dir, tmp_path):
+    """At T > 0 each row draws from its own generator: a reply is the same decoded in a batch or alone."""
+    target = load_model(str(tiny_target_dir))
+    prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": " ".join(WORDS[i : i + 2 + i])}])
+               for i in range(4)]
+    cfg = DistillConfig(data=tmp_path, out=tmp_path, target=str(tiny_target_dir), reply_tokens=12, temperature=1.0)
+    seeds = [10, 11, 12, 13]
+    together = [r.reply for r in answer_batch(target, prompts, cfg, seeds, False)]
+    alone = [answer_batch(target, [p], cfg, [s], False)[0].reply for p, s in zip(prompts, seeds)]
+    assert together == alone
+    again = [r.reply for r in answer_batch(target, prompts, cfg, [20, 21, 22, 23], False)]
+    assert again != together  # other seeds, other samples
 
 
 def test_length_batches_keep_long_prompts_apart():

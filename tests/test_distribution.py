@@ -22,7 +22,14 @@ from specbench.decode.draft import Drafter, parse_tree
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling, sample, target_probs
 from specbench.decode.self_draft import layer_skip_view
-from specbench.decode.verify import RejectionRules, Verdict, VerifyFn, rejection_walk, residual_after_one_hot
+from specbench.decode.verify import (
+    RejectionRules,
+    Uniforms,
+    Verdict,
+    VerifyFn,
+    rejection_walk,
+    residual_after_one_hot,
+)
 from specbench.methods.common.datastore import Datastore
 from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec
 from specbench.methods.common.feature_tree import TreeSpec as FeatureTreeSpec
@@ -268,7 +275,7 @@ def test_lossless_method_samples_vanillas_joint(target, draft_model, prompt, exa
 
 def bonus_from_unprocessed_softmax(draft, logits, sampling, generator) -> Verdict:
     """The official EAGLE bug until 2025: the bonus after a fully accepted path from softmax(logits)."""
-    walk = rejection_walk(draft, target_probs(logits, sampling), generator)
+    walk = rejection_walk(draft, target_probs(logits, sampling), Uniforms.drawn(len(draft), generator))
     if walk.rejected_all:
         return Verdict(walk.path, sample(walk.residual, generator))
     return Verdict(walk.path, sample(logits[walk.end_row].float().softmax(-1), generator))
@@ -276,7 +283,7 @@ def bonus_from_unprocessed_softmax(draft, logits, sampling, generator) -> Verdic
 
 def with_rules(rules: RejectionRules) -> VerifyFn:
     def verify(draft, logits, sampling, generator) -> Verdict:
-        walk = rejection_walk(draft, target_probs(logits, sampling), generator, rules)
+        walk = rejection_walk(draft, target_probs(logits, sampling), Uniforms.drawn(len(draft), generator), rules)
         return Verdict(walk.path, sample(walk.residual, generator))
 
     return verify

@@ -8,8 +8,8 @@ import torch
 from transformers import DynamicCache
 
 from specbench.decode.draft import Draft
-from specbench.decode.engine import generate, tree_inputs
-from specbench.decode.kv import compact_cache
+from specbench.decode.engine import ancestors, generate, tree_inputs
+from specbench.decode.kv import keep_slots, new_cache
 from specbench.decode.sampling import Sampling
 from specbench.methods.pld import PromptLookupDrafter
 from specbench.methods.sps import DraftModelDrafter
@@ -107,12 +107,12 @@ def test_tree_mask_gives_each_node_its_path_logits(target):
 def test_compaction_keeps_the_accepted_path_only(target):
     context = [1, 2, 3, 4, 5]
     draft = Draft(tokens=[7, 8, 9, 10], parents=[-1, -1, 1, 2])  # accept nodes 1, 2, 3: a path with a gap
-    cache = DynamicCache(config=target.config)
+    cache = new_cache()
     with torch.no_grad():
         inputs = tree_inputs(context, draft, 0, torch.float32, torch.device("cpu"))
         target(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask,
                cache=cache)
-        compact_cache(cache, len(context), [len(context) + i for i in (1, 2, 3)])
+        keep_slots(cache, [(len(context), [len(context) + i for i in (1, 2, 3)])])
         assert cache.get_seq_length() == len(context) + 3
         continued = target(torch.tensor([[11]]), cache=cache).logits[0, -1]
         fresh = target(torch.tensor([context + [8, 9, 10, 11]])).logits[0, -1]
@@ -143,3 +143,15 @@ def test_lookahead_emits_vanilla_tokens(target, prompts, shape):
         accepted_more_than_one += sum(a > 1 for a in got.accept_lengths)
     if shape[2] > 0:
         assert accepted_more_than_one > 0  # the pool's guesses were used, so the trie and window were exercised
+
+
+def test_ancestors_by_pointer_jumping_equal_the_walk_up_each_path():
+    gen = torch.Generator().manual_seed(0)
+    for n in range(1, 70):
+        parents = [-1] + [int(torch.randint(-1, i, (), generator=gen)) for i in range(1, n)]
+        reference = torch.eye(n, dtype=torch.bool)
+        for i, parent in enumerate(parents):
+            if parent >= 0:
+                reference[i] |= reference[parent]
+        assert torch.equal(ancestors(parents), reference), parents
+    assert torch.equal(ancestors(list(range(-1, 9))), torch.ones(10, 10, dtype=torch.bool).tril())  # a chain

@@ -32,12 +32,16 @@ from specbench.decode.draft import ROOT, Draft
 from specbench.decode.engine import emitted_tokens
 from specbench.decode.sampling import Sampling, sample, target_probs
 from specbench.decode.verify import (
+    Uniforms,
     Verdict,
+    gathered_values,
     gathered_walk,
     rejection_walk,
     verify_greedy,
     verify_greedy_batch,
     verify_lossless,
+    verify_rejection,
+    verify_rejection_batch,
 )
 from tests.stats import goodness_of_fit
 
@@ -338,9 +342,9 @@ def test_rejection_walk_says_whether_it_ended_on_rejections():
     probs = torch.zeros(4, V)
     probs[:, 0] = 1.0  # the target always writes 0
     generator = torch.Generator().manual_seed(0)
-    to_leaf = rejection_walk(Draft([0, 0], [ROOT, 0]), probs, generator)
+    to_leaf = rejection_walk(Draft([0, 0], [ROOT, 0]), probs, Uniforms.drawn(2, generator))
     assert to_leaf.path == [0, 1] and not to_leaf.rejected_all
-    rejected = rejection_walk(Draft([0, 3, 4], [ROOT, 0, 0]), probs, generator)
+    rejected = rejection_walk(Draft([0, 3, 4], [ROOT, 0, 0]), probs, Uniforms.drawn(3, generator))
     assert rejected.path == [0] and rejected.rejected_all and rejected.end_row == 1
     torch.testing.assert_close(rejected.residual, probs[1])
 
@@ -367,15 +371,36 @@ def test_gathered_walk_makes_the_reference_walks_decisions():
             q = torch.randn(nodes, V, generator=g).softmax(-1)
             draft = Draft.chain(torch.multinomial(q, 1, generator=g)[:, 0].tolist(), q)
             chains += 1
-        seed = int(torch.randint(0, 2**31, (), generator=g))
-        reference = rejection_walk(draft, probs, torch.Generator().manual_seed(seed))
-        fast = gathered_walk(draft, probs, torch.Generator().manual_seed(seed))
+        draws = Uniforms.draw(nodes, g).tolist()
+        reference = rejection_walk(draft, probs, Uniforms(draws))
+        values = torch.cat(gathered_values(draft, probs)).tolist()
+        q_at = values[nodes:] if draft.q is not None else None
+        fast = gathered_walk(draft, probs, values[:nodes], q_at, Uniforms(draws))
         assert (fast.path, fast.end_row, fast.rejected_all) == (reference.path, reference.end_row,
                                                                 reference.rejected_all), (case, draft)
         torch.testing.assert_close(fast.residual, reference.residual, atol=1e-6, rtol=1e-5)
     assert trees >= 350 and chains >= 150
     sampled_tree = Draft([1, 2], [ROOT, ROOT], torch.full((2, V), 1 / V))
-    assert gathered_walk(sampled_tree, probs[:3], g) is None  # siblings drawn from q: rejection_walk's case
+    p_at = torch.cat(gathered_values(sampled_tree, probs[:3])).tolist()
+    assert gathered_walk(sampled_tree, probs[:3], p_at[:2], p_at[2:], Uniforms([0.5, 0.5])) is None  # rejection_walk's
+
+
+def test_batch_rejection_equals_row_by_row():
+    """verify_rejection_batch (one copy of the whole batch's gathered values and draws, each row drawing from its own
+    generator) gives each row the verdict verify_rejection gives it alone with the same generator: one-hot trees,
+    sampled chains, a sampled tree (rejection_walk's case) and an empty draft in one batch."""
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(3, V, generator=g).softmax(-1)
+    drafts = [random_tree(g, 5), Draft.chain(torch.multinomial(q, 1, generator=g)[:, 0].tolist(), q), Draft(),
+              Draft([1, 2], [ROOT, ROOT], torch.full((2, V), 1 / V)), random_tree(g, 2)]
+    for trial in range(40):
+        logits = [torch.randn(len(d) + 1, V, generator=g) * 2 for d in drafts]
+        seeds = torch.randint(0, 2**31, (len(drafts),), generator=g).tolist()
+        batch = verify_rejection_batch(drafts, logits, [SAMPLING] * len(drafts),
+                                       [torch.Generator().manual_seed(s) for s in seeds])
+        alone = [verify_rejection(d, rows, SAMPLING, torch.Generator().manual_seed(s))
+                 for d, rows, s in zip(drafts, logits, seeds)]
+        assert batch == alone, trial
 
 
 def test_batch_greedy_equals_row_by_row():

@@ -50,9 +50,9 @@ MUTANTS = [
                "            return Walk(path, row, p, rejected_all=True)",
                "            return Walk(path, row, probs[row], rejected_all=True)"),
     HandMutant("bonus after a full path from the unprocessed softmax (the official EAGLE bug until 2025)", VERIFY,
-               "    return Verdict(walk.path, sample(walk.residual, generator))",
-               "    residual = walk.residual if walk.rejected_all else logits[walk.end_row].float().softmax(-1)\n"
-               "    return Verdict(walk.path, sample(residual, generator))"),
+               "    bonus = [torch.multinomial(walk.residual, 1, generator=generator) for walk, generator in zip(walks, generators)]",
+               "    bonus = [torch.multinomial(w.residual if w.rejected_all else rows[w.end_row].float().softmax(-1), 1,"
+               " generator=g) for w, g, rows in zip(walks, generators, logits)]"),
     HandMutant("greedy: the bonus is the argmax at the root, not after the path", VERIFY,
                "            return Verdict(path, token)", "            return Verdict(path, best(0))"),
     HandMutant("greedy, batch: every row reads the batch's first row's argmaxes", VERIFY,
@@ -66,6 +66,8 @@ MUTANTS = [
                "            return Walk(path, row, probs[row], rejected_all=True)"),
     HandMutant("gathered chain: acceptance ratio q/p instead of p/q", VERIFY,
                "u < min(1.0, p_at[child] / q_at[child])", "u < min(1.0, q_at[child] / max(p_at[child], 1e-9))"),
+    HandMutant("batch, T>0: every row's bonus drawn with the first row's generator", VERIFY,
+               "for walk, generator in zip(walks, generators)]", "for walk, generator in zip(walks, [generators[0]] * len(walks))]"),
     HandMutant("emission: the bonus token is dropped after a full path", "specbench/decode/engine.py",
                "    emitted = ([draft.tokens[i] for i in verdict.path] + [verdict.bonus])[:remaining]",
                "    emitted = ([draft.tokens[i] for i in verdict.path] or [verdict.bonus])[:remaining]"),

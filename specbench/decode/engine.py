@@ -7,9 +7,12 @@ which each tree node sees its row's context and its ancestors; verification pick
 bonus token; the KV cache keeps each row's accepted path only. The bonus token is not yet in the cache: it is the
 root of the next step.
 
-Rows advance by different lengths, so the cache is a [B, heads, width, dim] block in which row b's first
-`cache_len[b]` slots are its context and the rest are masked out; each step's new block is left-padded per row to a
-common length (pad queries see only themselves), positions are per row. A finished row leaves the batch at once.
+Rows advance by different lengths, so the cache (specbench.decode.kv: written in place, nothing copies the
+context) is a [B, heads, width, dim] block in which row b's first `cache_len[b]` slots are its context and the rest
+are masked out; each step's new block is left-padded per row to a common length (pad queries see only themselves),
+positions are per row; after verification each row's accepted slots move down to follow its context. A finished row
+leaves the batch at once (its slots are filled by a live row's), or, with `feed_last`, after one more forward over
+its last tokens, so that a drafter reading hidden states gets those of every token (distillation records them).
 With one row there is no padding and no hole: the forward is exactly the single-sequence one.
 """
 from __future__ import annotations
@@ -22,11 +25,11 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
-from specbench.decode.kv import compact_cache, gather_rows, new_cache
+from specbench.decode.kv import keep_rows, keep_slots, new_cache
 from specbench.decode.layout import FULL_ONLY, AttentionLayout
 from specbench.decode.runtime import synchronize
 from specbench.decode.sampling import Sampling
-from specbench.decode.verify import Verdict, VerifyFn, verify_greedy_batch, verify_lossless
+from specbench.decode.verify import Verdict, VerifyFn, verify_greedy_batch, verify_lossless, verify_rejection_batch
 
 T = TypeVar("T")
 
@@ -67,10 +70,7 @@ def row_block(pending: list[int], draft: Draft, cache_len: int) -> Block:
     depth = torch.tensor(draft.depths(), dtype=torch.long)
     offsets = torch.tensor(extra.offsets if extra else [], dtype=torch.long)
     positions = torch.cat([torch.arange(cache_len, cache_len + n_pending), root + depth, root + offsets])
-    ancestor = torch.eye(n, dtype=torch.bool)
-    for i, parent in enumerate(draft.parents):
-        if parent >= 0:
-            ancestor[i] |= ancestor[parent]
+    ancestor = ancestors(draft.parents)
     allowed = torch.zeros(total, total, dtype=torch.bool)
     allowed[:n_pending, :n_pending] = torch.ones(n_pending, n_pending, dtype=torch.bool).tril()
     allowed[n_pending:, :n_pending] = True
@@ -78,6 +78,20 @@ def row_block(pending: list[int], draft: Draft, cache_len: int) -> Block:
     if extra:
         allowed[n_pending + n :, n_pending + n :] = extra.allowed
     return Block(tokens, positions, allowed, False)
+
+
+def ancestors(parents: list[int]) -> torch.Tensor:
+    """[n, n] bool: node i's row holds i and every ancestor of i. By pointer jumping (each round doubles the levels
+    covered), so a deep tree costs a few tensor ops rather than one per node."""
+    n = len(parents)
+    jump = torch.tensor([p if p >= 0 else i for i, p in enumerate(parents)], dtype=torch.long)
+    ancestor = torch.eye(n, dtype=torch.bool)
+    while True:
+        ancestor |= ancestor[jump]
+        further = jump[jump]
+        if torch.equal(further, jump):
+            return ancestor
+        jump = further
 
 
 @dataclass
@@ -122,18 +136,6 @@ def context_limit(model: PreTrainedModel) -> int:
     return int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
 
 
-def compact(cache: DynamicCache, kept: list[tuple[int, list[int]]], live: list[int]) -> int:
-    """Keep the live rows; row b keeps its first kept[b][0] slots, then the slots kept[b][1], packed at the front.
-    Returns the new width. A lone row needs no gather (its context is a prefix of the cache)."""
-    if len(kept) == 1:
-        context, extra = kept[0]
-        compact_cache(cache, context, extra)
-        return context + len(extra)
-    if not live:
-        return 0
-    return gather_rows(cache, live, [list(range(kept[b][0])) + kept[b][1] for b in live])
-
-
 def emitted_tokens(draft: Draft, verdict: Verdict, remaining: int, stop_ids: set[int]) -> tuple[list[int], bool]:
     """What a step emits: the accepted draft tokens, then the bonus token, cut to the row's remaining budget and
     after the first stop id (which is kept). Returns the tokens and whether a stop id ended them."""
@@ -153,6 +155,7 @@ class Row:
     result: Generation
     cache_len: int = 0
     pending_draft_time: float = 0.0  # drafting time since the last step was recorded (begin() counts in the first)
+    flushing: bool = False  # finished: this step only feeds its last tokens (feed_last)
 
     def drafting(self, work: Callable[[], T]) -> T:
         """Run the drafter's work, counting its time as drafting."""
@@ -194,13 +197,16 @@ def generate_batch(
     stop_ids: set[int],
     generators: list[torch.Generator | None] | None = None,
     verify: VerifyFn | None = None,
+    feed_last: bool = False,
 ) -> list[Generation]:
     """Decode every prompt at once, row b with drafters[b] (one drafter object per row: drafters keep per-sequence
     state) and generators[b]; losslessly unless the drafters bring their own verifier (the same for every row).
     Each row stops after its first stop id (kept in the output), at max_new_tokens, or when the model's context is
     full: the same rule for every method. A prompt that already fills the context (a later turn after long
     answers) yields no tokens and stop_reason "context", for every method alike. A row's wall_time runs from the
-    batch's start to the step that finished it; its verify_times are the batch's (shared) forwards."""
+    batch's start to the step that finished it; its verify_times are the batch's (shared) forwards. feed_last: a
+    finished row stays for one more forward over its last tokens (not a step of its record) and its drafter is told
+    their hidden states with nothing emitted."""
     if not prompts or any(not p for p in prompts):
         raise ValueError("empty prompt")
     if len(drafters) != len(prompts) or len({id(d) for d in drafters}) != len(drafters):
@@ -217,7 +223,7 @@ def generate_batch(
         row.drafting(lambda: row.drafter.begin(row.ctx))
     layout, cache, width = AttentionLayout.of(model.config), new_cache(), 0  # width: cache slots per row
     while active:
-        drafts = [propose(row) for row in active]
+        drafts = [Draft() if row.flushing else propose(row) for row in active]
         t1 = time.perf_counter()
         out, pads = forward(model, active, drafts, cache, width, layout)
         scores = [row_logits(out, b, draft) for b, draft in enumerate(drafts)]
@@ -227,20 +233,23 @@ def generate_batch(
             slots, step = settle(row, draft, verdicts[b], scores[b], out, b, width + pads[b], pads[b], stop_ids)
             kept.append(slots)
             steps.append(step)
-        live = [b for b, row in enumerate(active) if row.live]
-        width = compact(cache, kept, live)
+        stays = [b for b, row in enumerate(active) if row.live or (feed_last and not row.flushing)]
+        order = keep_rows(cache, stays) if len(stays) < len(active) else stays
+        width = keep_slots(cache, [kept[b] for b in order])
         verify_seconds = time.perf_counter() - t1
         for row, step in zip(active, steps):
-            if row.result.stop_reason != "eos":
+            if row.result.stop_reason != "eos" or feed_last:
                 row.drafting(lambda: row.drafter.accepted(row.ctx, step))
-            row.result.draft_times.append(row.pending_draft_time)
-            row.result.verify_times.append(verify_seconds)
+            if not row.flushing:
+                row.result.draft_times.append(row.pending_draft_time)
+                row.result.verify_times.append(verify_seconds)
             row.pending_draft_time = 0.0
-        for b, row in enumerate(active):
-            if b not in live:
+        for row in active:
+            if not row.live and not row.flushing:
                 synchronize(model.device)
                 row.result.wall_time = time.perf_counter() - started
-        active = [active[b] for b in live]
+                row.flushing = feed_last
+        active = [active[b] for b in order]
     synchronize(model.device)
     for row in rows:
         if row.budget == 0:
@@ -294,10 +303,14 @@ def row_logits(out: Any, b: int, draft: Draft) -> tuple[torch.Tensor, torch.Tens
 
 def verify_rows(verify: VerifyFn, rows: list[Row], drafts: list[Draft], logits: list[torch.Tensor],
                 device: torch.device) -> list[Verdict]:
-    """Every row's verdict. At T=0 under the lossless rule the batch goes together (on an accelerator one argmax and
-    one copy to the host for all rows); otherwise row by row with each row's own generator."""
+    """Every row's verdict. Under the lossless rule the batch goes together: at T=0 (on an accelerator one argmax and
+    one copy to the host for all rows), at T>0 one copy of every row's gathered values and draws, each row drawing
+    from its own generator. A drafter's own verifier goes row by row."""
     if verify is verify_lossless and all(row.ctx.sampling.greedy for row in rows):
         return verify_greedy_batch(drafts, logits, all_rows=device.type != "cpu")
+    if verify is verify_lossless:
+        return verify_rejection_batch(drafts, logits, [row.ctx.sampling for row in rows],
+                                      [row.ctx.generator for row in rows])
     return [verify(draft, scores, row.ctx.sampling, row.ctx.generator)
             for row, draft, scores in zip(rows, drafts, logits)]
 
@@ -310,14 +323,16 @@ def settle(row: Row, draft: Draft, verdict: Verdict, scores: tuple[torch.Tensor,
     logits, extra_logits = scores
     n_pending = len(row.ctx.token_ids) - row.cache_len
     kept = (row.cache_len, list(range(start, start + n_pending)) + [start + n_pending + i for i in verdict.path])
-    emitted, stopped = emitted_tokens(draft, verdict, row.remaining, stop_ids)
-    if stopped:
-        row.result.stop_reason = "eos"
     hidden = None
     if row.drafter.hidden_layers:
         positions = [pad + j for j in range(n_pending)] + [pad + n_pending + i for i in verdict.path]
         hidden = torch.cat([out.hidden_states[i][b][positions] for i in row.drafter.hidden_layers], dim=-1)
     row.cache_len += n_pending + len(verdict.path)
+    if row.flushing:  # a finished row's last forward (feed_last): its draft is empty, nothing is emitted
+        return kept, StepResult([], [], hidden, draft=draft)
+    emitted, stopped = emitted_tokens(draft, verdict, row.remaining, stop_ids)
+    if stopped:
+        row.result.stop_reason = "eos"
     row.ctx.token_ids.extend(emitted)
     row.result.token_ids.extend(emitted)
     row.result.accept_lengths.append(len(emitted))

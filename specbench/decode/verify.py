@@ -5,8 +5,10 @@ draft level) and row i + 1 is draft node i. A verifier returns the accepted path
 
 The walks read the target only at the values they decide on, fetched together, so that no candidate waits on the
 device: at T=0 the argmax of the rows the walk visits (on a CPU) or of every row of the whole batch at once (on an
-accelerator: one argmax, one copy to the host per step); at T>0 p(x), and q(x) for sampled chains, of every draft
-node at its parent's row in one gather. Only the residual the bonus token is drawn from is built as a vector.
+accelerator: one argmax, one copy to the host per step); at T>0, for the whole batch in one copy to the host, p(x)
+(and q(x) for sampled chains) of every draft node at its parent's row and the uniform draws the walks compare them
+with (one per node, drawn before the walk from the row's generator), then one more copy for every row's bonus token,
+drawn from a residual built on the device. Only that residual is a vector.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Callable
 import torch
 
 from specbench.decode.draft import Draft
-from specbench.decode.sampling import Sampling, sample, target_probs
+from specbench.decode.sampling import Sampling, target_probs
 
 
 @dataclass
@@ -96,9 +98,30 @@ class RejectionRules:
     after_sampled: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]] = residual_after_sampled
 
 
-def rejection_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator | None,
+class Uniforms:
+    """The uniform draws a walk compares against, in the order it examines candidates: drawn before the walk, one
+    per draft node (no walk examines more), in one call on the generator's device."""
+
+    def __init__(self, values: list[float]) -> None:
+        self._values = iter(values)
+
+    def __call__(self) -> float:
+        return next(self._values)
+
+    @staticmethod
+    def draw(n: int, generator: torch.Generator | None) -> torch.Tensor:
+        device = generator.device if generator is not None else None  # a CUDA generator draws on its own device
+        return torch.rand(n, generator=generator, device=device)
+
+    @classmethod
+    def drawn(cls, n: int, generator: torch.Generator | None) -> "Uniforms":
+        return cls(cls.draw(n, generator).tolist())
+
+
+def rejection_walk(draft: Draft, probs: torch.Tensor, uniforms: Uniforms,
                    rules: RejectionRules = RejectionRules()) -> Walk:
-    """T>0 multi-candidate rejection sampling over the tree; probs are the processed target rows.
+    """T>0 multi-candidate rejection sampling over the tree; probs are the processed target rows. The reference
+    walk, on whole vectors (a host read per candidate); the engine takes it only for trees of sampled siblings.
 
     Deterministic candidates (q None): accept x with p(x); on rejection zero p(x), renormalise, try the next child.
     Sampled candidates (drawn without replacement from q): accept with min(1, p(x)/q'(x)); on rejection
@@ -116,7 +139,7 @@ def rejection_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator
         accepted_child = None
         for child in kids:
             x = draft.tokens[child]
-            u = _uniform(generator)
+            u = uniforms()
             if q is None:
                 if u < float(p[x]):
                     accepted_child = child
@@ -134,32 +157,35 @@ def rejection_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator
         row = accepted_child + 1
 
 
-def _uniform(generator: torch.Generator | None) -> float:
-    device = generator.device if generator is not None else None  # a CUDA generator draws on its own device
-    return float(torch.rand((), generator=generator, device=device))
-
-
 def _normalised(weights: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
-    total = float(weights.sum())
+    total = weights.sum()
     # A zero residual has probability zero in exact arithmetic; keep the previous row rather than divide by 0.
-    return weights / total if total > 1e-12 else fallback
+    # Decided on the device: no wait for the host.
+    return torch.where(total > 1e-12, weights / total, fallback)
 
 
-def gathered_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator | None) -> Walk | None:
-    """rejection_walk's decisions, with the same draws in the same order, from the values it compares: p(x) of every
-    node at its parent's row (and q(x) for a sampled chain), gathered in one copy to the host. After rejected
-    one-hot siblings x_1..x_k the next one is accepted with p(x) / (1 - p(x_1) - ... - p(x_k)), which is what
-    zeroing and renormalising p gives; a token already rejected at that row cannot be accepted again. None for a
-    tree of sampled siblings, whose residuals after a rejection need the whole of p and q (rejection_walk)."""
+def gathered_values(draft: Draft, probs: torch.Tensor) -> list[torch.Tensor]:
+    """What gathered_walk reads of one row, on the device: p(x) of every node at its parent's row, then (a sampled
+    chain or tree) q(x) of every node."""
+    rows = torch.tensor([parent + 1 for parent in draft.parents], dtype=torch.long, device=probs.device)
+    tokens = torch.tensor(draft.tokens, dtype=torch.long, device=probs.device)
+    values = [probs[rows, tokens].float()]
+    if draft.q is not None:
+        at = torch.arange(len(draft), device=draft.q.device)
+        values.append(draft.q[at, tokens.to(draft.q.device)].float().to(probs.device))
+    return values
+
+
+def gathered_walk(draft: Draft, probs: torch.Tensor, p_at: list[float], q_at: list[float] | None,
+                  uniforms: Uniforms) -> Walk | None:
+    """rejection_walk's decisions, with the same draws in the same order, from the values it compares
+    (gathered_values, read on the host). After rejected one-hot siblings x_1..x_k the next one is accepted with
+    p(x) / (1 - p(x_1) - ... - p(x_k)), which is what zeroing and renormalising p gives; a token already rejected at
+    that row cannot be accepted again. None for a tree of sampled siblings, whose residuals after a rejection need
+    the whole of p and q (rejection_walk)."""
     if draft.q is not None and not draft.is_chain():
         return None
     children = draft.children()
-    rows = torch.tensor([parent + 1 for parent in draft.parents], dtype=torch.long, device=probs.device)
-    tokens = torch.tensor(draft.tokens, dtype=torch.long, device=probs.device)
-    p_at = probs[rows, tokens].tolist()
-    q_at = None
-    if draft.q is not None:
-        q_at = draft.q[torch.arange(len(draft), device=draft.q.device), tokens.to(draft.q.device)].float().tolist()
     path: list[int] = []
     row = 0
     while True:
@@ -168,7 +194,7 @@ def gathered_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator 
             return Walk(path, row, probs[row], rejected_all=False)
         if q_at is not None:  # a chain: one sampled candidate
             child = kids[0]
-            u = _uniform(generator)
+            u = uniforms()
             if q_at[child] > 0 and u < min(1.0, p_at[child] / q_at[child]):
                 path.append(child)
                 row = child + 1
@@ -178,7 +204,7 @@ def gathered_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator 
         mass, rejected, accepted_child = 1.0, [], None
         for child in kids:
             x = draft.tokens[child]
-            u = _uniform(generator)
+            u = uniforms()
             px = 0.0 if x in rejected else p_at[child]
             if mass > 1e-12 and u * mass < px:
                 accepted_child = child
@@ -194,14 +220,32 @@ def gathered_walk(draft: Draft, probs: torch.Tensor, generator: torch.Generator 
         row = accepted_child + 1
 
 
+def verify_rejection_batch(drafts: list[Draft], logits: list[torch.Tensor], samplings: list[Sampling],
+                           generators: list[torch.Generator | None]) -> list[Verdict]:
+    """T>0 for every row of a batch, each row with its own generator: one copy to the host of every row's gathered
+    values and draws, host walks, then one copy of every row's bonus token."""
+    probs = [target_probs(rows, sampling) for rows, sampling in zip(logits, samplings)]
+    parts: list[torch.Tensor] = []
+    for draft, p, generator in zip(drafts, probs, generators):
+        parts += gathered_values(draft, p) + [Uniforms.draw(len(draft), generator).to(p.device)]
+    host = torch.cat(parts).tolist()
+    walks, at = [], 0
+    for draft, p in zip(drafts, probs):
+        n = len(draft)
+        p_at, q_at = host[at : at + n], host[at + n : at + 2 * n] if draft.q is not None else None
+        at += 2 * n if draft.q is not None else n
+        uniforms = Uniforms(host[at : at + n])
+        at += n
+        walk = gathered_walk(draft, p, p_at, q_at, uniforms)
+        walks.append(walk if walk is not None else rejection_walk(draft, p, uniforms))
+    bonus = [torch.multinomial(walk.residual, 1, generator=generator) for walk, generator in zip(walks, generators)]
+    return [Verdict(walk.path, token) for walk, token in zip(walks, torch.cat(bonus).tolist())]
+
+
 def verify_rejection(
     draft: Draft, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None
 ) -> Verdict:
-    probs = target_probs(logits, sampling)
-    walk = gathered_walk(draft, probs, generator)
-    if walk is None:
-        walk = rejection_walk(draft, probs, generator)
-    return Verdict(walk.path, sample(walk.residual, generator))
+    return verify_rejection_batch([draft], [logits], [sampling], [generator])[0]
 
 
 def verify_lossless(

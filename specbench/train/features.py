@@ -25,9 +25,11 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from specbench.decode.sampling import Sampling
 from specbench.decode.target import LoadedModel
 from specbench.errors import SpecbenchError
 from specbench.jsonl import json_lines
+from specbench.train.replies import answer
 
 MODES = ("fixed", "self")  # replies: the prompts' references, or written by the target itself (greedy)
 
@@ -192,24 +194,15 @@ def target_layer_features(target: LoadedModel, batch: list[list[int]],
     return finals, [fused[row, : len(seq)] for row, seq in enumerate(batch)]
 
 
-@torch.inference_mode()
 def self_replies(target: LoadedModel, turns: list[list[str]], max_new_tokens: int) -> list[str]:
-    """The target's own greedy replies to each conversation's first turn (batched, left padded)."""
+    """The target's own greedy replies to each conversation's first turn (decoded together by the engine)."""
     tokenizer = target.tokenizer
     prompts = [_template(tokenizer, [{"role": "user", "content": t[0]}], generation_prompt=True) for t in turns]
-    longest = max(len(p) for p in prompts)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ids = torch.tensor([[pad] * (longest - len(p)) + p for p in prompts])
-    attention = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts])
-    out = target.model.generate(
-        input_ids=ids.to(target.model.device), attention_mask=attention.to(target.model.device),
-        max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad,
-    )
     stop = target.stop_ids
     replies = []
-    for row in out[:, longest:].tolist():
-        cut = next((i for i, t in enumerate(row) if t in stop), len(row))
-        replies.append(tokenizer.decode(row[:cut], skip_special_tokens=True))
+    for row in answer(target, prompts, Sampling(), max_new_tokens):
+        tokens = row.reply[:-1] if row.reply and row.reply[-1] in stop else row.reply
+        replies.append(tokenizer.decode(tokens, skip_special_tokens=True))
     return replies
 
 
