@@ -121,9 +121,9 @@ def truncate_cache(cache: DynamicCache, length: int) -> None:
 def keep_rows(cache: DynamicCache, live: list[int]) -> list[int]:
     """Keep the batch rows `live` (ascending) of a new_cache(): each dropped row below len(live) is filled with a
     live row from above, so only those rows are copied. Returns the old row each kept row now holds, in order."""
-    n = len(live)
+    n, staying = len(live), set(live)
     order = list(range(n))
-    holes = [b for b in range(n) if b not in set(live)]
+    holes = [b for b in range(n) if b not in staying]
     movers = [b for b in live if b >= n]
     for hole, mover in zip(holes, movers):
         order[hole] = mover
@@ -142,16 +142,16 @@ def keep_slots(cache: DynamicCache, kept: list[tuple[int, list[int]]]) -> int:
     past its own length hold stale values that the engine masks out."""
     width = max((context + len(extra) for context, extra in kept), default=0)
     moves = [[(s, context + j) for j, s in enumerate(extra) if s != context + j] for context, extra in kept]
+    layers = _layers(cache)
     if any(moves):
         # A row with fewer moves repeats its last one (or slot 0 onto itself): the same value written twice.
         longest = max(len(m) for m in moves)
         padded = [m + [m[-1] if m else (0, 0)] * (longest - len(m)) for m in moves]
-        layers = _layers(cache)
         device = layers[0].key_buffer.device
         source = torch.tensor([[s for s, _ in m] for m in padded], device=device)
         target = torch.tensor([[t for _, t in m] for m in padded], device=device)
         for layer in layers:
             layer.move_slots(source, target)
-    for layer in _layers(cache):
+    for layer in layers:
         layer.set_length(width)
     return width
