@@ -32,6 +32,7 @@ from specbench.decode.draft import ROOT, Draft
 from specbench.decode.engine import emitted_tokens
 from specbench.decode.sampling import Sampling, sample, target_probs
 from specbench.decode.verify import (
+    RowProbs,
     Uniforms,
     Verdict,
     gathered_values,
@@ -383,6 +384,27 @@ def test_gathered_walk_makes_the_reference_walks_decisions():
     sampled_tree = Draft([1, 2], [ROOT, ROOT], torch.full((2, V), 1 / V))
     p_at = torch.cat(gathered_values(sampled_tree, probs[:3])).tolist()
     assert gathered_walk(sampled_tree, probs[:3], p_at[:2], p_at[2:], Uniforms([0.5, 0.5])) is None  # rejection_walk's
+
+
+def test_row_probs_are_the_whole_blocks_rows():
+    """RowProbs processes up front only the root and the rows of nodes with children, and any row read through it
+    equals that row of the whole processed block (a leaf's is computed when read); the walks decide the same on it."""
+    g = torch.Generator().manual_seed(7)
+    for case in range(200):
+        nodes = case % 8
+        draft = random_tree(g, nodes)
+        logits = torch.randn(nodes + 1, V, generator=g) * 2
+        whole = target_probs(logits, SAMPLING)
+        rows = RowProbs(logits, SAMPLING, draft)
+        assert sorted(rows.index) == sorted({parent + 1 for parent in draft.parents} | {0})
+        assert rows.probs.shape[0] == len(rows.index)
+        for row in range(nodes + 1):
+            assert torch.equal(rows[row], whole[row]), (case, row)
+        assert torch.equal(torch.cat(gathered_values(draft, rows)), torch.cat(gathered_values(draft, whole)))
+        draws = Uniforms.draw(max(nodes, 1), g).tolist()
+        on_rows, on_whole = rejection_walk(draft, rows, Uniforms(draws)), rejection_walk(draft, whole, Uniforms(draws))
+        assert (on_rows.path, on_rows.end_row) == (on_whole.path, on_whole.end_row)
+        assert torch.equal(on_rows.residual, on_whole.residual)
 
 
 def test_batch_rejection_equals_row_by_row():

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
+import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
@@ -58,6 +59,7 @@ class Block:
 
 
 def row_block(pending: list[int], draft: Draft, cache_len: int) -> Block:
+    """Built in numpy (a few microseconds per small op, where torch takes several): this runs every step."""
     n_pending, n = len(pending), len(draft)
     extra = draft.extra
     m = len(extra.tokens) if extra else 0
@@ -67,30 +69,28 @@ def row_block(pending: list[int], draft: Draft, cache_len: int) -> Block:
         positions = torch.arange(cache_len, cache_len + total)
         return Block(tokens, positions, torch.ones(total, total, dtype=torch.bool).tril(), True)
     root = cache_len + n_pending - 1
-    depth = torch.tensor(draft.depths(), dtype=torch.long)
-    offsets = torch.tensor(extra.offsets if extra else [], dtype=torch.long)
-    positions = torch.cat([torch.arange(cache_len, cache_len + n_pending), root + depth, root + offsets])
-    ancestor = ancestors(draft.parents)
-    allowed = torch.zeros(total, total, dtype=torch.bool)
-    allowed[:n_pending, :n_pending] = torch.ones(n_pending, n_pending, dtype=torch.bool).tril()
+    positions = np.concatenate([np.arange(cache_len, cache_len + n_pending), root + np.asarray(draft.depths()),
+                                root + np.asarray(extra.offsets if extra else [], dtype=np.int64)])
+    allowed = np.zeros((total, total), dtype=bool)
+    allowed[:n_pending, :n_pending] = np.tri(n_pending, dtype=bool)
     allowed[n_pending:, :n_pending] = True
-    allowed[n_pending : n_pending + n, n_pending : n_pending + n] = ancestor
+    allowed[n_pending : n_pending + n, n_pending : n_pending + n] = ancestors(draft.parents).numpy()
     if extra:
-        allowed[n_pending + n :, n_pending + n :] = extra.allowed
-    return Block(tokens, positions, allowed, False)
+        allowed[n_pending + n :, n_pending + n :] = extra.allowed.numpy()
+    return Block(tokens, torch.from_numpy(positions.astype(np.int64)), torch.from_numpy(allowed), False)
 
 
 def ancestors(parents: list[int]) -> torch.Tensor:
     """[n, n] bool: node i's row holds i and every ancestor of i. By pointer jumping (each round doubles the levels
-    covered), so a deep tree costs a few tensor ops rather than one per node."""
+    covered), so a deep tree costs a few array ops rather than one per node."""
     n = len(parents)
-    jump = torch.tensor([p if p >= 0 else i for i, p in enumerate(parents)], dtype=torch.long)
-    ancestor = torch.eye(n, dtype=torch.bool)
+    jump = np.array([p if p >= 0 else i for i, p in enumerate(parents)], dtype=np.int64)
+    ancestor = np.eye(n, dtype=bool)
     while True:
         ancestor |= ancestor[jump]
         further = jump[jump]
-        if torch.equal(further, jump):
-            return ancestor
+        if np.array_equal(further, jump):
+            return torch.from_numpy(ancestor)
         jump = further
 
 
@@ -110,16 +110,17 @@ def batch_inputs(blocks: list[Block], cache_lens: list[int], width: int, dtype: 
     size = max(len(b.tokens) for b in blocks)
     pads = [size - len(b.tokens) for b in blocks]
     input_ids = torch.tensor([[0] * pad + b.tokens for b, pad in zip(blocks, pads)], dtype=torch.long)
-    positions = torch.stack([torch.cat([torch.full((pad,), length, dtype=torch.long), b.positions])
-                             for b, pad, length in zip(blocks, pads, cache_lens)])
+    positions = torch.from_numpy(np.stack([np.concatenate([np.full(pad, length, dtype=np.int64), b.positions.numpy()])
+                                           for b, pad, length in zip(blocks, pads, cache_lens)]))
     if all(b.chain for b in blocks) and not any(pads) and all(length == width for length in cache_lens):
         # Ordinary causal continuations of equal length: let the model build its own (fast) masks.
         return TreeInputs(input_ids.to(device), positions.to(device), None, pads)
-    allowed = torch.zeros(len(blocks), size, width + size, dtype=torch.bool)
+    seen = np.zeros((len(blocks), size, width + size), dtype=bool)  # in numpy: small ops, every step
     for row, (block, pad, length) in enumerate(zip(blocks, pads, cache_lens)):
-        allowed[row, pad:, :length] = True
-        allowed[row, pad:, width + pad :] = block.allowed
-        allowed[row, range(pad), range(width, width + pad)] = True  # a pad query sees itself only
+        seen[row, pad:, :length] = True
+        seen[row, pad:, width + pad :] = block.allowed.numpy()
+        seen[row, range(pad), range(width, width + pad)] = True  # a pad query sees itself only
+    allowed = torch.from_numpy(seen)
     keys = torch.cat([torch.arange(width).expand(len(blocks), -1), positions], dim=1) if layout.windows else None
     masks = layout.masks(allowed, positions, keys, dtype)
     masks = {k: m.to(device) for k, m in masks.items()} if isinstance(masks, dict) else masks.to(device)

@@ -8,7 +8,9 @@ device: at T=0 the argmax of the rows the walk visits (on a CPU) or of every row
 accelerator: one argmax, one copy to the host per step); at T>0, for the whole batch in one copy to the host, p(x)
 (and q(x) for sampled chains) of every draft node at its parent's row and the uniform draws the walks compare them
 with (one per node, drawn before the walk from the row's generator), then one more copy for every row's bonus token,
-drawn from a residual built on the device. Only that residual is a vector.
+drawn from a residual built on the device. Only that residual is a vector, and the target's distribution is
+processed (temperature, top-k, top-p, softmax) only at the rows a walk can read: the root, the nodes with children,
+and the leaf a walk ends on, when it does (RowProbs).
 """
 from __future__ import annotations
 
@@ -118,7 +120,31 @@ class Uniforms:
         return cls(cls.draw(n, generator).tolist())
 
 
-def rejection_walk(draft: Draft, probs: torch.Tensor, uniforms: Uniforms,
+class RowProbs:
+    """The processed target distribution at the rows of one draft's logits that a walk reads: the root and every node
+    with children in one call, a leaf when a walk first reads it. Indexed like the whole [n + 1, V] block it stands
+    for; a tree of 64 bushy nodes has 33 such rows of 65."""
+
+    def __init__(self, logits: torch.Tensor, sampling: Sampling, draft: Draft) -> None:
+        self.logits, self.sampling, self.device = logits, sampling, logits.device
+        rows = sorted({parent + 1 for parent in draft.parents} | {0})
+        self.index = {row: i for i, row in enumerate(rows)}
+        contiguous = rows[-1] + 1 == len(rows)  # a chain's rows are 0..n-1: a view, no copy
+        self.probs = target_probs(logits[: len(rows)] if contiguous else logits[rows], sampling)
+
+    def __getitem__(self, row: int) -> torch.Tensor:
+        at = self.index.get(row)
+        return self.probs[at] if at is not None else target_probs(self.logits[row], self.sampling)
+
+    def at(self, rows: list[int], tokens: torch.Tensor) -> torch.Tensor:
+        """p(x) at each (row, token) pair; every row has children."""
+        return self.probs[torch.tensor([self.index[row] for row in rows], dtype=torch.long, device=self.device), tokens]
+
+
+Probs = torch.Tensor | RowProbs  # a whole [n + 1, V] block of processed rows, or the rows a walk reads
+
+
+def rejection_walk(draft: Draft, probs: Probs, uniforms: Uniforms,
                    rules: RejectionRules = RejectionRules()) -> Walk:
     """T>0 multi-candidate rejection sampling over the tree; probs are the processed target rows. The reference
     walk, on whole vectors (a host read per candidate); the engine takes it only for trees of sampled siblings.
@@ -164,19 +190,22 @@ def _normalised(weights: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 1e-12, weights / total, fallback)
 
 
-def gathered_values(draft: Draft, probs: torch.Tensor) -> list[torch.Tensor]:
+def gathered_values(draft: Draft, probs: Probs) -> list[torch.Tensor]:
     """What gathered_walk reads of one row, on the device: p(x) of every node at its parent's row, then (a sampled
     chain or tree) q(x) of every node."""
-    rows = torch.tensor([parent + 1 for parent in draft.parents], dtype=torch.long, device=probs.device)
+    rows = [parent + 1 for parent in draft.parents]
     tokens = torch.tensor(draft.tokens, dtype=torch.long, device=probs.device)
-    values = [probs[rows, tokens].float()]
+    if isinstance(probs, RowProbs):
+        values = [probs.at(rows, tokens).float()]
+    else:
+        values = [probs[torch.tensor(rows, dtype=torch.long, device=probs.device), tokens].float()]
     if draft.q is not None:
         at = torch.arange(len(draft), device=draft.q.device)
         values.append(draft.q[at, tokens.to(draft.q.device)].float().to(probs.device))
     return values
 
 
-def gathered_walk(draft: Draft, probs: torch.Tensor, p_at: list[float], q_at: list[float] | None,
+def gathered_walk(draft: Draft, probs: Probs, p_at: list[float], q_at: list[float] | None,
                   uniforms: Uniforms) -> Walk | None:
     """rejection_walk's decisions, with the same draws in the same order, from the values it compares
     (gathered_values, read on the host). After rejected one-hot siblings x_1..x_k the next one is accepted with
@@ -224,7 +253,7 @@ def verify_rejection_batch(drafts: list[Draft], logits: list[torch.Tensor], samp
                            generators: list[torch.Generator | None]) -> list[Verdict]:
     """T>0 for every row of a batch, each row with its own generator: one copy to the host of every row's gathered
     values and draws, host walks, then one copy of every row's bonus token."""
-    probs = [target_probs(rows, sampling) for rows, sampling in zip(logits, samplings)]
+    probs = [RowProbs(rows, sampling, draft) for draft, rows, sampling in zip(drafts, logits, samplings)]
     parts: list[torch.Tensor] = []
     for draft, p, generator in zip(drafts, probs, generators):
         parts += gathered_values(draft, p) + [Uniforms.draw(len(draft), generator).to(p.device)]
