@@ -76,7 +76,7 @@ def row_block(pending: list[int], draft: Draft, cache_len: int) -> Block:
     allowed[n_pending:, :n_pending] = True
     allowed[n_pending : n_pending + n, n_pending : n_pending + n] = ancestors(draft.parents).numpy()
     if extra:
-        allowed[n_pending + n :, n_pending + n :] = extra.allowed.numpy()
+        allowed[n_pending + n :, n_pending + n :] = extra.allowed.cpu().numpy()
     return Block(tokens, torch.from_numpy(positions.astype(np.int64)), torch.from_numpy(allowed), False)
 
 
