@@ -3,7 +3,8 @@
 # Each command resumes from its checkpoint when rerun (a session may be stopped at any time), and all of them
 # share two feature caches: 2,560 conversations of ../shared/data/train/prompts.jsonl with their fixed replies,
 # and 1,280 of them with replies the target wrote itself.
-# Usage: bash scripts/train_default_drafters.sh [all|eagle|self|ablations|medusa|sps|eagle3-640k|eagle3|self-t0|self-t0-6m|self-t0-all|self-t0-12m|fair|fair-<method>]
+# Usage: bash scripts/train_default_drafters.sh [all|eagle|self|ablations|medusa|sps|eagle3-640k|eagle3|self-t0|self-t0-6m|self-t0-all|self-t0-12m|fair|fair-<method>|fair4m|fair4m-features|fair4m-<method>]
+# TRAIN_ARGS: more arguments for the fair4m trainings, e.g. "--device cuda --dtype float32 --batch-size 64".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1
@@ -91,7 +92,7 @@ if [[ $what == all || $what == self-t0-12m ]]; then
   python -m specbench train eagle "${DATASET[@]}" --dataset-chunks 67 --out "$HEADS/self-t0-12m" \
     --max-tokens 12000000 --lr 5e-4 --eval-every 200 --snapshot-tokens 2000000 --autocast bfloat16
 fi
-if [[ $what == all || $what == fair || $what == fair-* ]]; then
+if [[ $what == all || $what == fair || $what == fair-hydra || $what == fair-medusa || $what == fair-sps ]]; then
   # The fair comparison (reports/fair): every trained drafter on the same conversations, positions, schedule, lr,
   # batches and precision; nobody's lr or width was tuned.
   # Budget 640k: the first 11 chunks of the self-distilled dataset, as `eagle3-640k` above (whose two heads,
@@ -102,6 +103,24 @@ if [[ $what == all || $what == fair || $what == fair-* ]]; then
     if [[ $what == all || $what == fair || $what == "fair-$method" ]]; then
       trainer=$method; [[ $method == sps ]] && trainer=sps-draft
       python -m specbench train "$trainer" "${FAIR[@]}" --out "heads/$method/smollm2-135m-instruct/fair-640k"
+    fi
+  done
+fi
+if [[ $what == all || $what == fair4m || $what == fair4m-* ]]; then
+  # The fair comparison's second budget: the whole dataset (67 chunks, 17,146 conversations) and the schedule of
+  # `eagle3` above (4M positions, 2,048-token batches, lr 5e-4, bf16 autocast), whose head is this budget's eagle3
+  # row. fair4m-features builds the feature cache alone (so that the four trainings can then run at once, as
+  # scripts/device/train_fair_4m.sh does on a GPU); fair4m-<method> trains one of hydra, medusa, eagle, sps.
+  read -r -a extra <<< "${TRAIN_ARGS:-}"
+  FAIR4=("${DATASET[@]}" --dataset-chunks 67 --max-tokens 4000000 --lr 5e-4 --batch-tokens 2048 --eval-every 200
+         --autocast bfloat16)
+  if [[ $what == all || $what == fair4m || $what == fair4m-features ]]; then
+    python -m specbench train eagle "${FAIR4[@]}" "${extra[@]}" --features-only
+  fi
+  for method in hydra medusa eagle sps; do
+    if [[ $what == all || $what == fair4m || $what == "fair4m-$method" ]]; then
+      trainer=$method; [[ $method == sps ]] && trainer=sps-draft
+      python -m specbench train "$trainer" "${FAIR4[@]}" "${extra[@]}" --out "heads/$method/smollm2-135m-instruct/fair-4m"
     fi
   done
 fi

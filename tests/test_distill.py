@@ -159,6 +159,21 @@ def test_train_from_the_dataset_alone_rebuilds_features(distilled, tiny_target_d
     assert json.loads((tmp_path / "head" / "log.jsonl").read_text().splitlines()[-1])["final"]
 
 
+def test_features_only_builds_the_cache_that_training_then_reads(distilled, tiny_target_dir, tmp_path, capsys):
+    folder, _, _ = distilled
+    args = ["train", "eagle", "--target", str(tiny_target_dir), "--dataset", str(folder / "data"),
+            "--features", str(tmp_path / "features")]
+    assert main([*args, "--features-only", "--out", str(tmp_path / "head")]) == 2  # one or the other
+    assert "--features-only" in capsys.readouterr().err
+    assert main([*args, "--features-only"]) == 0
+    assert not (tmp_path / "head").exists()
+    built = (tmp_path / "features" / "chunk_00000.safetensors").read_bytes()
+    assert main([*args, "--out", str(tmp_path / "head"), "--max-tokens", "500", "--batch-tokens", "512",
+                 "--opt", "draft_vocab=0"]) == 0
+    assert (tmp_path / "features" / "chunk_00000.safetensors").read_bytes() == built  # read, not rebuilt
+    assert json.loads((tmp_path / "head" / "log.jsonl").read_text().splitlines()[-1])["final"]
+
+
 @pytest.mark.parametrize("method", ["eagle", "eagle3"])
 def test_mixed_precision_training_keeps_fp32_weights(distilled, tiny_target_dir, tmp_path, method):
     folder, _, _ = distilled

