@@ -7,7 +7,7 @@
 #      temperature -> reports/fair/settings.yaml
 #   3. run: the first 10 questions of each task with those settings (never the tuned-on ones); the run folder is
 #      committed (reports/fair/run/) so that a stopped session resumes it: rerun this script.
-# Usage: [LIMIT=N] bash scripts/figures/fair.sh [tune|run|all] [TEMPERATURES, default 0,1]   (LIMIT: questions per
+# Usage: [BUDGET=640k|4m] [LIMIT=N] bash scripts/figures/fair.sh [tune|run|all] [TEMPERATURES, default 0,1]   (LIMIT: questions per
 # task, default 10; a run folder resumes with a larger LIMIT)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,36 +16,41 @@ what="${1:-all}"
 temps="${2:-0,1}"
 H=heads
 T=smollm2-135m-instruct
-TRAINED=(
-  "sps@head=$H/sps/$T/fair-640k"
-  "medusa@head=$H/medusa/$T/fair-640k"
-  "hydra@head=$H/hydra/$T/fair-640k"
-  "eagle@head=$H/eagle/$T/equal-data"
-  "eagle3@head=$H/eagle3/$T-640k"
-  "samd-eagle@head=$H/eagle/$T/equal-data"
-)
-FREE=(pld lookahead recycling suffix rest samd swift)
-METHODS=$(IFS=,; echo "${FREE[*]},${TRAINED[*]}")
+# BUDGET=640k (default): every method; the trained ones with the 640k-position heads.
+# BUDGET=4m: the trained methods only, with the 4M-position heads (train_default_drafters.sh fair4m; eagle3's is the
+# shipped head, trained on the same data with the same schedule); the training-free rows do not depend on a budget.
+case "${BUDGET:-640k}" in
+  640k) E=$H/eagle/$T/equal-data; TAG=""
+        TRAINED=("sps@head=$H/sps/$T/fair-640k" "medusa@head=$H/medusa/$T/fair-640k" "hydra@head=$H/hydra/$T/fair-640k"
+                 "eagle@head=$E" "eagle3@head=$H/eagle3/$T-640k" "samd-eagle@head=$E")
+        FREE=(pld lookahead recycling suffix rest samd swift) ;;
+  4m)   E=$H/eagle/$T/fair-4m; TAG="4m-"
+        TRAINED=("sps@head=$H/sps/$T/fair-4m" "medusa@head=$H/medusa/$T/fair-4m" "hydra@head=$H/hydra/$T/fair-4m"
+                 "eagle@head=$E" "eagle3@head=$H/eagle3/$T" "samd-eagle@head=$E")
+        FREE=() ;;
+  *) echo "fair.sh: BUDGET must be 640k or 4m, got ${BUDGET}" >&2; exit 2 ;;
+esac
+METHODS=$(IFS=,; echo "${FREE[*]}${FREE[*]:+,}${TRAINED[*]}")
 QUESTIONS=(--tasks all --question-dir ../shared/data/tasks)
 if [[ $what == all || $what == tune ]]; then
   # 64 new tokens per dev question (the evaluation decodes 128): 50 settings x 6 questions fit in about 12 minutes.
   python -m specbench tune --methods "$METHODS" "${QUESTIONS[@]}" --max-new-tokens 64 --dev-questions 1 \
     --temperatures "$temps" \
-    --out results/fair-tune-T"${temps//,/-}" --settings-file reports/fair/settings-T"${temps//,/-}".yaml
+    --out results/fair-tune-"$TAG"T"${temps//,/-}" --settings-file reports/fair/settings-"$TAG"T"${temps//,/-}".yaml
 fi
 if [[ $what == all || $what == run ]]; then
   python -m specbench run --methods "vanilla,$METHODS" "${QUESTIONS[@]}" --max-new-tokens 128 --limit "${LIMIT:-10}" \
     --temperatures "$temps" \
-    --settings reports/fair/settings-T"${temps//,/-}".yaml --out reports/fair/run-T"${temps//,/-}" \
-    --report-dir reports/fair/T"${temps//,/-}"
+    --settings reports/fair/settings-"$TAG"T"${temps//,/-}".yaml --out reports/fair/run-"$TAG"T"${temps//,/-}" \
+    --report-dir reports/fair/"$TAG"T"${temps//,/-}"
   if [[ ",$temps," == *",0,"* ]]; then  # token identity is a T=0 check (T>0: tests/test_distribution.py, check --sampled)
-    python -m specbench check reports/fair/run-T"${temps//,/-}" | tee reports/fair/T"${temps//,/-}"/check.txt \
+    python -m specbench check reports/fair/run-"$TAG"T"${temps//,/-}" | tee reports/fair/"$TAG"T"${temps//,/-}"/check.txt \
       || echo "fair.sh: check found a lossless method that differs from vanilla (check.txt)"
   fi
-  python scripts/step_times.py reports/fair/run-T"${temps//,/-}" > reports/fair/T"${temps//,/-}"/step_times.md
+  python scripts/step_times.py reports/fair/run-"$TAG"T"${temps//,/-}" > reports/fair/"$TAG"T"${temps//,/-}"/step_times.md
   # The reader's questions, with 95% paired per-turn intervals: hydra above medusa? eagle above hydra? eagle3?
   for t in ${temps//,/ }; do
-    python scripts/paired_tau.py reports/fair/run-T"${temps//,/-}" hydra medusa eagle hydra eagle3 eagle \
+    python scripts/paired_tau.py reports/fair/run-"$TAG"T"${temps//,/-}" hydra medusa eagle hydra eagle3 eagle \
       --temperature "$t"
-  done | tee reports/fair/T"${temps//,/-}"/paired_tau.txt
+  done | tee reports/fair/"$TAG"T"${temps//,/-}"/paired_tau.txt
 fi
