@@ -76,6 +76,29 @@ def test_replies_are_what_the_target_writes(distilled, tiny_target_dir):
     assert str(data["origin"]) == f"cpu, float32, torch {torch.__version__}"
 
 
+def test_a_target_without_a_chat_template_is_distilled_from_its_plain_prompts(tiny_target_dir, tmp_path):
+    """A base model (the packaged Gemma 3 270M has no chat template): prompts are the turns joined by blank lines,
+    as `run` decodes them, and a second turn's prompt still holds the first reply, trained on."""
+    base = tmp_path / "base"
+    shutil.copytree(tiny_target_dir, base)
+    (base / "chat_template.jinja").unlink()
+    config = json.loads((base / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (base / "tokenizer_config.json").write_text(json.dumps(config))
+    target = load_model(str(base))
+    assert not target.tokenizer.chat_template
+    turns = [" ".join(WORDS[(5 * i + j) % len(WORDS)] for j in range(3 + i % 4)) for i in range(6)]
+    assert main(distill_args(tmp_path, base, turns, "--reply-tokens", "8", "--batch-size", "3",
+                             "--second-turn-share", "1.0")) == 0
+    _, convs = conversations(tmp_path)
+    assert len(convs) == 6
+    for tokens, reply, i in convs:
+        first = target.tokenizer(turns[int(i)])["input_ids"]
+        assert tokens[: len(first)] == first and sum(reply[: len(first)]) == 0
+        runs = sum(1 for a, b in zip([0] + reply, reply) if b > a)
+        assert runs == 2  # both replies are trained on
+
+
 def test_features_from_the_same_forwards_equal_a_fresh_prefill(distilled, tiny_target_dir):
     folder, _, _ = distilled
     target = load_model(str(tiny_target_dir))

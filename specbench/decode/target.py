@@ -145,12 +145,18 @@ def load_model(name: str, device: str | None = None, dtype: str | None = None, r
     return LoadedModel(name, model, tokenizer, prepare(model, runtime))
 
 
-def chat_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids of a conversation ending with the assistant's turn to speak, through the chat template."""
+def chat_tokens(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]],
+                generation_prompt: bool = True) -> list[int]:
+    """Token ids of a conversation through the chat template, ending with the assistant's turn to speak when
+    `generation_prompt`. A tokenizer without a template (a base model, e.g. the packaged Gemma 3 270M): the turns'
+    texts joined by blank lines."""
     if tokenizer.chat_template:
-        encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True)
         ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
         return list(ids)
-    # A base model without a template: plain concatenation of the turns.
-    text = "\n\n".join(m["content"] for m in messages)
-    return tokenizer(text)["input_ids"]
+    return tokenizer("\n\n".join(m["content"] for m in messages))["input_ids"]
+
+
+def chat_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of a conversation ending with the assistant's turn to speak."""
+    return chat_tokens(tokenizer, messages, generation_prompt=True)

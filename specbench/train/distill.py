@@ -28,7 +28,7 @@ import torch
 from tqdm import tqdm
 
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import LoadedModel, chat_prompt
+from specbench.decode.target import LoadedModel, chat_prompt, chat_tokens
 from specbench.errors import SpecbenchError
 from specbench.train.dataset import chunk_path, generation_origin, write_chunk
 from specbench.train.features import (
@@ -120,9 +120,8 @@ def _reply_mask(prompt_len: int, reply_len: int, earlier: list[tuple[int, int]])
 def _earlier_reply_span(tokenizer, first_user: str, first_reply: str, prompt2: list[int]) -> list[tuple[int, int]]:
     """Where the first reply sits in the second turn's prompt (as the chat template re-tokenized it)."""
     before = chat_prompt(tokenizer, [{"role": "user", "content": first_user}])
-    with_reply = tokenizer.apply_chat_template(
-        [{"role": "user", "content": first_user}, {"role": "assistant", "content": first_reply}], tokenize=True)
-    with_reply = list(with_reply["input_ids"] if hasattr(with_reply, "keys") else with_reply)
+    with_reply = chat_tokens(tokenizer, [{"role": "user", "content": first_user},
+                                         {"role": "assistant", "content": first_reply}], generation_prompt=False)
     if prompt2[: len(before)] != before or prompt2[: len(with_reply)] != with_reply:
         return []  # a template that rewrites earlier turns: train on the new reply only
     return [(len(before), len(with_reply))]

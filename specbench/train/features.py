@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import LoadedModel
+from specbench.decode.target import LoadedModel, chat_prompt, chat_tokens
 from specbench.errors import SpecbenchError
 from specbench.jsonl import json_lines
 from specbench.train.replies import answer
@@ -73,9 +73,9 @@ def conversation_tokens(tokenizer, turns: list[str], replies: list[str], max_len
     mask: list[int] = []
     for user, reply in zip(turns, replies):
         messages.append({"role": "user", "content": user})
-        prefix = _template(tokenizer, messages, generation_prompt=True)
+        prefix = chat_tokens(tokenizer, messages, generation_prompt=True)
         messages.append({"role": "assistant", "content": reply})
-        full = _template(tokenizer, messages, generation_prompt=False)
+        full = chat_tokens(tokenizer, messages, generation_prompt=False)
         if prefix[: len(tokens)] != tokens or full[: len(prefix)] != prefix:
             break  # a template that rewrites earlier turns: keep what is consistent
         mask += [0] * (len(prefix) - len(tokens))
@@ -84,11 +84,6 @@ def conversation_tokens(tokenizer, turns: list[str], replies: list[str], max_len
     tokens, mask = tokens[:max_len], mask[:max_len]
     # mask marks reply tokens; shift it so that position t is trained when token t+1 is a reply token.
     return Conversation(tokens, mask[1:] + [0])
-
-
-def _template(tokenizer, messages, generation_prompt: bool) -> list[int]:
-    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True)
-    return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
 
 
 class FeatureCache:
@@ -197,7 +192,7 @@ def target_layer_features(target: LoadedModel, batch: list[list[int]],
 def self_replies(target: LoadedModel, turns: list[list[str]], max_new_tokens: int) -> list[str]:
     """The target's own greedy replies to each conversation's first turn (decoded together by the engine)."""
     tokenizer = target.tokenizer
-    prompts = [_template(tokenizer, [{"role": "user", "content": t[0]}], generation_prompt=True) for t in turns]
+    prompts = [chat_prompt(tokenizer, [{"role": "user", "content": t[0]}]) for t in turns]
     stop = target.stop_ids
     replies = []
     for row in answer(target, prompts, Sampling(), max_new_tokens):
