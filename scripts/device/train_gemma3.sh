@@ -16,7 +16,7 @@ export TRAIN_ARGS="--device ${DEVICE:-cuda} --dtype float32 ${EXTRA:-}" DISTILL_
 back() {  # what heads/ holds of Gemma's so far, in parts under 16 MiB
     rm -f "$OUT"/heads-gemma3.tar.part*
     (cd heads && tar cf - --exclude checkpoint.pt --exclude snapshots --exclude draft_vocab.pt --exclude '*.tmp*' \
-        $(ls -d data/gemma3-270m */gemma3-270m 2>/dev/null)) | split -b 15m - "$OUT/heads-gemma3.tar.part"
+        $(ls -d data/gemma3-270m eagle/gemma3-270m medusa/gemma3-270m 2>/dev/null)) | split -b 15m - "$OUT/heads-gemma3.tar.part"
 }
 LOG="$OUT/distill.txt" step "${T_DISTILL:-170}" distill bash scripts/train_gemma3_drafters.sh distill
 back
