@@ -38,15 +38,17 @@ def test_wheel_carries_methods_tasks_and_shipped_drafters(wheel):
         assert f"specbench/{module}" in names
     defaults = ["eagle/smollm2-135m-instruct/self-t0-12m", "eagle3/smollm2-135m-instruct",
                 "medusa/smollm2-135m-instruct", "sps/smollm2-135m-instruct"]
-    if (REPO / "heads/hydra/smollm2-135m-instruct/fair-640k/config.json").is_file():
-        defaults.append("hydra/smollm2-135m-instruct/fair-640k")
+    if (REPO / "heads/hydra/smollm2-135m-instruct/fair-4m/config.json").is_file():
+        defaults.append("hydra/smollm2-135m-instruct/fair-4m")
     for drafter in defaults:
         assert f"specbench/heads/{drafter}/config.json" in names
         assert f"specbench/heads/{drafter}/model.safetensors" in names
-    # Nothing superseded: older EAGLE heads, the ablation heads, the 640k EAGLE-3 head and the training data stay in
-    # the repository.
+    # Nothing superseded: older EAGLE heads, the ablation heads, the fair comparison's other heads and the training
+    # data stay in the repository.
     for left_out in ("eagle/smollm2-135m-instruct/self-t0-all/", "eagle/smollm2-135m-instruct/ablation/",
-                     "eagle3/smollm2-135m-instruct-640k/", "data/", "medusa/smollm2-135m-instruct/fair-640k/"):
+                     "eagle3/smollm2-135m-instruct-640k/", "data/", "medusa/smollm2-135m-instruct/fair-640k/",
+                     "hydra/smollm2-135m-instruct/fair-640k/", "eagle/smollm2-135m-instruct/fair-4m/",
+                     "medusa/smollm2-135m-instruct/fair-4m/", "sps/smollm2-135m-instruct/fair-4m/"):
         assert not any(n.startswith(f"specbench/heads/{left_out}") for n in names), left_out
     assert not any(n.startswith(("methods/", "tasks/", "heads/")) for n in names)  # no top-level packages
     size = wheel.stat().st_size
@@ -119,7 +121,7 @@ def test_installed_wheel_runs_shipped_drafters_from_another_directory(wheel, tmp
                             text=True, check=True).stdout
     assert "mt_bench" in listed and "eagle" in listed
     methods = ["vanilla", "eagle", "eagle3", "medusa", "sps"]
-    if (REPO / "heads/hydra/smollm2-135m-instruct/fair-640k/config.json").is_file():
+    if (REPO / "heads/hydra/smollm2-135m-instruct/fair-4m/config.json").is_file():
         methods.append("hydra")
     run = subprocess.run([str(python), "-m", "specbench", "run", "--methods", ",".join(methods),
                           "--tasks", "gsm8k", "--limit", "1", "--max-new-tokens", "8", "--temperatures", "0",

@@ -15,7 +15,7 @@ cp -r heads/data/smollm2-135m-instruct .dev2/heads/data/
 gzip -c ../shared/data/train/prompts.jsonl > .dev2/prompts.jsonl.gz
 # the default drafters: the files the wheel ships (pyproject's package-data for specbench.heads)
 for f in eagle/smollm2-135m-instruct/self-t0-12m eagle3/smollm2-135m-instruct medusa/smollm2-135m-instruct \
-         hydra/smollm2-135m-instruct/fair-640k sps/smollm2-135m-instruct; do
+         hydra/smollm2-135m-instruct/fair-4m sps/smollm2-135m-instruct; do
     mkdir -p ".dev3/heads/$f"
     git ls-files "heads/$f" | grep -E "^heads/$f/[^/]+\.(json|jsonl|safetensors)$" | xargs -I{} cp {} ".dev3/heads/$f/"
 done
