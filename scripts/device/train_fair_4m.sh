@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
 KEEP=${KEEP:-/tmp/specbench-keep}; LOG="$OUT/log.txt"
 METHODS=(hydra medusa eagle sps)
-source scripts/device/common.sh  # say, step, device_setup
+source scripts/device/common.sh  # say, step, device_setup, send_back
 [ "${SKIP_SETUP:-0}" != 1 ] && device_setup
 export TRAIN_ARGS="--device ${DEVICE:-cuda} --dtype float32 --batch-size ${EXTRACT_BATCH:-64} --features $KEEP/features ${EXTRA:-}"
 step "${T_FEATURES:-200}" features bash scripts/train_default_drafters.sh fair4m-features
@@ -21,10 +21,6 @@ for m in "${METHODS[@]}"; do  # four small jobs share the GPU; each gets a quart
         step "${T_TRAIN:-300}" "train $m" bash scripts/train_default_drafters.sh "fair4m-$m" &
 done
 wait
-heads=$(cd heads && ls -d */smollm2-135m-instruct/fair-4m 2>/dev/null)
-say "finished heads: $heads"
-# shellcheck disable=SC2086
-[ -n "$heads" ] && (cd heads && tar cf - --exclude checkpoint.pt --exclude snapshots --exclude draft_vocab.pt $heads) \
-    | split -b 15m - "$OUT/heads-fair-4m.tar.part"
+send_back heads-fair-4m "${METHODS[@]/%//smollm2-135m-instruct/fair-4m}"
 for m in "${METHODS[@]}"; do tail -n 3 "heads/$m/smollm2-135m-instruct/fair-4m/log.jsonl" 2>/dev/null; done | tee -a "$LOG"
 say "done"

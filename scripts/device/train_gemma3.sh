@@ -10,21 +10,17 @@ set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
 KEEP=${KEEP:-/tmp/specbench-keep}; LOG="$OUT/log.txt"
-source scripts/device/common.sh  # say, step, device_setup
+source scripts/device/common.sh  # say, step, device_setup, send_back
+HEADS=(data/gemma3-270m eagle/gemma3-270m medusa/gemma3-270m)  # what comes back, after each stage
 [ "${SKIP_SETUP:-0}" != 1 ] && device_setup
 export TRAIN_ARGS="--device ${DEVICE:-cuda} --dtype float32 ${EXTRA:-}" DISTILL_BATCH=${DISTILL_BATCH:-256}
-back() {  # what heads/ holds of Gemma's so far, in parts under 16 MiB
-    rm -f "$OUT"/heads-gemma3.tar.part*
-    (cd heads && tar cf - --exclude checkpoint.pt --exclude snapshots --exclude draft_vocab.pt --exclude '*.tmp*' \
-        $(ls -d data/gemma3-270m eagle/gemma3-270m medusa/gemma3-270m 2>/dev/null)) | split -b 15m - "$OUT/heads-gemma3.tar.part"
-}
 LOG="$OUT/distill.txt" step "${T_DISTILL:-170}" distill bash scripts/train_gemma3_drafters.sh distill
-back
+send_back heads-gemma3 "${HEADS[@]}"
 for m in eagle medusa; do
     OMP_NUM_THREADS=$(( $(nproc) / 2 )) LOG="$OUT/train-$m.txt" \
         step "${T_TRAIN:-150}" "train $m" bash scripts/train_gemma3_drafters.sh "$m" &
 done
 wait
-back
+send_back heads-gemma3 "${HEADS[@]}"
 for m in eagle medusa; do tail -n 2 "heads/$m/gemma3-270m/self-t0-1m/log.jsonl" 2>/dev/null; done | tee -a "$LOG"
 say "done"

@@ -31,26 +31,27 @@ case "${BUDGET:-640k}" in
   *) echo "fair.sh: BUDGET must be 640k or 4m, got ${BUDGET}" >&2; exit 2 ;;
 esac
 METHODS=$(IFS=,; echo "${FREE[*]}${FREE[*]:+,}${TRAINED[*]}")
+NAME="${TAG}T${temps//,/-}"  # settings-NAME.yaml, run-NAME/ (records) and NAME/ (tables), e.g. 4m-T0
 QUESTIONS=(--tasks all --question-dir ../shared/data/tasks)
 if [[ $what == all || $what == tune ]]; then
   # 64 new tokens per dev question (the evaluation decodes 128): 50 settings x 6 questions fit in about 12 minutes.
   python -m specbench tune --methods "$METHODS" "${QUESTIONS[@]}" --max-new-tokens 64 --dev-questions 1 \
     --temperatures "$temps" \
-    --out results/fair-tune-"$TAG"T"${temps//,/-}" --settings-file reports/fair/settings-"$TAG"T"${temps//,/-}".yaml
+    --out results/fair-tune-"$NAME" --settings-file reports/fair/settings-"$NAME".yaml
 fi
 if [[ $what == all || $what == run ]]; then
   python -m specbench run --methods "vanilla,$METHODS" "${QUESTIONS[@]}" --max-new-tokens 128 --limit "${LIMIT:-10}" \
     --temperatures "$temps" \
-    --settings reports/fair/settings-"$TAG"T"${temps//,/-}".yaml --out reports/fair/run-"$TAG"T"${temps//,/-}" \
-    --report-dir reports/fair/"$TAG"T"${temps//,/-}"
+    --settings reports/fair/settings-"$NAME".yaml --out reports/fair/run-"$NAME" \
+    --report-dir reports/fair/"$NAME"
   if [[ ",$temps," == *",0,"* ]]; then  # token identity is a T=0 check (T>0: tests/test_distribution.py, check --sampled)
-    python -m specbench check reports/fair/run-"$TAG"T"${temps//,/-}" | tee reports/fair/"$TAG"T"${temps//,/-}"/check.txt \
+    python -m specbench check reports/fair/run-"$NAME" | tee reports/fair/"$NAME"/check.txt \
       || echo "fair.sh: check found a lossless method that differs from vanilla (check.txt)"
   fi
-  python scripts/step_times.py reports/fair/run-"$TAG"T"${temps//,/-}" > reports/fair/"$TAG"T"${temps//,/-}"/step_times.md
+  python scripts/step_times.py reports/fair/run-"$NAME" > reports/fair/"$NAME"/step_times.md
   # The reader's questions, with 95% paired per-turn intervals: hydra above medusa? eagle above hydra? eagle3?
   for t in ${temps//,/ }; do
-    python scripts/paired_tau.py reports/fair/run-"$TAG"T"${temps//,/-}" hydra medusa eagle hydra eagle3 eagle \
+    python scripts/paired_tau.py reports/fair/run-"$NAME" hydra medusa eagle hydra eagle3 eagle \
       --temperature "$t"
-  done | tee reports/fair/"$TAG"T"${temps//,/-}"/paired_tau.txt
+  done | tee reports/fair/"$NAME"/paired_tau.txt
 fi
