@@ -111,12 +111,23 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from specbench.run.registry import available_methods
+    from specbench.run.registry import available_methods, select_methods
     from specbench.run.tasks import DEFAULT_SUITE, suites
 
+    if args.method:
+        m = select_methods([args.method], args.method_files)[0]
+        print(f"{m.name} ({'lossless' if m.lossless else 'LOSSY'}): {m.description}")
+        print("options (method@key=value:key=value, or --opt key=value):" if m.options else "options: none")
+        for option in m.options:
+            print(f"  {option.describe()}")
+        if m.tuning:
+            print(f"tune tries: {', '.join(o or '(defaults)' for o in m.tuning)}")
+        return 0
     print("methods:")
     for m in available_methods(args.method_files).values():
         print(f"  {m.name:<16} {'lossless' if m.lossless else 'LOSSY':<9} {m.description}")
+        if m.options:
+            print(f"  {'':<16} {'':<9} options: {', '.join(o.name for o in m.options)} (list {m.name}: what they do)")
         if m.tuning:
             print(f"  {'':<16} {'':<9} tune tries: {', '.join(o or '(defaults)' for o in m.tuning)}")
     for suite, tasks in suites().items():
