@@ -84,7 +84,7 @@ def test_tune_refuses_options_and_a_missing_split(tiny_target_dir, tmp_path, cap
 
 
 def test_fixed_options_stay_fixed_and_merge_with_the_tuned_ones(tmp_path):
-    from specbench.analysis.tune import candidates
+    from specbench.measure.tune import candidates
     from specbench.run.settings import TunedSettings, apply_settings
 
     assert [spec for _, spec in candidates(["pld@max_ngram=2"])["pld"]] == [

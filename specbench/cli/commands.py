@@ -44,7 +44,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from specbench.analysis.tune import TuneConfig, summary, tune
+    from specbench.measure.tune import TuneConfig, summary, tune
     from specbench.run.plan import RunConfig
 
     cfg = RunConfig(
@@ -76,10 +76,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from specbench.analysis.check import check_run
+    from specbench.measure.check import check_run
 
     if args.sampled:
-        from specbench.analysis.equivalence import SampledCheckConfig, run_sampled_check
+        from specbench.measure.equivalence import SampledCheckConfig, run_sampled_check
 
         if not args.methods:
             raise SpecbenchError("check --sampled needs --methods")
@@ -95,7 +95,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.run_dir is None:
         raise SpecbenchError("check needs a RUN_DIR (T=0 identity) or --sampled --methods ... (T>0 test)")
     if args.against is not None:
-        from specbench.analysis.check import compare_runs
+        from specbench.measure.check import compare_runs
 
         summary, ok = compare_runs(args.run_dir, args.against)
     else:
@@ -188,9 +188,9 @@ def cmd_datastore(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
-    from specbench.analysis.bench import benchmark, cost_benchmark, format_costs
-    from specbench.analysis.overhead import format_overhead, overhead_benchmark
     from specbench.decode.target import chat_prompt, load_model
+    from specbench.measure.bench import benchmark, cost_benchmark, format_costs
+    from specbench.measure.overhead import format_overhead, overhead_benchmark
     from specbench.run.tasks import resolve_questions
 
     tokens = args.max_new_tokens or (32 if args.overhead else 128)
