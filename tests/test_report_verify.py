@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,9 +23,10 @@ def committed(pattern: str) -> list[Path]:
 
 
 REPORTS = [path.parent for path in committed("reports/**/made_from.json")]
-# A folder of `report` tables: every report writes a speedup or throughput table.
+# A folder of `report` tables (every report writes a speedup or throughput table), except the retired ones: tables
+# whose records were never committed, kept as history (reports/retired/README.md).
 TABLE_FOLDERS = sorted({p.parent for pattern in ("reports/**/speedup_T*.md", "reports/**/throughput_T*.md")
-                        for p in committed(pattern)})
+                        for p in committed(pattern)} - {p.parent for p in committed("reports/retired/**")})
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout: the committed reports are not known")
@@ -58,21 +58,31 @@ def small_report(tmp_path: Path) -> Path:
     return folder
 
 
-def test_verify_passes_on_a_copy_and_fails_on_an_edited_record(tmp_path, capsys):
+def test_report_names_its_run_and_verify_fails_on_an_edited_record(tmp_path, capsys, monkeypatch):
     folder = small_report(tmp_path)
+    run = read_made_from(folder).run
+    (folder / MADE_FROM).unlink()
+    monkeypatch.chdir(tmp_path)  # as `report` is run from the repository's root
+    assert main(["report", run, "--out", str(folder.relative_to(tmp_path)), "--no-plots"]) == 0
+    written = json.loads((folder / MADE_FROM).read_text(encoding="utf-8"))
+    assert (written["root"], written["run"]) == ("../../..", run)
     assert main(["report", "--verify", str(folder)]) == 0
-    records = tmp_path / read_made_from(folder).run / "records.jsonl"
+
+    records = tmp_path / run / "records.jsonl"
     lines = records.read_text(encoding="utf-8").splitlines()
     edited = json.loads(lines[1])
     edited["choices"][0]["wall_time"][0] *= 1.5  # one method's first turn took longer
     lines[1] = json.dumps(edited)
     records.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (folder / "speedup_T9.md").write_text("a table the records do not make\n", encoding="utf-8")
     capsys.readouterr()
     assert main(["report", "--verify", str(folder)]) == 1
     out = capsys.readouterr().out
     assert "speedup_T0.md: line " in out and "committed" in out and "remade" in out
-    # --fix writes the remade tables; then the folder verifies again
+    assert "speedup_T9.md: committed, but the records no longer make it" in out
+    # --fix writes the remade tables and removes the stale one; then the folder verifies again
     assert main(["report", "--verify", "--fix", str(folder)]) == 0
+    assert not (folder / "speedup_T9.md").exists()
     assert main(["report", "--verify", str(folder)]) == 0
 
 
@@ -86,9 +96,7 @@ def test_an_also_file_is_compared(tmp_path, capsys):
     assert "check.txt: line 1: committed 'every method identical'" in capsys.readouterr().out
 
 
-def test_a_folder_without_provenance_is_one_error_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "specbench", "report", "--verify", str(tmp_path)],
-                          capture_output=True, text=True, check=False)
-    assert done.returncode == 2
-    assert done.stderr.startswith("specbench: error: ") and "made_from.json" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
+def test_a_folder_without_provenance_is_one_error_line(tmp_path, capsys):
+    assert main(["report", "--verify", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specbench: error: ") and MADE_FROM in err and len(err.strip().splitlines()) == 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -106,8 +107,10 @@ def absent_drafters(prov: Provenance) -> list[str]:
     return sorted(folder for folder in named if not (prov.root / folder).is_dir())
 
 
-def _tables(folder: Path) -> set[str]:
-    return {p.name for p in folder.iterdir() if p.suffix in TABLE_SUFFIXES and p.name not in NOT_TABLES}
+def _tables(prov: Provenance, folder: Path) -> set[str]:
+    """The report's table files in a folder (budget.md only where this machine has the drafters it reads)."""
+    skip = NOT_TABLES | set(prov.also) | ({"budget.md"} if absent_drafters(prov) else set())
+    return {p.name for p in folder.iterdir() if p.suffix in TABLE_SUFFIXES and p.name not in skip}
 
 
 def first_difference(committed: str, remade: str) -> str | None:
@@ -125,11 +128,7 @@ def first_difference(committed: str, remade: str) -> str | None:
 def compare(prov: Provenance, remade_dir: Path, also: dict[str, str]) -> list[str]:
     """One line per file that differs between the committed folder and its remake."""
     lines = []
-    remade = _tables(remade_dir)
-    committed = _tables(prov.folder) - set(also)
-    if absent_drafters(prov):
-        remade.discard("budget.md")
-        committed.discard("budget.md")
+    remade, committed = _tables(prov, remade_dir), _tables(prov, prov.folder)
     for name in sorted(committed | remade):
         if name not in remade:
             lines.append(f"{prov.folder / name}: committed, but the records no longer make it")
@@ -156,10 +155,17 @@ def verify_report(folder: Path) -> list[str]:
 
 
 def fix_report(folder: Path) -> list[str]:
-    """Remake a report folder's tables and `also` files in place from its records (plots untouched); what changed."""
+    """Write the remade tables and `also` files over the committed ones (plots untouched); what changed."""
     prov = read_made_from(folder)
-    changed = verify_report(folder)
-    for name, text in remake(prov, folder).items():
+    with tempfile.TemporaryDirectory(prefix="specbench-verify-") as tmp:
+        also = remake(prov, Path(tmp))
+        changed = compare(prov, Path(tmp), also)
+        remade = _tables(prov, Path(tmp))
+        for name in _tables(prov, folder) - remade:  # tables the current code no longer makes
+            (folder / name).unlink()
+        for name in remade:
+            shutil.copyfile(Path(tmp) / name, folder / name)
+    for name, text in also.items():
         (folder / name).write_text(text, encoding="utf-8")
     return changed
 
