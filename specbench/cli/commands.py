@@ -61,6 +61,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from specbench.analysis.report import build_report
 
+    if args.fix and not args.verify:
+        raise SpecbenchError("report --fix goes with --verify DIR")
     if args.verify:
         from specbench.analysis.verify import verify_command
 
