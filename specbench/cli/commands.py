@@ -61,8 +61,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from specbench.analysis.report import build_report
 
+    if args.fix and not args.verify:
+        raise SpecbenchError("report --fix goes with --verify DIR")
+    if args.verify:
+        from specbench.analysis.verify import verify_command
+
+        return verify_command(args.run_dir, fix=args.fix)
     out = args.out or Path("reports") / args.run_dir.resolve().name
-    print(build_report(args.run_dir, out))
+    print(build_report(args.run_dir, out, plots=not args.no_plots))
     print(f"\ntables: {out}")
     return 0
 

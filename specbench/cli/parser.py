@@ -167,9 +167,15 @@ def parser() -> argparse.ArgumentParser:
     _add_method_file(tune)
 
     report = sub.add_parser("report", help="speedup and τ tables from a run directory",
-        epilog="example: python -m specbench report results/mine --out reports/mine")
-    report.add_argument("run_dir", type=Path)
+        epilog="example: python -m specbench report results/mine --out reports/mine; "
+               "python -m specbench report --verify reports/fair/T0")
+    report.add_argument("run_dir", type=Path, help="a run folder (with --verify: a report folder)")
     report.add_argument("--out", type=Path, help="default reports/<run name>")
+    report.add_argument("--no-plots", action="store_true", help="the tables only")
+    report.add_argument("--verify", action="store_true",
+                        help="remake the tables of the report folder RUN_DIR from the records its made_from.json "
+                             "names and exit 1 if any differs from the committed ones (one line per file)")
+    report.add_argument("--fix", action="store_true", help="--verify: write the remade tables over the committed")
 
     export = sub.add_parser("export", help="answer files of a run in another harness's format (spec-bench: one "
                                            "JSONL per method and temperature that Spec-Bench's speed.py reads)",
