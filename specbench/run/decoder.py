@@ -62,7 +62,7 @@ class Decoder:
             stored = read_stored_costs(self.machine())
             if stored is not None:
                 return stored
-        tqdm.write("measuring this machine's costs (a minute or two; kept for later runs when the machine is idle)",
+        tqdm.write("measuring this machine's costs (once: kept for later runs when the machine is idle)",
                    file=sys.stderr)
         costs = measure_cost_model(self.target.model, self.cfg.target)
         if may_store:

@@ -104,9 +104,9 @@ def usable_cores() -> int:
 
 def decoding_threads(requested: int | None, busy: bool, processes: int = 1, cores: int | None = None) -> int:
     """Torch threads per decoding process: --threads when given, else OMP_NUM_THREADS when set; else 1 when other
-    work holds the cores at the start (a thread that waits for a busy core stalls every forward: beside a
-    two-thread process on two cores, a 64-token turn once took about 100x its idle time with two threads); else the
-    usable cores (or `cores`, a cluster's) shared between the `processes`."""
+    work holds the cores at the start (with more threads than free cores, every forward waits for the slowest
+    thread; docs/running.md "Threads"); else the usable cores (or `cores`, a cluster's) shared between the
+    `processes`."""
     if requested is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
         requested = int(os.environ["OMP_NUM_THREADS"]) or None
     if requested is not None:
