@@ -47,7 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from specbench.analysis.tune import TuneConfig, summary, tune
+    from specbench.measure.tune import TuneConfig, summary, tune
     from specbench.run.plan import RunConfig
 
     cfg = RunConfig(
@@ -79,10 +79,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from specbench.analysis.check import check_run
+    from specbench.measure.check import check_run
 
     if args.sampled:
-        from specbench.analysis.equivalence import SampledCheckConfig, run_sampled_check
+        from specbench.measure.equivalence import SampledCheckConfig, run_sampled_check
 
         if not args.methods:
             raise SpecbenchError("check --sampled needs --methods")
@@ -98,7 +98,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.run_dir is None:
         raise SpecbenchError("check needs a RUN_DIR (T=0 identity) or --sampled --methods ... (T>0 test)")
     if args.against is not None:
-        from specbench.analysis.check import compare_runs
+        from specbench.measure.check import compare_runs
 
         summary, ok = compare_runs(args.run_dir, args.against)
     else:
@@ -114,12 +114,23 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from specbench.run.registry import available_methods
+    from specbench.run.registry import available_methods, select_methods
     from specbench.run.tasks import DEFAULT_SUITE, suites
 
+    if args.method:
+        m = select_methods([args.method], args.method_files)[0]
+        print(f"{m.name} ({'lossless' if m.lossless else 'LOSSY'}): {m.description}")
+        print("options (method@key=value:key=value, or --opt key=value):" if m.options else "options: none")
+        for option in m.options:
+            print(f"  {option.describe()}")
+        if m.tuning:
+            print(f"tune tries: {', '.join(o or '(defaults)' for o in m.tuning)}")
+        return 0
     print("methods:")
     for m in available_methods(args.method_files).values():
         print(f"  {m.name:<16} {'lossless' if m.lossless else 'LOSSY':<9} {m.description}")
+        if m.options:
+            print(f"  {'':<16} {'':<9} options: {', '.join(o.name for o in m.options)} (list {m.name}: what they do)")
         if m.tuning:
             print(f"  {'':<16} {'':<9} tune tries: {', '.join(o or '(defaults)' for o in m.tuning)}")
     for suite, tasks in suites().items():
@@ -180,9 +191,9 @@ def cmd_datastore(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
-    from specbench.analysis.bench import benchmark, cost_benchmark, format_costs
-    from specbench.analysis.overhead import format_overhead, overhead_benchmark
     from specbench.decode.target import chat_prompt, load_model
+    from specbench.measure.bench import benchmark, cost_benchmark, format_costs
+    from specbench.measure.overhead import format_overhead, overhead_benchmark
     from specbench.run.tasks import resolve_questions
 
     tokens = args.max_new_tokens or (32 if args.overhead else 128)

@@ -210,8 +210,9 @@ def parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check the install: versions, device, CPU flags, targets, shipped drafters",
                             epilog="example: python -m specbench doctor")
     _add_method_file(doctor)
-    listing = sub.add_parser("list", help="methods and tasks",
-        epilog="example: python -m specbench list --method-file my_method.py")
+    listing = sub.add_parser("list", help="methods and tasks; with METHOD, that method's options",
+        epilog="example: python -m specbench list eagle (or list --method-file my_method.py)")
+    listing.add_argument("method", nargs="?", help="a method: its options (type, default, what they do)")
     _add_method_file(listing)
 
     train = sub.add_parser("train", help="extract target features (cached, resumable) and train a drafter",

@@ -15,13 +15,14 @@ from specbench.decode.costs import cpu_description, measure_cost_model
 from specbench.decode.draft import Drafter
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import load_model
+from specbench.method import BuildContext, MethodInfo
 from specbench.run.answer import answer_questions, check_prompts_fit, warm_up
 from specbench.run.cost_store import Machine, read_stored_costs, store_costs
 from specbench.run.plan import Job, RunConfig
 from specbench.run.progress import TokenProgress
 from specbench.run.record import BatchPlace, Record, Worker
 from specbench.run.records import environment
-from specbench.run.registry import BuildContext, MethodInfo
+from specbench.run.registry import available_methods
 from specbench.run.tasks import Question
 
 
@@ -77,9 +78,10 @@ class Decoder:
     def setup(self, methods: list[MethodInfo], costs: CostModel, questions: dict[str, list[Question]]) -> None:
         """Check the prompts fit, build the drafters with the run's fixed costs, warm every method up."""
         check_prompts_fit(self.target, questions, self.budgets)
-        build = BuildContext(self.target, self.cfg.draft, self.cfg.options, self.cfg.device, self.cfg.dtype, costs)
+        build = BuildContext(self.target, self.cfg.draft, device=self.cfg.device, dtype=self.cfg.dtype, costs=costs,
+                             methods=available_methods(self.cfg.method_files))
         self.methods = {m.name: m for m in methods}
-        self.drafters = {m.name: m.build(build) for m in methods}
+        self.drafters = {m.name: m.drafter(build) for m in methods}
         self.info.trained_from = {name: d.trained_from for name, d in self.drafters.items() if d.trained_from}
         warm_up(self.target, self.drafters, next((qs[0] for qs in questions.values() if qs), None),
                 self.cfg.warmup_tokens, tuple(self.cfg.batch_sizes))
@@ -103,6 +105,6 @@ class Decoder:
                     choice=choice, lossless=method.lossless, top_p=cfg.top_p, top_k=cfg.top_k,
                     category=question.category, target=cfg.target, seed=cfg.seed,
                     max_new_tokens=self.budgets[job.task], drafter_state=drafter.state_scope, repeat=job.repeat,
-                    batch_size=job.batch_size,
+                    batch_size=job.batch_size, options=method.effective(),
                     batch=BatchPlace(job.batch_index, len(job.questions)) if job.batch_size > 1 else None,
                     tstamp=finished, worker=Worker(self.info.worker, self.info.host, self.info.device))

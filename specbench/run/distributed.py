@@ -120,7 +120,8 @@ def run_distributed(cfg: RunConfig, plan: RunPlan, log: LoadLog) -> Path:
 def _decode(cfg: RunConfig, plan: RunPlan, actors: list[Any], infos: list[dict[str, Any]], costs: CostModel,
             log: LoadLog) -> Path:
     ray = _ray()
-    writer = RunWriter(cfg.out, cfg.settings(), infos[0]["environment"], costs, infos)
+    writer = RunWriter(cfg.out, cfg.settings(), infos[0]["environment"], costs, infos,
+                       {m.name: m.effective() for m in plan.methods})
     writer.write_load(log)
     pending: deque[Job] = deque(plan.jobs)
     idle = list(actors)

@@ -10,9 +10,10 @@ from specbench.decode.cost_model import CostModel, read_cost_model
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import DEFAULT_TARGET
 from specbench.errors import SpecbenchError
+from specbench.method import MethodInfo
 from specbench.run.record import record_key
 from specbench.run.records import RECORDS, check_resumable, read_records, read_run_info
-from specbench.run.registry import MethodInfo, select_methods
+from specbench.run.registry import select_methods
 from specbench.run.settings import check_disjoint, read_settings
 from specbench.run.tasks import Question, QuestionSelection, Task, resolve_questions
 
@@ -68,9 +69,9 @@ class RunConfig:
         return self.methods if not self.baseline or "vanilla" in plain else ["vanilla", *self.methods]
 
 
-def validate(cfg: RunConfig) -> tuple[list[MethodInfo], dict[str, tuple[Task, list[Question]]]]:
+def validate(cfg: RunConfig) -> "Checked":
     """Everything that can be checked before loading a model, and the questions."""
-    methods = select_methods(cfg.method_names(), cfg.method_files)
+    methods = select_methods(cfg.method_names(), cfg.method_files, cfg.options)
     if cfg.max_new_tokens is not None and cfg.max_new_tokens <= 0:
         raise SpecbenchError(f"--max-new-tokens must be > 0, got {cfg.max_new_tokens}")
     if cfg.repeats <= 0:
@@ -154,9 +155,12 @@ class RunPlan:
     costs: CostModel | None  # fixed before the run: its own on resume, or --cost-curve
 
 
-def plan_run(cfg: RunConfig) -> RunPlan:
-    """Validate (again: cheap) and plan; the caller holds the run folder's lock, so what is done cannot change."""
-    methods, selected = validate(cfg)
+Checked = tuple[list[MethodInfo], dict[str, tuple[Task, list[Question]]]]  # what validate returns
+
+
+def plan_run(cfg: RunConfig, checked: Checked) -> RunPlan:
+    """Plan what validate checked; the caller holds the run folder's lock, so what is done cannot change."""
+    methods, selected = checked
     tasks = [task for task, _ in selected.values()]
     questions = {name: qs for name, (_, qs) in selected.items()}
     budgets = {t.name: cfg.max_new_tokens or t.max_new_tokens for t in tasks}

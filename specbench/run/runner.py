@@ -22,9 +22,9 @@ from specbench.run.writer import RunWriter
 
 def run(cfg: RunConfig) -> Path:
     """Decode what the run folder still lacks, holding its lock (one writer at a time)."""
-    validate(cfg)  # bad input costs one line before the folder is created or locked
+    checked = validate(cfg)  # bad input costs one line before the folder is created or locked
     with folder_lock(cfg.out, "run folder"):
-        plan = plan_run(cfg)
+        plan = plan_run(cfg, checked)
         meter = LoadMeter()
         log = LoadLog(started=utc_now(), at_start=meter.other_share(wait=True) or 0.0)
         distributed = cfg.workers > 1 or cfg.ray_address
@@ -45,7 +45,8 @@ def _run_here(cfg: RunConfig, plan: RunPlan, meter: LoadMeter, log: LoadLog) -> 
     decoder.setup(plan.methods, costs, plan.questions)
     if plan.costs is None and not log.busy:
         decoder.store_costs(costs)  # once, with the drafting costs the methods measured while being built
-    writer = RunWriter(cfg.out, cfg.settings(), decoder.info.environment, costs, [asdict(decoder.info)])
+    writer = RunWriter(cfg.out, cfg.settings(), decoder.info.environment, costs, [asdict(decoder.info)],
+                       {m.name: m.effective() for m in plan.methods})
     meter.other_share(wait=True)  # the per-question windows start here, after loading and warm-up
     unread, warned = 0, log.busy  # one warning line per session
     bar = tqdm(plan.jobs, desc="questions" if cfg.batch_sizes == [1] else "batches",
