@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from specbench.cli.parser import parse_batch_sizes, parse_layers, parse_options, parse_shard, question_selection
+from specbench.cli.tasks_command import cmd_tasks
 from specbench.errors import SpecbenchError
 
 
@@ -18,7 +19,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specbench.run.runner import run
 
     out = args.out or Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
-    report_dir = args.report_dir or Path("reports") / out.name
+    report_dir = args.report_dir or out / "report"
+    if args.threads is not None and args.threads < 1:
+        raise SpecbenchError(f"--threads must be >= 1, got {args.threads}")
     check_report_dir(report_dir, read_run_info(out).get("started"))  # before hours of decoding, not after
     methods = args.methods
     if args.settings is not None:
@@ -30,7 +33,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         temperatures=args.temperatures, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
         target=args.target, draft=args.draft, options=parse_options(args.opt),
         seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=args.runtime,
-        cost_curve=args.cost_curve, measure_costs=args.measure_costs, workers=args.workers,
+        cost_curve=args.cost_curve, measure_costs=args.measure_costs, threads=args.threads, workers=args.workers,
         ray_address=args.ray_address,
         batch_sizes=parse_batch_sizes(args.batch_size),
     )
@@ -67,7 +70,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         from specbench.analysis.verify import verify_command
 
         return verify_command(args.run_dir, fix=args.fix)
-    out = args.out or Path("reports") / args.run_dir.resolve().name
+    out = args.report_dir or args.run_dir / "report"
     print(build_report(args.run_dir, out, plots=not args.no_plots))
     print(f"\ntables: {out}")
     return 0
@@ -76,7 +79,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from specbench.analysis.export import export_run
 
-    out = args.out or Path("reports") / args.run_dir.resolve().name / args.format
+    out = args.out or args.run_dir / "report" / args.format
     print(export_run(args.run_dir, args.format, out))
     return 0
 
@@ -89,7 +92,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
         if not args.methods:
             raise SpecbenchError("check --sampled needs --methods")
-        out = args.out or Path("reports") / f"sampled-check-T{args.temperature:g}"
+        out = args.out or Path("results") / f"sampled-check-T{args.temperature:g}"
         summary, ok = run_sampled_check(SampledCheckConfig(
             methods=args.methods, out=out, questions=question_selection(args), samples=args.samples,
             tokens=args.tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, alpha=args.alpha,
@@ -257,4 +260,4 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "distill": cmd_distill, "report": cmd_report, "export": cmd_export, "check": cmd_check,
             "list": cmd_list, "bench": cmd_bench, "train": cmd_train, "datastore": cmd_datastore, "tune": cmd_tune,
-            "doctor": cmd_doctor}
+            "doctor": cmd_doctor, "tasks": cmd_tasks}

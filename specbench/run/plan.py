@@ -40,6 +40,7 @@ class RunConfig:
     measure_costs: bool = False  # measure this machine's costs anew (and store them) instead of reusing them
     warmup_tokens: int = 16  # one untimed generation of this many tokens per method before the first question
     batch_sizes: list[int] = field(default_factory=lambda: [1])  # prompts decoded at once (each its own records)
+    threads: int | None = None  # torch threads (None: run.load.decoding_threads chooses)
     workers: int = 1  # above 1: decode on Ray workers (specbench.run.distributed), one GPU each or a share of the cores
     ray_address: str | None = None  # an existing Ray cluster ("auto": the one this machine joined)
     settings_file: Path | None = None  # `tune`'s settings, already applied to `methods` (apply_settings)
@@ -50,7 +51,7 @@ class RunConfig:
         values = {**asdict(self), **self.questions.settings()}
         del values["questions"]
         # How a run is spread, and whether its costs were measured anew, does not change what it decodes.
-        for local in ("progress", "workers", "ray_address", "measure_costs"):
+        for local in ("progress", "workers", "ray_address", "measure_costs", "threads"):
             values.pop(local)
         if values["settings_file"] is None:  # runs from before tuning resume unchanged
             values.pop("settings_file")
