@@ -23,15 +23,19 @@ from typing import Any
 import pandas as pd
 
 from specbench.analysis.budget import budget_table
+from specbench.analysis.latex import to_latex
 from specbench.analysis.tables import (
     batch_cost_table,
     batch_frame,
+    display_names,
+    flat_frame,
     leaderboard,
     per_question_frame,
+    question_counts,
+    questions_note,
     speedup_table,
     table_with_interval,
     throughput_table,
-    to_latex,
     to_markdown,
 )
 from specbench.errors import SpecbenchError
@@ -56,45 +60,61 @@ def provenance(info: dict[str, Any]) -> list[str]:
 
 
 def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, origin: list[str],
-                half_width: pd.DataFrame | None = None) -> str:
+                half_width: pd.DataFrame | None = None, counts: pd.DataFrame | None = None, notes: str = "") -> str:
+    """stem.md (every cell's interval), stem.tex (a float for a paper, specbench.analysis.latex) and stem.csv
+    (one header row, rounded numbers). The caption gets the number of questions when `counts` are given, then
+    `notes` (caption_notes: what ± and (lossy) mean)."""
+    caption += f", {questions_note(counts)}." if counts is not None else "."
     markdown = to_markdown(table, half_width)
     header = "\n".join(f"<!-- {line} -->" for line in origin)
-    (out_dir / f"{stem}.md").write_text(f"{header}\n\n{caption}\n\n{markdown}\n", encoding="utf-8")
+    (out_dir / f"{stem}.md").write_text(f"{header}\n\n{caption} {notes}".rstrip() + f"\n\n{markdown}\n",
+                                        encoding="utf-8")
+    if half_width is not None and len(set(table.columns.get_level_values(0))) > 1:
+        notes = notes.replace(".", f"; shown on the mean only, every cell's in {stem}.csv.", 1)
     tex_header = "\n".join(f"% {line}" for line in origin)
-    (out_dir / f"{stem}.tex").write_text(f"{tex_header}\n{to_latex(table, caption, half_width)}", encoding="utf-8")
-    numbers = table
-    if half_width is not None:  # the CSV keeps numbers: each column followed by its ±95% half-width
-        widths = half_width.rename(columns=lambda stat: f"{stat} ±95%", level=1)
-        numbers = pd.concat([table, widths], axis=1)[[c for pair in zip(table.columns, widths.columns) for c in pair]]
+    latex = to_latex(table, f"{caption} {notes}".rstrip(), half_width, label=f"tab:{stem}")
+    (out_dir / f"{stem}.tex").write_text(f"{tex_header}\n{latex}", encoding="utf-8")
     with (out_dir / f"{stem}.csv").open("w", encoding="utf-8") as f:
         f.write("".join(f"# {line}\n" for line in origin))
-        numbers.to_csv(f)
+        flat_frame(table, half_width, counts).to_csv(f)
     return markdown
+
+
+def caption_notes(part: pd.DataFrame) -> str:
+    """What the ± and (lossy) mean, where the table has them."""
+    repeats = part["repeat"].nunique()
+    notes = [f"±: 95% Student-t interval over {repeats} repeats." if repeats > 1 else
+             "±: 95% Student-t interval over the questions, paired with vanilla's (delta method)."]
+    if not part["lossless"].all():
+        notes.append("(lossy): does not reproduce the target's distribution.")
+    return " ".join(notes)
 
 
 def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str]) -> list[str]:
     """Every table of one temperature (and device kind); returns what to print."""
     printed = []
-    repeats = part["repeat"].nunique()
-    spread = f"; mean ± 95% interval over {repeats} repeats" if repeats > 1 else ""
-    caption = (f"Speedup over vanilla (total tokens / total time) and mean accepted length τ, T={t}, {target}; "
-               f"(lossy) marks methods that do not reproduce the target's distribution{spread}")
+    notes = caption_notes(part)
+    counts = question_counts(part)
+    caption = f"Speedup over vanilla (tokens/s) and τ (tokens per target forward), T={t}, {target}"
     table, half = table_with_interval(part)
-    markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half)
-    caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={t}, {target}{spread}"
+    markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half, counts, notes)
+    caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={t}, {target}"
     table, half = table_with_interval(part, per_question_means=True)
-    write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half)
+    write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half, counts, notes)
     printed.append(f"T={t}\n{markdown}")
-    caption = (f"Leaderboard, T={t}, {target}: speedup over vanilla and τ over all tasks together (total tokens "
-               f"/ total time; total tokens / total target forwards){spread}")
-    board, board_half = leaderboard(*table_with_interval(part.assign(task="Overall")))
-    board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half)
+    caption = f"Leaderboard, T={t}, {target}: speedup over vanilla and τ over all tasks together"
+    overall = part.assign(question_id=part["task"] + "/" + part["question_id"], task="Overall")
+    board, board_half = leaderboard(*table_with_interval(overall))
+    board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half,
+                           question_counts(overall).loc[board.index], notes)
     printed.append(f"Leaderboard T={t}\n{board_md}")
     for task, rows in part.groupby("task", sort=False):
         if rows["category"].nunique() > 1:  # e.g. MT-bench's eight categories
-            caption = f"{task} by category, T={t}, {target}: speedup over vanilla and τ per category{spread}"
-            table, half = table_with_interval(rows.assign(task=rows["category"]))
-            write_table(table, out_dir, f"categories_{task}_T{t}", caption, origin, half)
+            caption = f"{display_names().get(task, task)} by category, T={t}, {target}"
+            by_category = rows.assign(task=rows["category"])
+            table, half = table_with_interval(by_category)
+            write_table(table, out_dir, f"categories_{task}_T{t}", caption, origin, half,
+                        question_counts(by_category), notes)
     if "vanilla" not in set(part["method"]):
         printed.append("(no vanilla records at this temperature: speedups cannot be computed)")
     return printed
