@@ -27,7 +27,8 @@ from specbench.analysis.tables import (  # noqa: E402
 
 
 def _save(fig, out_dir: Path, stem: str) -> list[Path]:
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.pdf"]
     fig.savefig(paths[0], dpi=150)
     fig.savefig(paths[1])
@@ -74,7 +75,8 @@ def speedup_figure(part: pd.DataFrame, colours: dict[str, tuple], t: str):
     full, labels, names = _full_labels(part), _labels(part), display_names()
     methods = [m for m in _methods(part) if m != "vanilla"]
     tasks = [c[0] for c in table.columns if c[1] == "Speedup"]
-    fig, axes = plt.subplots(2, 1, figsize=(max(7.0, 1.2 * len(tasks) + 3), 5.6), sharex=True)
+    # a page's width (7 in), so that its text prints at about 7-9 pt in a two-column paper's figure*
+    fig, axes = plt.subplots(2, 1, figsize=(max(7.0, 0.9 * len(tasks) + 0.7), 4.6), sharex=True, layout="constrained")
     width = 0.8 / max(len(methods), 1)
     x = np.arange(len(tasks))
     for ax, stat in zip(axes, ("Speedup", "τ")):
@@ -85,12 +87,14 @@ def speedup_figure(part: pd.DataFrame, colours: dict[str, tuple], t: str):
                    yerr=errors, capsize=1.5, error_kw={"elinewidth": 0.7}, color=colours[method],
                    label=labels[method])
         ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-        ax.set_ylabel("speedup over vanilla (×)" if stat == "Speedup" else "τ (tokens per forward)")
+        ax.set_ylabel("speedup over vanilla (×)" if stat == "Speedup" else "τ (tokens per forward)", fontsize=8)
+        ax.tick_params(labelsize=8)
         ax.grid(axis="y", linewidth=0.4, alpha=0.5)
         ax.set_axisbelow(True)
     axes[1].set_xticks(x, [names.get(task, task) for task in tasks])
-    axes[0].set_title(f"Speedup and τ per task, T={t} (dashed: vanilla; bars: 95% intervals)", fontsize=10)
-    axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    axes[0].set_title(f"Speedup and τ per task, T={t} (dashed: vanilla; error bars: 95% intervals)", fontsize=9)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=min(len(methods), 7),
+               fontsize=7.5, frameon=False, handlelength=1.2, columnspacing=1.2)
     return fig
 
 

@@ -1,6 +1,7 @@
 """`specbench report`: speedup over vanilla and mean accepted length τ per method and task, one table per
-temperature in the EAGLE paper's layout (rows = methods; per task a Speedup and a τ column; then the mean; best
-per column in bold), as Markdown, LaTeX (booktabs) and CSV, plus plots.
+temperature in the EAGLE paper's layout (rows = methods; per task a Speedup and a τ column; then the mean; the best
+method per column in bold, vanilla being the reference), as Markdown, LaTeX (a booktabs float for a paper:
+specbench.analysis.latex) and CSV (one header row, rounded), plus plots (specbench.analysis.plots).
 
 Speedup (our headline) = (total new tokens / total wall time) of a method ÷ the same for vanilla, per task.
 Speedup, Spec-Bench style (speedup_specbench_*) = mean over questions of the method's tokens/s ÷ the same mean for
@@ -12,7 +13,8 @@ throughput tables compare tokens/s = total new tokens / total batch wall time of
 same B (throughput_T<t>: every B side by side over all tasks; throughput_T<t>_B<b>: per task), plus a plot of
 throughput speedup against B.
 With --repeats N (N ≥ 2) every cell is the mean over the N repeats ± the half-width of its 95% Student-t interval
-(each repeat's table computed on its own, so the interval shows run-to-run variation on this machine).
+(each repeat's table computed on its own, so the interval shows run-to-run variation on this machine); with one
+repeat, the 95% interval over the questions, each paired with vanilla's answer (specbench.analysis.intervals).
 """
 from __future__ import annotations
 
