@@ -77,7 +77,7 @@ def speedup_figure(part: pd.DataFrame, colours: dict[str, tuple], t: str):
     tasks = [c[0] for c in table.columns if c[1] == "Speedup"]
     # a page's width (7 in), so that its text prints at about 7-9 pt in a two-column paper's figure*
     fig, axes = plt.subplots(2, 1, figsize=(max(7.0, 0.9 * len(tasks) + 0.7), 4.6), sharex=True, layout="constrained")
-    width = 0.8 / max(len(methods), 1)
+    width = 0.8 / len(methods)
     x = np.arange(len(tasks))
     for ax, stat in zip(axes, ("Speedup", "τ")):
         for i, method in enumerate(methods):
@@ -99,6 +99,8 @@ def speedup_figure(part: pd.DataFrame, colours: dict[str, tuple], t: str):
 
 
 def speedup_bars(part: pd.DataFrame, out_dir: Path, t: str, colours: dict[str, tuple]) -> list[Path]:
+    if set(part["method"]) == {"vanilla"}:
+        return []  # nothing to compare
     return _save(speedup_figure(part, colours, t), out_dir, f"speedup_T{t}")
 
 
