@@ -16,5 +16,5 @@ for pass in 1 2; do  # twice: the second pass resolves the table and figure numb
   pdflatex -interaction=nonstopmode -halt-on-error paper.tex > /dev/null || { tail -20 paper.log; exit 1; }
 done
 rm -f paper.aux
-if grep -n "Overfull\|Error" paper.log; then echo "paper.sh: a table or figure does not fit (paper.log)" >&2; exit 1; fi
+if grep -n "Overfull\|Error\|multiply defined" paper.log; then echo "paper.sh: a table or figure does not fit (paper.log)" >&2; exit 1; fi
 echo "reports/fair/paper/paper.pdf: $(pdfinfo paper.pdf 2>/dev/null | grep -i '^pages' || echo built)"

@@ -74,7 +74,8 @@ def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, ori
     if half_width is not None and len(set(table.columns.get_level_values(0))) > 1:
         notes = notes.replace(".", f"; shown on the mean only, every cell's in {stem}.csv.", 1)
     tex_header = "\n".join(f"% {line}" for line in origin)
-    latex = to_latex(table, f"{caption} {notes}".rstrip(), half_width, label=f"tab:{stem}")
+    label = f"tab:{out_dir.resolve().name}:{stem}"  # the folder too: unique across the reports of one paper
+    latex = to_latex(table, f"{caption} {notes}".rstrip(), half_width, label=label)
     (out_dir / f"{stem}.tex").write_text(f"{tex_header}\n{latex}", encoding="utf-8")
     with (out_dir / f"{stem}.csv").open("w", encoding="utf-8") as f:
         f.write("".join(f"# {line}\n" for line in origin))
