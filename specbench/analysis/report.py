@@ -40,6 +40,7 @@ from specbench.analysis.tables import (
     throughput_table,
     to_markdown,
 )
+from specbench.analysis.verify import write_made_from
 from specbench.errors import SpecbenchError
 from specbench.run.load import describe as describe_load
 from specbench.run.lock import folder_lock
@@ -62,10 +63,12 @@ def provenance(info: dict[str, Any]) -> list[str]:
 
 
 def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, origin: list[str],
-                half_width: pd.DataFrame | None = None, counts: pd.DataFrame | None = None, notes: str = "") -> str:
+                half_width: pd.DataFrame | None = None, counts: pd.DataFrame | None = None, notes: str = "",
+                tag: str = "") -> str:
     """stem.md (every cell's interval), stem.tex (a float for a paper, specbench.analysis.latex) and stem.csv
     (one header row, rounded numbers). The caption gets the number of questions when `counts` are given, then
-    `notes` (caption_notes: what ± and (lossy) mean)."""
+    `notes` (caption_notes: what ± and (lossy) mean). The LaTeX label is tab:TAG:STEM (TAG: the run folder's name,
+    so that the tables of several reports can share a paper)."""
     caption += f", {questions_note(counts)}." if counts is not None else "."
     markdown = to_markdown(table, half_width)
     header = "\n".join(f"<!-- {line} -->" for line in origin)
@@ -74,7 +77,7 @@ def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, ori
     if half_width is not None and len(set(table.columns.get_level_values(0))) > 1:
         notes = notes.replace(".", f"; shown on the mean only, every cell's in {stem}.csv.", 1)
     tex_header = "\n".join(f"% {line}" for line in origin)
-    label = f"tab:{out_dir.resolve().name}:{stem}"  # the folder too: unique across the reports of one paper
+    label = f"tab:{tag}:{stem}" if tag else f"tab:{stem}"
     latex = to_latex(table, f"{caption} {notes}".rstrip(), half_width, label=label)
     (out_dir / f"{stem}.tex").write_text(f"{tex_header}\n{latex}", encoding="utf-8")
     with (out_dir / f"{stem}.csv").open("w", encoding="utf-8") as f:
@@ -93,23 +96,24 @@ def caption_notes(part: pd.DataFrame) -> str:
     return " ".join(notes)
 
 
-def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str]) -> list[str]:
+def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str],
+                       tag: str = "") -> list[str]:
     """Every table of one temperature (and device kind); returns what to print."""
     printed = []
     notes = caption_notes(part)
     counts = question_counts(part)
     caption = f"Speedup over vanilla (tokens/s) and τ (tokens per target forward), T={t}, {target}"
     table, half = table_with_interval(part)
-    markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half, counts, notes)
+    markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half, counts, notes, tag)
     caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={t}, {target}"
     table, half = table_with_interval(part, per_question_means=True)
-    write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half, counts, notes)
+    write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half, counts, notes, tag)
     printed.append(f"T={t}\n{markdown}")
     caption = f"Leaderboard, T={t}, {target}: speedup over vanilla and τ over all tasks together"
     overall = part.assign(question_id=part["task"] + "/" + part["question_id"], task="Overall")
     board, board_half = leaderboard(*table_with_interval(overall))
     board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half,
-                           question_counts(overall).loc[board.index], notes)
+                           question_counts(overall).loc[board.index], notes, tag)
     printed.append(f"Leaderboard T={t}\n{board_md}")
     for task, rows in part.groupby("task", sort=False):
         if rows["category"].nunique() > 1:  # e.g. MT-bench's eight categories
@@ -117,25 +121,26 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
             by_category = rows.assign(task=rows["category"])
             table, half = table_with_interval(by_category)
             write_table(table, out_dir, f"categories_{task}_T{t}", caption, origin, half,
-                        question_counts(by_category), notes)
+                        question_counts(by_category), notes, tag)
     if "vanilla" not in set(part["method"]):
         printed.append("(no vanilla records at this temperature: speedups cannot be computed)")
     return printed
 
 
-def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str]) -> list[str]:
+def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str],
+                      tag: str = "") -> list[str]:
     """Throughput at each batch size: every B side by side over all tasks, then per task at each B."""
     caption = (f"Throughput, T={t}, {target}: tokens/s (total new tokens / total batch wall time) and speedup "
                "over vanilla at the same batch size B, all tasks together")
-    markdown = write_table(throughput_table(part), out_dir, f"throughput_T{t}", caption, origin)
+    markdown = write_table(throughput_table(part), out_dir, f"throughput_T{t}", caption, origin, tag=tag)
     caption = (f"Cost per target forward at each batch size B, T={t}, {target}: tokens emitted per forward by all rows "
                "together, the forward's time and the drafters' time per forward (ms; rows draft one after another)")
-    costs = write_table(batch_cost_table(part), out_dir, f"batch_costs_T{t}", caption, origin)
+    costs = write_table(batch_cost_table(part), out_dir, f"batch_costs_T{t}", caption, origin, tag=tag)
     for size, at_size in part.groupby("batch_size"):
         caption = (f"Throughput speedup over vanilla at batch size {size} and τ, T={t}, {target}: total new tokens "
                    "/ total batch wall time, per task")
         batches = batch_frame(at_size).assign(category="", accept_lengths=None)
-        write_table(speedup_table(batches), out_dir, f"throughput_T{t}_B{size}", caption, origin)
+        write_table(speedup_table(batches), out_dir, f"throughput_T{t}_B{size}", caption, origin, tag=tag)
     return [f"Throughput T={t}\n{markdown}", f"Cost per forward T={t}\n{costs}"]
 
 
@@ -165,10 +170,12 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
     info = read_run_info(run_dir)
     check_report_dir(out_dir, info.get("started"))
     with folder_lock(out_dir, "report folder"):
-        return _write_report(frame, info, out_dir, plots)
+        printed = _write_report(frame, info, out_dir, plots, run_dir.resolve().name)
+        write_made_from(run_dir, out_dir)  # the records it was made from, for `report --verify`
+        return printed
 
 
-def _write_report(frame: pd.DataFrame, info: dict[str, Any], out_dir: Path, plots: bool) -> str:
+def _write_report(frame: pd.DataFrame, info: dict[str, Any], out_dir: Path, plots: bool, tag: str = "") -> str:
     origin = provenance(info)
     target = info.get("settings", {}).get("target", "")
     printed = ["\n".join(origin)]
@@ -191,12 +198,12 @@ def _write_report(frame: pd.DataFrame, info: dict[str, Any], out_dir: Path, plot
             target_on = target
         for size, at_size in part.groupby("batch_size"):
             if sizes == [1]:
-                printed.extend(temperature_tables(at_size, t, target_on, out_dir, origin))
+                printed.extend(temperature_tables(at_size, t, target_on, out_dir, origin, tag))
             else:
                 printed.extend(temperature_tables(at_size, f"{t}_B{size}", f"{target_on}, batch size {size}",
-                                                  out_dir, origin))
+                                                  out_dir, origin, tag))
         if sizes != [1]:
-            printed.extend(throughput_tables(part, t, target_on, out_dir, origin))
+            printed.extend(throughput_tables(part, t, target_on, out_dir, origin, tag))
     if plots:
         from specbench.analysis.plots import make_plots
 
