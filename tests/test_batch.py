@@ -137,7 +137,7 @@ def test_run_at_several_batch_sizes(tiny_target_dir, tmp_path, capsys):
     table = (report / "throughput_T0.md").read_text()
     assert "B=1 tok/s" in table and "B=3 Speedup" in table
     costs = (report / "batch_costs_T0.csv").read_text()
-    assert "tokens/forward" in costs and "forward ms" in costs
+    assert "b_1_tokens_per_forward" in costs and "b_3_forward_ms" in costs
     capsys.readouterr()
     assert main(["check", str(out)]) == 0
     summary = capsys.readouterr().out

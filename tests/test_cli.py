@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specbench.analysis.plots import short_labels
+from specbench.analysis.tables import short_labels
 from specbench.cli import main
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specbench.analysis.tables import speedup_table, table_with_interval, to_latex, to_markdown
+from specbench.analysis.latex import to_latex
+from specbench.analysis.tables import speedup_table, table_with_interval, to_markdown
 from specbench.run.tasks import available_tasks, load_hf_questions, load_questions, questions_from_rows
 from tests.conftest import SHARED_DATA
 
@@ -82,6 +83,7 @@ def test_specbench_speedup_is_a_ratio_of_per_question_means_and_best_is_bold():
     frame = pd.DataFrame([
         ("vanilla", "gsm8k", 10, 1.0, 10), ("vanilla", "gsm8k", 100, 20.0, 100),  # 10 and 5 tok/s: mean 7.5
         ("eagle", "gsm8k", 10, 0.5, 4), ("eagle", "gsm8k", 100, 20.0, 40),  # 20 and 5 tok/s: mean 12.5
+        ("pld", "gsm8k", 10, 1.0, 10), ("pld", "gsm8k", 100, 21.0, 100),
     ], columns=["method", "task", "new_tokens", "wall_time", "steps"])
     frame["lossless"] = True
     headline = speedup_table(frame)
@@ -99,10 +101,104 @@ def test_repeats_give_mean_and_a_student_t_interval():
         rows += [("vanilla", "gsm8k", 100, 10.0, 100, repeat), ("pld", "gsm8k", 100, pld_seconds, 50, repeat)]
     frame = pd.DataFrame(rows, columns=["method", "task", "new_tokens", "wall_time", "steps", "repeat"])
     frame["lossless"] = True
+    frame["question_id"] = "1"
     table, half = table_with_interval(frame)
     speedups = np.array([2.5, 2.0, 10 / 6])
     assert table.loc["pld", ("gsm8k", "Speedup")] == pytest.approx(speedups.mean())
     assert half.loc["pld", ("gsm8k", "Speedup")] == pytest.approx(4.302653 * speedups.std(ddof=1) / 3 ** 0.5, rel=1e-5)
     assert half.loc["pld", ("gsm8k", "τ")] == pytest.approx(0.0)
-    assert " ± " in to_markdown(table, half) and r"$\pm$" in to_latex(table, "c", half)
-    assert table_with_interval(frame[frame["repeat"] == 0])[1] is None
+    assert " ± " in to_markdown(table, half) and r"$_{\pm 1.04}$" in to_latex(table, "c", half)
+    assert table_with_interval(frame[frame["repeat"] == 0])[1] is None  # one question: no interval over questions
+
+
+def paired_frame(seed: int = 0, questions: int = 30, lossy: str = "") -> pd.DataFrame:
+    """Per-question records of vanilla and two methods on three tasks: vanilla's times vary by question, each
+    method's follow them with noise (so the pairing matters); `lossy`: that method is lossy."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for task in ["mt_bench", "cnn_dm", "natural_questions"]:
+        for q in range(questions):
+            tokens = int(rng.integers(40, 200))
+            base = tokens * 0.03 * rng.uniform(0.8, 1.2)
+            rows.append(("vanilla", task, str(q), tokens, base, tokens))
+            rows.append(("pld", task, str(q), tokens, base / rng.uniform(1.1, 1.9), tokens / rng.uniform(1.3, 2.2)))
+            rows.append(("eagle@head=heads/x/y/z", task, str(q), tokens, base * rng.uniform(1.0, 1.3), tokens / 1.2))
+    frame = pd.DataFrame(rows, columns=["method", "task", "question_id", "new_tokens", "wall_time", "steps"])
+    return frame.assign(lossless=frame["method"] != lossy, repeat=0, category="")
+
+
+def test_interval_over_questions_matches_a_jackknife():
+    frame = paired_frame()
+    table, half = table_with_interval(frame)
+    assert np.isnan(half.loc["vanilla"]).all()  # vanilla's ratios are 1 by definition
+    part = frame[frame["task"] == "mt_bench"]
+    questions = sorted(set(part["question_id"]))
+
+    def speedup(keep: list[str]) -> float:
+        rows = part[part["question_id"].isin(keep)]
+        sums = rows.groupby("method")[["new_tokens", "wall_time"]].sum()
+        rate = sums["new_tokens"] / sums["wall_time"]
+        return rate["pld"] / rate["vanilla"]
+
+    leave_one_out = np.array([speedup([q for q in questions if q != left]) for q in questions for left in [q]])
+    n = len(questions)
+    jackknife_se = np.sqrt((n - 1) / n * np.sum((leave_one_out - leave_one_out.mean()) ** 2))
+    assert table.loc["pld", ("mt_bench", "Speedup")] == pytest.approx(speedup(questions))
+    assert half.loc["pld", ("mt_bench", "Speedup")] == pytest.approx(2.045 * jackknife_se, rel=0.15)
+    # the mean over three tasks is tighter than any one task
+    assert half.loc["pld", ("Mean", "Speedup")] < half.loc["pld", [(t, "Speedup") for t in ["mt_bench", "cnn_dm"]]].min()
+
+
+def test_latex_is_a_booktabs_float_with_display_names_and_no_bold_vanilla():
+    frame = paired_frame(questions=5)
+    slower = (frame["method"] == "pld") & (frame["task"] == "cnn_dm")
+    frame.loc[slower, "wall_time"] *= 3  # on CNN/DM vanilla is faster than both methods
+    table, half = table_with_interval(frame)
+    latex = to_latex(table, "Speedup and τ", half, label="tab:x")
+    assert latex.startswith("% Needs \\usepackage{booktabs}")
+    assert "\\begin{table*}" in latex and "\\toprule" in latex and "\\cmidrule(lr){2-3}" in latex
+    assert "\\multicolumn{2}{c}{MT-bench}" in latex and "CNN/DM" in latex and "Natural\\\\Questions" in latex
+    assert "mt\\_bench" not in latex and "natural" not in latex
+    rows = {line.split(" & ")[0]: line for line in latex.splitlines() if " & " in line}
+    assert "eagle" in rows and "\\textbf" not in rows["vanilla"]  # vanilla is the reference, never bold
+    assert table.loc["vanilla", ("cnn_dm", "Speedup")] > table.loc["pld", ("cnn_dm", "Speedup")]
+    assert rows["pld"].count("$_{\\pm") == 2  # intervals on the mean (every cell's: the CSV)
+    assert "\\label{tab:x}" in latex and "\\caption{Speedup and $\\tau$}" in latex
+    assert "Speedup" in to_markdown(table, half) and "MT-bench Speedup" in to_markdown(table, half)
+
+
+def test_csv_has_one_header_row_and_captions_mention_lossy_only_when_present(tmp_path):
+    from specbench.analysis.report import caption_notes, write_table
+    from specbench.analysis.tables import question_counts
+
+    frame = paired_frame(questions=4)
+    table, half = table_with_interval(frame)
+    write_table(table, tmp_path, "speedup_T0", "Speedup", ["command: x"], half, question_counts(frame),
+                caption_notes(frame))
+    lines = (tmp_path / "speedup_T0.csv").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "# command: x" and lines[1].startswith("method,mt_bench_speedup,mt_bench_speedup_ci95,")
+    assert lines[2].startswith("vanilla,1.0,")
+    csv = pd.read_csv(tmp_path / "speedup_T0.csv", comment="#", index_col="method")
+    assert list(csv["mt_bench_questions"]) == [4, 4, 4] and "mean_tau_ci95" in csv.columns
+    assert all(len(str(v).split(".")[-1]) <= 3 for v in csv["pld" == csv.index].iloc[0] if isinstance(v, float))
+    assert "(lossy)" not in (tmp_path / "speedup_T0.md").read_text(encoding="utf-8")
+    assert "4 questions per task" in (tmp_path / "speedup_T0.tex").read_text(encoding="utf-8")
+    assert "(lossy)" in caption_notes(paired_frame(lossy="pld"))
+
+
+def test_speedup_figure_has_error_bars_no_vanilla_bars_and_fixed_colours():
+    pytest.importorskip("matplotlib")
+    from specbench.analysis.plots import method_colours, speedup_figure
+
+    frame = paired_frame(questions=5)
+    colours = method_colours(list(frame["method"]))
+    assert len(set(colours.values())) == len(colours)
+    figure = speedup_figure(frame, colours, "0")
+    for ax in figure.axes[:2]:
+        bars = [c for c in ax.containers if hasattr(c, "errorbar")]
+        assert [c.get_label() for c in bars] == ["eagle", "pld"]  # no vanilla bar; legend names without the path
+        assert all(c.errorbar is not None for c in bars)
+        for container, method in zip(bars, ["eagle@head=heads/x/y/z", "pld"]):
+            assert container.patches[0].get_facecolor()[:3] == pytest.approx(colours[method][:3])
+    assert [t.get_text() for t in figure.axes[1].get_xticklabels()] == [
+        "MT-bench", "CNN/DM", "Natural Questions", "Mean"]

@@ -1,5 +1,5 @@
-"""Plots for a report (PNG for a glance, PDF for a paper), one set per temperature:
-speedup per task per method (grouped bars), the distribution of tokens per step (τ), the acceptance rate by draft
+"""Plots for a report (PNG for a glance, PDF for a paper), one set per temperature, one colour per method in all:
+speedup and τ per task per method (grouped bars with the tables' 95% intervals; vanilla is the dashed 1.0 line), the distribution of tokens per step (τ), the acceptance rate by draft
 position, the time split per method (draft / verify / other per token), and speedup against an option for method
 variants in a sweep (rows named like eagle@total_tokens=8). Runs at several batch sizes add throughput speedup
 against B; the per-question plots then use the smallest B."""
@@ -15,11 +15,20 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from specbench.analysis.tables import method_label, speedup_table, table_with_interval, throughput_table  # noqa: E402
+from specbench.analysis.tables import (  # noqa: E402
+    display_names,
+    method_label,
+    method_order,
+    short_labels,
+    speedup_table,
+    table_with_interval,
+    throughput_table,
+)
 
 
 def _save(fig, out_dir: Path, stem: str) -> list[Path]:
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.pdf"]
     fig.savefig(paths[0], dpi=150)
     fig.savefig(paths[1])
@@ -27,38 +36,31 @@ def _save(fig, out_dir: Path, stem: str) -> list[Path]:
     return paths
 
 
-def short_label(label: str) -> str:
-    """A method's name for a legend: option values that are paths keep their last two parts (a head's full path
-    crowds a plot out; the tables keep the exact names)."""
-    base, at, opts = label.partition("@")
-    if not at:
-        return label
-    parts = []
-    for opt in opts.split(":"):
-        key, eq, value = opt.partition("=")
-        pieces = value.split(" ")  # "PATH (lossy)": the suffix stays
-        path = pieces[0].rstrip("/").split("/")
-        if eq and len(path) > 2:
-            pieces[0] = "…/" + "/".join(path[-2:])
-        parts.append(key + eq + " ".join(pieces))
-    return f"{base}@{':'.join(parts)}"
+def method_colours(methods: list[str]) -> dict[str, tuple]:
+    """One colour per method, the same in every figure of a report: the methods in name order over tab10 (tab20's
+    dark shades, then its light ones, past ten); vanilla grey."""
+    others = sorted((m for m in set(methods) if m != "vanilla"), key=method_order)
+    palette = plt.get_cmap("tab10").colors if len(others) <= 10 else [
+        plt.get_cmap("tab20").colors[i] for i in [*range(0, 20, 2), *range(1, 20, 2)]]
+    colours = {m: palette[i % len(palette)] for i, m in enumerate(others)}
+    return colours | {"vanilla": (0.5, 0.5, 0.5)}
 
 
-def short_labels(labels: list[str]) -> dict[str, str]:
-    """Each label shortened, unless two would then read the same (heads named alike in different folders)."""
-    short = {label: short_label(label) for label in labels}
-    return short if len(set(short.values())) == len(short) else {label: label for label in labels}
+def _full_labels(part: pd.DataFrame) -> dict[str, str]:
+    """Each method's row label in the tables ("name (lossy)" where it is)."""
+    lossless = part.groupby("method")["lossless"].first()
+    return {m: method_label(m, bool(lossless[m])) for m in lossless.index}
 
 
 def _labels(part: pd.DataFrame) -> dict[str, str]:
-    lossless = part.groupby("method")["lossless"].first()
-    full = {m: method_label(m, bool(lossless[m])) for m in lossless.index}
-    short = short_labels(list(full.values()))
+    """Each method's name in a legend: the method's name where that is unambiguous."""
+    full = _full_labels(part)
+    short = short_labels(list(full.values()), base_only=True)
     return {m: short[label] for m, label in full.items()}
 
 
 def _methods(part: pd.DataFrame) -> list[str]:
-    return sorted(set(part["method"]), key=lambda m: (m != "vanilla", m))
+    return sorted(set(part["method"]), key=method_order)
 
 
 def _steps(part: pd.DataFrame, method: str) -> np.ndarray:
@@ -66,40 +68,59 @@ def _steps(part: pd.DataFrame, method: str) -> np.ndarray:
     return np.concatenate([np.asarray(a) for a in part.loc[part["method"] == method, "accept_lengths"]])
 
 
-def speedup_bars(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
+def speedup_figure(part: pd.DataFrame, colours: dict[str, tuple], t: str):
+    """Speedup (top) and τ (bottom) per task and their mean, one bar per method beside vanilla's 1.0 line, with the
+    95% intervals of the tables as error bars."""
     table, half = table_with_interval(part)
+    full, labels, names = _full_labels(part), _labels(part), display_names()
+    methods = [m for m in _methods(part) if m != "vanilla"]
     tasks = [c[0] for c in table.columns if c[1] == "Speedup"]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(tasks) + 2), 3.8))
-    width = 0.8 / len(table.index)
+    # a page's width (7 in), so that its text prints at about 7-9 pt in a two-column paper's figure*
+    fig, axes = plt.subplots(2, 1, figsize=(max(7.0, 0.9 * len(tasks) + 0.7), 4.6), sharex=True, layout="constrained")
+    width = 0.8 / len(methods)
     x = np.arange(len(tasks))
-    labels = short_labels(list(table.index))
-    for i, method in enumerate(table.index):
-        errors = None if half is None else [half.loc[method, (task, "Speedup")] for task in tasks]
-        ax.bar(x + i * width - 0.4 + width / 2, [table.loc[method, (task, "Speedup")] for task in tasks], width,
-               yerr=errors, capsize=2, label=labels[method])
-    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    ax.set_xticks(x, [task.replace("_", " ") for task in tasks])
-    ax.set_ylabel("speedup over vanilla (×)")
-    ax.set_title(f"Speedup per task, T={t}" + ("" if half is None else " (95% intervals over repeats)"))
-    ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return _save(fig, out_dir, f"speedup_T{t}")
+    for ax, stat in zip(axes, ("Speedup", "τ")):
+        for i, method in enumerate(methods):
+            row = full[method]
+            errors = None if half is None else [half.loc[row, (task, stat)] for task in tasks]
+            ax.bar(x + i * width - 0.4 + width / 2, [table.loc[row, (task, stat)] for task in tasks], width,
+                   yerr=errors, capsize=1.5, error_kw={"elinewidth": 0.7}, color=colours[method],
+                   label=labels[method])
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        ax.set_ylabel("speedup over vanilla (×)" if stat == "Speedup" else "τ (tokens per forward)", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(axis="y", linewidth=0.4, alpha=0.5)
+        ax.set_axisbelow(True)
+    axes[1].set_xticks(x, [names.get(task, task) for task in tasks])
+    axes[0].set_title(f"Speedup and τ per task, T={t} (dashed: vanilla; error bars: 95% intervals)", fontsize=9)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=min(len(methods), 7),
+               fontsize=7.5, frameon=False, handlelength=1.2, columnspacing=1.2)
+    return fig
 
 
-def tau_distribution(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
+def speedup_bars(part: pd.DataFrame, out_dir: Path, t: str, colours: dict[str, tuple]) -> list[Path]:
+    if set(part["method"]) == {"vanilla"}:
+        return []  # nothing to compare
+    return _save(speedup_figure(part, colours, t), out_dir, f"speedup_T{t}")
+
+
+def tau_distribution(part: pd.DataFrame, out_dir: Path, t: str, colours: dict[str, tuple]) -> list[Path]:
     labels = _labels(part)
     methods = [m for m in _methods(part) if m != "vanilla"]
     if not methods:
         return []
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
-    longest = max(max(a, default=1) for a in part["accept_lengths"])
-    lengths = np.arange(1, longest + 1)
+    # lengths up to the last that 1% of some method's steps reach; the longer ones go to the last bar ("≥K")
+    steps_of = {method: _steps(part, method) for method in methods}
+    longest = max([k for steps in steps_of.values() for k in np.unique(steps) if (steps == k).mean() >= 0.01] + [1])
+    lengths = np.arange(1, int(longest) + 1)
     width = 0.8 / len(methods)
     for i, method in enumerate(methods):
-        steps = _steps(part, method)
-        share = [(steps == k).mean() for k in lengths]
-        ax.bar(lengths + i * width - 0.4 + width / 2, share, width,
+        steps = steps_of[method]
+        share = [(steps == k).mean() if k < longest else (steps >= k).mean() for k in lengths]
+        ax.bar(lengths + i * width - 0.4 + width / 2, share, width, color=colours[method],
                label=f"{labels[method]} (τ={steps.mean():.2f})")
-    ax.set_xticks(lengths)
+    ax.set_xticks(lengths, [str(k) for k in lengths[:-1]] + [f"≥{lengths[-1]}" if longest > 1 else "1"])
     ax.set_xlabel("tokens emitted per target forward")
     ax.set_ylabel("share of steps")
     ax.set_title(f"Distribution of accepted length, T={t}")
@@ -107,7 +128,7 @@ def tau_distribution(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
     return _save(fig, out_dir, f"tau_distribution_T{t}")
 
 
-def acceptance_by_position(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
+def acceptance_by_position(part: pd.DataFrame, out_dir: Path, t: str, colours: dict[str, tuple]) -> list[Path]:
     labels = _labels(part)
     methods = [m for m in _methods(part) if m != "vanilla"]
     if not methods:
@@ -118,7 +139,8 @@ def acceptance_by_position(part: pd.DataFrame, out_dir: Path, t: str) -> list[Pa
         depth = max(int(steps.max()) - 1, 1)
         positions = np.arange(1, depth + 1)
         # Draft position k was accepted when a step emitted more than k tokens (the bonus is the last one).
-        ax.plot(positions, [(steps > k).mean() for k in positions], marker="o", label=labels[method])
+        ax.plot(positions, [(steps > k).mean() for k in positions], marker="o", color=colours[method],
+                label=labels[method])
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("draft position (depth in the accepted path)")
     ax.set_ylabel("share of steps accepting it")
@@ -134,7 +156,7 @@ def time_split(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
     sums = part.groupby("method")[["new_tokens", "wall_time", "draft_time", "verify_time"]].sum().loc[methods]
     per_token = sums[["draft_time", "verify_time", "wall_time"]].div(sums["new_tokens"], axis=0) * 1000
     other = (per_token["wall_time"] - per_token["draft_time"] - per_token["verify_time"]).clip(lower=0)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(methods) + 2), 3.8))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(methods) + 2), 3.8))
     x = np.arange(len(methods))
     ax.bar(x, per_token["draft_time"], label="draft")
     ax.bar(x, per_token["verify_time"], bottom=per_token["draft_time"], label="verify (target forward + accept)")
@@ -178,15 +200,16 @@ def sweeps(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
     return written
 
 
-def speedup_against_batch(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
+def speedup_against_batch(part: pd.DataFrame, out_dir: Path, t: str, colours: dict[str, tuple]) -> list[Path]:
     table = throughput_table(part)
     sizes = [int(c[0].removeprefix("B=")) for c in table.columns if c[1] == "Speedup"]
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    labels = short_labels(list(table.index))
-    for method in table.index:
+    full, labels = _full_labels(part), _labels(part)
+    for method in _methods(part):
         if method == "vanilla":
             continue
-        ax.plot(sizes, [table.loc[method, (f"B={b}", "Speedup")] for b in sizes], marker="o", label=labels[method])
+        ax.plot(sizes, [table.loc[full[method], (f"B={b}", "Speedup")] for b in sizes], marker="o",
+                color=colours[method], label=labels[method])
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(b) for b in sizes])
@@ -199,15 +222,16 @@ def speedup_against_batch(part: pd.DataFrame, out_dir: Path, t: str) -> list[Pat
 
 def make_plots(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
     written: list[Path] = []
+    colours = method_colours(list(frame["method"]))
     for temperature, every_size in frame.groupby("temperature"):
         t = f"{temperature:g}"
         if every_size["batch_size"].nunique() > 1 and "vanilla" in set(every_size["method"]):
-            written += speedup_against_batch(every_size, out_dir, t)
+            written += speedup_against_batch(every_size, out_dir, t, colours)
         part = every_size[every_size["batch_size"] == every_size["batch_size"].min()]
         if "vanilla" in set(part["method"]):
-            written += speedup_bars(part, out_dir, t)
+            written += speedup_bars(part, out_dir, t, colours)
             written += sweeps(part, out_dir, t)
-        written += tau_distribution(part, out_dir, t)
-        written += acceptance_by_position(part, out_dir, t)
+        written += tau_distribution(part, out_dir, t, colours)
+        written += acceptance_by_position(part, out_dir, t, colours)
         written += time_split(part, out_dir, t)
     return written

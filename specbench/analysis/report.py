@@ -1,6 +1,7 @@
 """`specbench report`: speedup over vanilla and mean accepted length τ per method and task, one table per
-temperature in the EAGLE paper's layout (rows = methods; per task a Speedup and a τ column; then the mean; best
-per column in bold), as Markdown, LaTeX (booktabs) and CSV, plus plots.
+temperature in the EAGLE paper's layout (rows = methods; per task a Speedup and a τ column; then the mean; the best
+method per column in bold, vanilla being the reference), as Markdown, LaTeX (a booktabs float for a paper:
+specbench.analysis.latex) and CSV (one header row, rounded), plus plots (specbench.analysis.plots).
 
 Speedup (our headline) = (total new tokens / total wall time) of a method ÷ the same for vanilla, per task.
 Speedup, Spec-Bench style (speedup_specbench_*) = mean over questions of the method's tokens/s ÷ the same mean for
@@ -12,7 +13,8 @@ throughput tables compare tokens/s = total new tokens / total batch wall time of
 same B (throughput_T<t>: every B side by side over all tasks; throughput_T<t>_B<b>: per task), plus a plot of
 throughput speedup against B.
 With --repeats N (N ≥ 2) every cell is the mean over the N repeats ± the half-width of its 95% Student-t interval
-(each repeat's table computed on its own, so the interval shows run-to-run variation on this machine).
+(each repeat's table computed on its own, so the interval shows run-to-run variation on this machine); with one
+repeat, the 95% interval over the questions, each paired with vanilla's answer (specbench.analysis.intervals).
 """
 from __future__ import annotations
 
@@ -23,15 +25,19 @@ from typing import Any
 import pandas as pd
 
 from specbench.analysis.budget import budget_table
+from specbench.analysis.latex import to_latex
 from specbench.analysis.tables import (
     batch_cost_table,
     batch_frame,
+    display_names,
+    flat_frame,
     leaderboard,
     per_question_frame,
+    question_counts,
+    questions_note,
     speedup_table,
     table_with_interval,
     throughput_table,
-    to_latex,
     to_markdown,
 )
 from specbench.analysis.verify import write_made_from
@@ -57,63 +63,84 @@ def provenance(info: dict[str, Any]) -> list[str]:
 
 
 def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, origin: list[str],
-                half_width: pd.DataFrame | None = None) -> str:
+                half_width: pd.DataFrame | None = None, counts: pd.DataFrame | None = None, notes: str = "",
+                tag: str = "") -> str:
+    """stem.md (every cell's interval), stem.tex (a float for a paper, specbench.analysis.latex) and stem.csv
+    (one header row, rounded numbers). The caption gets the number of questions when `counts` are given, then
+    `notes` (caption_notes: what ± and (lossy) mean). The LaTeX label is tab:TAG:STEM (TAG: the run folder's name,
+    so that the tables of several reports can share a paper)."""
+    caption += f", {questions_note(counts)}." if counts is not None else "."
     markdown = to_markdown(table, half_width)
     header = "\n".join(f"<!-- {line} -->" for line in origin)
-    (out_dir / f"{stem}.md").write_text(f"{header}\n\n{caption}\n\n{markdown}\n", encoding="utf-8")
+    (out_dir / f"{stem}.md").write_text(f"{header}\n\n{caption} {notes}".rstrip() + f"\n\n{markdown}\n",
+                                        encoding="utf-8")
+    if half_width is not None and len(set(table.columns.get_level_values(0))) > 1:
+        notes = notes.replace(".", f"; shown on the mean only, every cell's in {stem}.csv.", 1)
     tex_header = "\n".join(f"% {line}" for line in origin)
-    (out_dir / f"{stem}.tex").write_text(f"{tex_header}\n{to_latex(table, caption, half_width)}", encoding="utf-8")
-    numbers = table
-    if half_width is not None:  # the CSV keeps numbers: each column followed by its ±95% half-width
-        widths = half_width.rename(columns=lambda stat: f"{stat} ±95%", level=1)
-        numbers = pd.concat([table, widths], axis=1)[[c for pair in zip(table.columns, widths.columns) for c in pair]]
+    label = f"tab:{tag}:{stem}" if tag else f"tab:{stem}"
+    latex = to_latex(table, f"{caption} {notes}".rstrip(), half_width, label=label)
+    (out_dir / f"{stem}.tex").write_text(f"{tex_header}\n{latex}", encoding="utf-8")
     with (out_dir / f"{stem}.csv").open("w", encoding="utf-8") as f:
         f.write("".join(f"# {line}\n" for line in origin))
-        numbers.to_csv(f)
+        flat_frame(table, half_width, counts).to_csv(f)
     return markdown
 
 
-def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str]) -> list[str]:
+def caption_notes(part: pd.DataFrame) -> str:
+    """What the ± and (lossy) mean, where the table has them."""
+    repeats = part["repeat"].nunique()
+    notes = [f"±: 95% Student-t interval over {repeats} repeats." if repeats > 1 else
+             "±: 95% Student-t interval over the questions, paired with vanilla's (delta method)."]
+    if not part["lossless"].all():
+        notes.append("(lossy): does not reproduce the target's distribution.")
+    return " ".join(notes)
+
+
+def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str],
+                       tag: str = "") -> list[str]:
     """Every table of one temperature (and device kind); returns what to print."""
     printed = []
-    repeats = part["repeat"].nunique()
-    spread = f"; mean ± 95% interval over {repeats} repeats" if repeats > 1 else ""
-    caption = (f"Speedup over vanilla (total tokens / total time) and mean accepted length τ, T={t}, {target}; "
-               f"(lossy) marks methods that do not reproduce the target's distribution{spread}")
+    notes = caption_notes(part)
+    counts = question_counts(part)
+    caption = f"Speedup over vanilla (tokens/s) and τ (tokens per target forward), T={t}, {target}"
     table, half = table_with_interval(part)
-    markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half)
-    caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={t}, {target}{spread}"
+    markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half, counts, notes, tag)
+    caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={t}, {target}"
     table, half = table_with_interval(part, per_question_means=True)
-    write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half)
+    write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half, counts, notes, tag)
     printed.append(f"T={t}\n{markdown}")
-    caption = (f"Leaderboard, T={t}, {target}: speedup over vanilla and τ over all tasks together (total tokens "
-               f"/ total time; total tokens / total target forwards){spread}")
-    board, board_half = leaderboard(*table_with_interval(part.assign(task="Overall")))
-    board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half)
+    caption = f"Leaderboard, T={t}, {target}: speedup over vanilla and τ over all tasks together"
+    overall = part.assign(question_id=part["task"] + "/" + part["question_id"], task="Overall")
+    board, board_half = leaderboard(*table_with_interval(overall))
+    board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half,
+                           question_counts(overall).loc[board.index], notes, tag)
     printed.append(f"Leaderboard T={t}\n{board_md}")
     for task, rows in part.groupby("task", sort=False):
         if rows["category"].nunique() > 1:  # e.g. MT-bench's eight categories
-            caption = f"{task} by category, T={t}, {target}: speedup over vanilla and τ per category{spread}"
-            table, half = table_with_interval(rows.assign(task=rows["category"]))
-            write_table(table, out_dir, f"categories_{task}_T{t}", caption, origin, half)
+            caption = f"{display_names().get(task, task)} by category, T={t}, {target}"
+            by_category = rows.assign(task=rows["category"])
+            table, half = table_with_interval(by_category)
+            write_table(table, out_dir, f"categories_{task}_T{t}", caption, origin, half,
+                        question_counts(by_category), notes, tag)
     if "vanilla" not in set(part["method"]):
         printed.append("(no vanilla records at this temperature: speedups cannot be computed)")
     return printed
 
 
-def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str]) -> list[str]:
+def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str],
+                      tag: str = "") -> list[str]:
     """Throughput at each batch size: every B side by side over all tasks, then per task at each B."""
     caption = (f"Throughput, T={t}, {target}: tokens/s (total new tokens / total batch wall time) and speedup "
                "over vanilla at the same batch size B, all tasks together")
-    markdown = write_table(throughput_table(part), out_dir, f"throughput_T{t}", caption, origin)
+    markdown = write_table(throughput_table(part), out_dir, f"throughput_T{t}", caption, origin, tag=tag)
     caption = (f"Cost per target forward at each batch size B, T={t}, {target}: tokens emitted per forward by all rows "
                "together, the forward's time and the drafters' time per forward (ms; rows draft one after another)")
-    costs = write_table(batch_cost_table(part), out_dir, f"batch_costs_T{t}", caption, origin)
+    costs = write_table(batch_cost_table(part), out_dir, f"batch_costs_T{t}", caption, origin, tag=tag)
     for size, at_size in part.groupby("batch_size"):
         caption = (f"Throughput speedup over vanilla at batch size {size} and τ, T={t}, {target}: total new tokens "
                    "/ total batch wall time, per task")
         batches = batch_frame(at_size).assign(category="", accept_lengths=None)
-        write_table(speedup_table(batches), out_dir, f"throughput_T{t}_B{size}", caption, origin)
+        write_table(speedup_table(batches), out_dir, f"throughput_T{t}_B{size}", caption, origin, tag=tag)
     return [f"Throughput T={t}\n{markdown}", f"Cost per forward T={t}\n{costs}"]
 
 
@@ -143,12 +170,12 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
     info = read_run_info(run_dir)
     check_report_dir(out_dir, info.get("started"))
     with folder_lock(out_dir, "report folder"):
-        printed = _write_report(frame, info, out_dir, plots)
+        printed = _write_report(frame, info, out_dir, plots, run_dir.resolve().name)
         write_made_from(run_dir, out_dir)  # the records it was made from, for `report --verify`
         return printed
 
 
-def _write_report(frame: pd.DataFrame, info: dict[str, Any], out_dir: Path, plots: bool) -> str:
+def _write_report(frame: pd.DataFrame, info: dict[str, Any], out_dir: Path, plots: bool, tag: str = "") -> str:
     origin = provenance(info)
     target = info.get("settings", {}).get("target", "")
     printed = ["\n".join(origin)]
@@ -171,12 +198,12 @@ def _write_report(frame: pd.DataFrame, info: dict[str, Any], out_dir: Path, plot
             target_on = target
         for size, at_size in part.groupby("batch_size"):
             if sizes == [1]:
-                printed.extend(temperature_tables(at_size, t, target_on, out_dir, origin))
+                printed.extend(temperature_tables(at_size, t, target_on, out_dir, origin, tag))
             else:
                 printed.extend(temperature_tables(at_size, f"{t}_B{size}", f"{target_on}, batch size {size}",
-                                                  out_dir, origin))
+                                                  out_dir, origin, tag))
         if sizes != [1]:
-            printed.extend(throughput_tables(part, t, target_on, out_dir, origin))
+            printed.extend(throughput_tables(part, t, target_on, out_dir, origin, tag))
     if plots:
         from specbench.analysis.plots import make_plots
 

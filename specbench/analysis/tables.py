@@ -3,10 +3,14 @@ intervals over repeats), throughput at batch sizes, and their Markdown and LaTeX
 says how each number is computed)."""
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 from scipy.stats import t as student_t
 
+from specbench.analysis.intervals import delta_half_widths
 from specbench.run.record import Record
+from specbench.run.tasks import DEFAULT_SUITE, suites
 
 
 def per_question_frame(records: list[Record]) -> pd.DataFrame:
@@ -31,13 +35,29 @@ def per_question_frame(records: list[Record]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def display_names() -> dict[str, str]:
+    """Each built-in task's name in tables and plots (the default suite's first where two suites share a name)."""
+    names: dict[str, str] = {}
+    known = suites()
+    for suite in sorted(known, key=lambda s: s != DEFAULT_SUITE):
+        for task in known[suite]:
+            names.setdefault(task.name, task.display_name or task.name)
+    return names
+
+
 def method_label(method: str, lossless: bool) -> str:
     return method if lossless else f"{method} (lossy)"
 
 
+def method_order(method: str) -> tuple[bool, str, str]:
+    """Sort key of the rows of a table and the bars of a plot: vanilla first, then by name (eagle before
+    eagle3@..., a method's variants together)."""
+    return method != "vanilla", method.partition("@")[0], method
+
+
 def labelled_rows(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows = methods: vanilla first, then by name, each labelled (lossy) where it is."""
-    order = sorted(table.index, key=lambda m: (m != "vanilla", m))
+    """Rows = methods in method_order, each labelled (lossy) where it is."""
+    order = sorted(table.index, key=method_order)
     lossless = frame.groupby("method")["lossless"].first()
     table = table.loc[order]
     table.index = [method_label(m, bool(lossless[m])) for m in order]
@@ -46,7 +66,12 @@ def labelled_rows(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedup_table(frame: pd.DataFrame, per_question_means: bool = False) -> pd.DataFrame:
-    """Rows = methods, columns = (task, Speedup | τ) then (Mean, ...), for one temperature."""
+    """Rows = methods (labelled), columns = (task, Speedup | τ) then (Mean, ...), for one temperature."""
+    return labelled_rows(raw_speedup_table(frame, per_question_means), frame)
+
+
+def raw_speedup_table(frame: pd.DataFrame, per_question_means: bool = False) -> pd.DataFrame:
+    """speedup_table with the method names as they are."""
     sums = frame.groupby(["method", "task"])[["new_tokens", "wall_time", "steps"]].sum()
     rate = sums["new_tokens"] / sums["wall_time"]
     if per_question_means:
@@ -61,8 +86,7 @@ def speedup_table(frame: pd.DataFrame, per_question_means: bool = False) -> pd.D
     tasks = list(dict.fromkeys(frame["task"]))
     for stat in ("Speedup", "τ"):
         table[("Mean", stat)] = table[[(t, stat) for t in tasks]].mean(axis=1)
-    table = table[[(t, s) for t in [*tasks, "Mean"] for s in ("Speedup", "τ")]]
-    return labelled_rows(table, frame)
+    return table[[(t, s) for t in [*tasks, "Mean"] for s in ("Speedup", "τ")]]
 
 
 def batch_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -119,10 +143,13 @@ def leaderboard(table: pd.DataFrame, half: pd.DataFrame | None) -> tuple[pd.Data
 
 
 def table_with_interval(frame: pd.DataFrame, per_question_means: bool = False) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The table (mean over repeats) and the half-widths of the 95% intervals, or None with a single repeat."""
+    """The table (mean over repeats) and the half-widths of the 95% intervals: over repeats, or with a single
+    repeat over the questions paired with vanilla's (specbench.analysis.intervals); None where there are none."""
     repeats = sorted(frame["repeat"].unique()) if "repeat" in frame else [0]
     if len(repeats) < 2:
-        return speedup_table(frame, per_question_means), None
+        raw = raw_speedup_table(frame, per_question_means)
+        half = delta_half_widths(frame.assign(repeat=repeats[0]), raw, per_question_means)
+        return labelled_rows(raw, frame), None if half.isna().all().all() else labelled_rows(half, frame)
     tables = [speedup_table(frame[frame["repeat"] == r], per_question_means) for r in repeats]
     stacked = pd.concat(tables, keys=range(len(tables)))
     grouped = stacked.groupby(level=1, sort=False)
@@ -136,38 +163,100 @@ def table_with_interval(frame: pd.DataFrame, per_question_means: bool = False) -
 
 
 def format_table(table: pd.DataFrame, bold: tuple[str, str] = ("**", "**"),
-                 half_width: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Two decimals, × on speedups, ± the interval when there is one, the best mean of each column in bold
-    (vanilla's row competes too)."""
+                 half_width: pd.DataFrame | None = None, interval_columns: set | None = None) -> pd.DataFrame:
+    """Two decimals, × on speedups, ± the interval when there is one (in `interval_columns` only, when given), the
+    best of each column among the methods in bold (vanilla's row is the reference: it does not compete)."""
     text = table.copy().astype(object)
     for column in table.columns:
         suffix = "×" if column[1] == "Speedup" else ""
         digits = 1 if column[1] in ("tok/s", "forward ms", "draft ms") else 2
-        best = None if column[1].endswith(" ms") else table[column].max()  # times: no "best"
+        rivals = table.loc[[m for m in table.index if m != "vanilla"], column].dropna()
+        best = None if column[1].endswith(" ms") or len(rivals) < 2 else rivals.max()  # times: no "best"
+        show = half_width is not None and (interval_columns is None or column in interval_columns)
         cells = []
         for method, v in table[column].items():
             if pd.isna(v):
                 cells.append("—")
                 continue
             cell = f"{v:.{digits}f}{suffix}"
-            if half_width is not None and not pd.isna(half_width.loc[method, column]):
+            if show and not pd.isna(half_width.loc[method, column]):
                 cell += f" ± {half_width.loc[method, column]:.2f}"
-            cells.append(f"{bold[0]}{cell}{bold[1]}" if v == best and table[column].notna().sum() > 1 else cell)
+            cells.append(f"{bold[0]}{cell}{bold[1]}" if method != "vanilla" and v == best else cell)
         text[column] = cells
     return text
 
 
 def to_markdown(table: pd.DataFrame, half_width: pd.DataFrame | None = None) -> str:
     text = format_table(table, half_width=half_width)
-    text.columns = [f"{task} {stat}" for task, stat in text.columns]
+    names = display_names()
+    text.columns = [f"{names.get(task, task)} {stat}" for task, stat in text.columns]
     return text.to_markdown(disable_numparse=True)
 
 
-def to_latex(table: pd.DataFrame, caption: str, half_width: pd.DataFrame | None = None) -> str:
-    text = format_table(table, bold=(r"\textbf{", "}"), half_width=half_width)
-    text.columns = pd.MultiIndex.from_tuples(
-        [(task.replace("_", r"\_"), stat) for task, stat in text.columns]
-    )
-    text.index = [m.replace("_", r"\_") for m in text.index]
-    latex = text.style.to_latex(hrules=True, multicol_align="c", caption=caption, column_format="l" + "r" * text.shape[1])
-    return latex.replace("×", r"$\times$").replace("τ", r"$\tau$").replace("±", r"$\pm$")
+def question_counts(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows = methods (labelled), columns = tasks: how many questions each method answered."""
+    counts = frame.groupby(["method", "task"], sort=False)["question_id"].nunique().unstack("task")
+    return labelled_rows(counts[list(dict.fromkeys(frame["task"]))].fillna(0).astype(int), frame)
+
+
+def questions_note(counts: pd.DataFrame) -> str:
+    """"10 questions per task", or each task's count (a range where the methods answered different numbers)."""
+    low, high = counts.min(), counts.max()
+    if low.nunique() == 1 and (low == high).all():
+        n = low.iloc[0]
+        return f"{n} question{'s' if n != 1 else ''}" + (" per task" if len(counts.columns) > 1 else "")
+    names = display_names()
+    return "questions per task: " + ", ".join(
+        f"{names.get(task, task)} {low[task]}" + (f"–{high[task]}" if high[task] != low[task] else "")
+        for task in counts.columns)
+
+
+def _slug(text: str) -> str:
+    text = text.replace("τ", "tau").replace("/", "_per_").replace("±95%", "ci95").lower()
+    return re.sub(r"[^a-z0-9]+", "_", text).strip("_")
+
+
+def flat_frame(table: pd.DataFrame, half_width: pd.DataFrame | None = None,
+               counts: pd.DataFrame | None = None, digits: int = 3) -> pd.DataFrame:
+    """The table for a CSV: one header row (mt_bench_speedup, mt_bench_speedup_ci95, ..., mt_bench_questions),
+    values rounded; ci95 is the half-width of the 95% interval."""
+    columns: dict[str, pd.Series] = {}
+    for task, stat in table.columns:
+        columns[_slug(f"{task} {stat}")] = table[(task, stat)].round(digits)
+        if half_width is not None:
+            columns[_slug(f"{task} {stat} ±95%")] = half_width[(task, stat)].round(digits)
+        if counts is not None and task in counts.columns and stat == table.columns[-1][1]:
+            columns[_slug(f"{task} questions")] = counts[task]
+    flat = pd.DataFrame(columns, index=table.index)
+    flat.index.name = "method"
+    return flat
+
+
+def short_label(label: str) -> str:
+    """A method's name for a legend: option values that are paths keep their last two parts (a head's full path
+    crowds a plot out; the tables keep the exact names)."""
+    base, at, opts = label.partition("@")
+    if not at:
+        return label
+    parts = []
+    for opt in opts.split(":"):
+        key, eq, value = opt.partition("=")
+        pieces = value.split(" ")  # "PATH (lossy)": the suffix stays
+        path = pieces[0].rstrip("/").split("/")
+        if eq and len(path) > 2:
+            pieces[0] = "…/" + "/".join(path[-2:])
+        parts.append(key + eq + " ".join(pieces))
+    return f"{base}@{':'.join(parts)}"
+
+
+def short_labels(labels: list[str], base_only: bool = False) -> dict[str, str]:
+    """Each label shortened (base_only: to the method's name, "eagle (lossy)"), unless two would then read the same
+    (heads named alike in different folders, or two settings of one method): then the next longer form."""
+    forms = [lambda label: label, short_label]
+    if base_only:
+        forms.append(lambda label: label.partition("@")[0] + (" (lossy)" if label.endswith(" (lossy)") else ""))
+    for form in reversed(forms):
+        short = {label: form(label) for label in labels}
+        if len(set(short.values())) == len(short):
+            return short
+    return {label: label for label in labels}

@@ -32,6 +32,7 @@ class Question:
 @dataclass
 class Task:
     name: str
+    display_name: str = ""  # how tables and plots name it (MT-bench, CNN/DM); empty: the name
     description: str = ""
     question_file: str = ""  # relative to --question-dir (or, for a --task-file, to the YAML's folder)
     max_new_tokens: int = 256

@@ -1,0 +1,74 @@
+"""A report table as LaTeX for a paper: booktabs rules, a two-level header (task, then Speedup / τ), the tasks'
+display names, methods by name, a float of its own (table* when it is wide) with a short caption and a label.
+Intervals: subscripts, in the last column group (the mean over tasks, or a leaderboard's) when the table has several
+groups, so that 14 columns fit a two-column page's width (452 pt at 8 pt type, under ACL's 455 pt); every cell's
+interval is in the Markdown and CSV forms."""
+from __future__ import annotations
+
+import pandas as pd
+
+from specbench.analysis.tables import display_names, format_table, short_labels
+
+PREAMBLE = r"% Needs \usepackage{booktabs} in the preamble (for its rules: top, mid, cmid, bottom)."
+WIDE = 6  # more numeric columns than this: table* (both columns of a two-column page)
+SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+           "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+SYMBOLS = {"×": r"$\times$", "τ": r"$\tau$", "±": r"$\pm$", "—": "---", "–": "--", "…": r"\ldots{}"}
+
+
+def escape(text: str) -> str:
+    """Text for LaTeX: its special characters escaped, the report's symbols (×, τ, ±) in math mode."""
+    out = "".join(SPECIAL.get(ch, ch) for ch in text)
+    for symbol, latex in SYMBOLS.items():
+        out = out.replace(symbol, latex)
+    return out
+
+
+def _cell(text: str) -> str:
+    r"""A formatted cell (maybe **bold**) as LaTeX, its interval a subscript: 1.35$\times$$_{\pm 0.10}$."""
+    bold = text.startswith("**") and text.endswith("**")
+    value, _, half = text.strip("*").partition(" ± ")
+    cell = escape(value) + (rf"$_{{\pm {half}}}$" if half else "")
+    return r"\textbf{" + cell + "}" if bold else cell
+
+
+def _task_header(name: str) -> str:
+    """A task's name in the header; two words on two lines (Natural Questions), to keep the columns narrow."""
+    words = name.split(" ")
+    return escape(name) if len(words) != 2 else rf"\shortstack{{{escape(words[0])}\\{escape(words[1])}}}"
+
+
+def header_rows(columns: pd.MultiIndex, narrow: bool = False) -> list[str]:
+    """Task names over their statistics, with a rule under each task (narrow: "Speed-up" on two lines)."""
+    names = display_names()
+    groups = list(dict.fromkeys(task for task, _ in columns))
+    top, rules, first = [""], [], 2
+    for task in groups:
+        width = sum(1 for t, _ in columns if t == task)
+        label = _task_header(names.get(task, task))
+        top.append(rf"\multicolumn{{{width}}}{{c}}{{{label}}}" if width > 1 else label)
+        rules.append(rf"\cmidrule(lr){{{first}-{first + width - 1}}}")
+        first += width
+    stats = ["Method"] + [r"\shortstack{Speed-\\up}" if narrow and stat == "Speedup" else escape(stat)
+                          for _, stat in columns]
+    if len(groups) == 1:  # a leaderboard: the caption names its one group
+        return [" & ".join(stats) + r" \\"]
+    return [" & ".join(top) + r" \\", "".join(rules), " & ".join(stats) + r" \\"]
+
+
+def to_latex(table: pd.DataFrame, caption: str, half_width: pd.DataFrame | None = None, label: str = "") -> str:
+    """The table as a LaTeX float (see the module's docstring); `caption` is plain text."""
+    groups = list(dict.fromkeys(task for task, _ in table.columns))
+    last = {c for c in table.columns if c[0] == groups[-1]} if len(groups) > 1 else None
+    text = format_table(table, half_width=half_width, interval_columns=last)
+    names = short_labels(list(text.index), base_only=True)
+    body = [" & ".join([escape(names[method])] + [_cell(str(v)) for v in row]) + r" \\"
+            for method, row in text.iterrows()]
+    wide = table.shape[1] > WIDE
+    float_name = "table*" if wide else "table"
+    lines = [PREAMBLE, rf"\begin{{{float_name}}}[t]", r"\centering", r"\footnotesize" if wide else r"\small",
+             r"\setlength{\tabcolsep}{2.5pt}" if wide else "", rf"\caption{{{escape(caption)}}}",
+             rf"\label{{{label}}}" if label else "", r"\begin{tabular}{l" + "c" * table.shape[1] + "}", r"\toprule",
+             *header_rows(table.columns, narrow=wide), r"\midrule", *body, r"\bottomrule", r"\end{tabular}",
+             rf"\end{{{float_name}}}"]
+    return "\n".join(line for line in lines if line) + "\n"
