@@ -8,19 +8,20 @@ is the retrieval datastore REST uses too (methods/common/datastore.py, built onc
 the same longest-match query; the earliest occurrence's continuation is drafted, as a suffix automaton's first end position
 gives. The longer of the two matches wins; if it is shorter than `threshold` tokens the auxiliary method drafts.
 
-The auxiliary method is built through the registry by name (`aux=recycling`, the default: "SAM-Decoding with Token
+The auxiliary method is built by name through the build context (`aux=recycling`, the default: "SAM-Decoding with Token
 Recycling"; any method that drafts from the engine's step results alone), so this file knows no other method.
 It sees every step, whoever drafted, so its state stays current.
 """
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.errors import SpecbenchError
-from specbench.methods.common.datastore import SEPARATOR, Datastore, open_datastore
-from specbench.run.registry import BuildContext, MethodInfo, available_methods
+from specbench.method import BuildContext, MethodInfo, Option
+from specbench.methods.common.datastore import DATASTORE_OPTIONS, SEPARATOR, Datastore, open_datastore
+from specbench.methods.common.shipped import HEAD
 
 
 @dataclass
@@ -124,24 +125,38 @@ class SamDrafter(Drafter):
         self.aux.accepted(ctx, step)
 
 
-def build(ctx: BuildContext, default_aux: str = "recycling") -> Drafter:
-    name = ctx.options.get("aux", default_aux)
-    methods = available_methods()
-    if name not in methods or name.startswith("samd"):
-        raise SpecbenchError(f"samd: aux={name!r} is not a method to fall back on")
-    store = open_datastore(ctx.target.name, ctx.options) if ctx.options.get("static", "on") != "off" else None
-    aux = methods[name].build(ctx)
-    drafter = SamDrafter(store, aux, draft_len=ctx.option("draft_len", 8), threshold=ctx.option("threshold", 3),
-                         max_ngram=ctx.option("max_ngram", 16))
+def build(ctx: BuildContext) -> Drafter:
+    name = ctx.option("aux")
+    if name not in ctx.methods or name.startswith("samd"):
+        raise SpecbenchError(f"samd: aux={name!r} is not a method to fall back on; valid: "
+                             f"{', '.join(m for m in ctx.methods if not m.startswith('samd'))}")
+    store = open_datastore(ctx.target.name, ctx.options) if ctx.option("static") == "on" else None
+    # The auxiliary method with its own defaults; head=FOLDER is its trained drafter (samd-eagle@head=...).
+    aux = ctx.methods[name].drafter(replace(ctx, options={"head": ctx.option("head")} if ctx.option("head") else {}))
+    drafter = SamDrafter(store, aux, draft_len=ctx.option("draft_len"), threshold=ctx.option("threshold"),
+                         max_ngram=ctx.option("max_ngram"))
     drafter.trained_from = aux.trained_from  # samd-eagle's EAGLE head, for the budget table
     return drafter
+
+
+def samd_options(aux: str) -> tuple[Option, ...]:
+    return (
+        Option("aux", aux, "the method that drafts when the match is short (any that drafts from the engine's step "
+               "results alone)"),
+        HEAD,  # the auxiliary method's trained drafter
+        Option("static", "on", "also match in the retrieval datastore", choices=("on", "off")),
+        *DATASTORE_OPTIONS,
+        Option("draft_len", 8, "tokens drafted after a match", int, low=1),
+        Option("threshold", 3, "the shortest match used; shorter ones let the auxiliary method draft", int, low=1),
+        Option("max_ngram", 16, "the longest suffix looked up in the datastore", int, low=1),
+    )
 
 
 TUNING = ("", "draft_len=4", "draft_len=12", "draft_len=16")
 METHODS = [
     MethodInfo("samd", "SAM-Decoding (Hu et al. 2024): the longest earlier repeat of the text's suffix, by a suffix "
                "automaton over the generation and in the retrieval datastore, drafts 8 tokens; below 3 matched tokens "
-               "Token Recycling drafts (aux=recycling)", True, build, TUNING),
+               "Token Recycling drafts (aux=recycling)", True, build, TUNING, samd_options("recycling")),
     MethodInfo("samd-eagle", "SAM-Decoding with EAGLE-2 as the auxiliary drafter (Spec-Bench's first place): as samd, "
-               "with aux=eagle", True, lambda ctx: build(ctx, "eagle"), TUNING),
+               "with aux=eagle", True, build, TUNING, samd_options("eagle")),
 ]

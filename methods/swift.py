@@ -13,27 +13,34 @@ from __future__ import annotations
 from specbench.decode.draft import Drafter
 from specbench.decode.self_draft import evenly_skipped, layer_skip_view
 from specbench.errors import SpecbenchError
+from specbench.method import BuildContext, MethodInfo, Option
 from specbench.methods.common.draft_model import DraftModelDrafter
-from specbench.run.registry import BuildContext, MethodInfo
 
 
 def skipped_layers(ctx: BuildContext) -> list[int]:
     config = ctx.target.model.get_decoder().config
-    if "skip" in ctx.options:
+    if ctx.option("skip") is not None:
         try:
-            return sorted({int(i) for i in ctx.options["skip"].split(",") if i.strip()})
+            return sorted({int(i) for i in ctx.option("skip").split(",") if i.strip()})
         except ValueError:
-            raise SpecbenchError(f"skip={ctx.options['skip']!r}: expected comma-separated layer indices") from None
-    return evenly_skipped(config, ctx.option("ratio", 0.2))
+            raise SpecbenchError(f"skip={ctx.option('skip')!r}: expected comma-separated layer indices") from None
+    return evenly_skipped(config, ctx.option("ratio"))
 
 
 def build(ctx: BuildContext) -> Drafter:
     model = ctx.target.model
     view = layer_skip_view(model, skipped_layers(ctx))
     vocab = model.get_output_embeddings().weight.shape[0]
-    return DraftModelDrafter(view, ctx.option("gamma", 2), vocab)
+    return DraftModelDrafter(view, ctx.option("gamma"), vocab)
+
+
+OPTIONS = (
+    Option("ratio", 0.2, "share of the decoder layers skipped, spread evenly over the middle", float, low=0, high=1),
+    Option("skip", None, "the skipped layers, comma-separated indices (overrides ratio)"),
+    Option("gamma", 2, "tokens drafted per step (a chain)", int, low=1),
+)
 
 
 METHODS = [MethodInfo("swift", "SWIFT (Xia et al. 2024): the target drafts for itself with 20% of its layers skipped "
                       "(ratio=R or skip=I,J,...), a chain of gamma=2 tokens; training-free", True, build,
-                      ("", "ratio=0.1:gamma=2", "ratio=0.2:gamma=1", "ratio=0.3:gamma=3"))]
+                      ("", "ratio=0.1:gamma=2", "ratio=0.2:gamma=1", "ratio=0.3:gamma=3"), OPTIONS)]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from specbench.decode.draft import DecodeContext, Draft, Drafter
-from specbench.run.registry import BuildContext, MethodInfo
+from specbench.method import BuildContext, MethodInfo
 
 
 class VanillaDrafter(Drafter):

@@ -1,6 +1,6 @@
 """Run Spec-Bench's own evaluation code on a `specbench export --format spec-bench` folder and compare.
 
-    python scripts/check_spec_bench_export.py --spec-bench PATH/TO/Spec-Bench --export reports/RUN/spec-bench
+    python scripts/check_spec_bench_export.py --spec-bench PATH/TO/Spec-Bench --export RUN/report/spec-bench
 
 For every (method, temperature, task) row of speed_prediction.json this calls speed() from Spec-Bench's
 evaluation/speed.py (its command line always runs a hard-coded mean report, so the function is imported, as its

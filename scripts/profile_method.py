@@ -16,7 +16,8 @@ from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import DEFAULT_TARGET, chat_prompt, load_model
 from specbench.errors import SpecbenchError
-from specbench.run.registry import BuildContext, select_methods
+from specbench.method import BuildContext
+from specbench.run.registry import available_methods, select_methods
 from specbench.run.tasks import load_questions, select_tasks
 
 
@@ -33,7 +34,7 @@ def main() -> None:
     try:
         method, task = select_methods([args.method])[0], select_tasks([args.task])[0]
         target = load_model(args.target)
-        drafter = method.build(BuildContext(target=target))
+        drafter = method.drafter(BuildContext(target=target, methods=available_methods()))
         questions = load_questions(task, "auto", args.question_dir, args.limit)
     except SpecbenchError as exc:
         sys.exit(f"profile_method: {exc}")

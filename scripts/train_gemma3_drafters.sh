@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Drafters for the second packaged target, Gemma 3 270M (reports/gemma3-270m): a self-distilled dataset (the target's
+# Drafters for the second packaged target, Gemma 3 270M (reports/retired/gemma3-270m): a self-distilled dataset (the target's
 # own greedy replies to a shuffled prefix of the training prompts, the recipe of the default target's self-t0), then an
 # EAGLE head and Medusa heads trained on it for 1M positions each (lr 5e-4, 2,048-token batches, bf16 autocast: the
 # fair comparison's schedule at a quarter of its 4M budget). Each step resumes when rerun; training uses the chunks

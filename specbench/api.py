@@ -23,7 +23,8 @@ from specbench.decode.engine import generate_batch
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import LoadedModel, chat_prompt, load_model
 from specbench.errors import SpecbenchError
-from specbench.run.registry import BuildContext, select_methods
+from specbench.method import BuildContext
+from specbench.run.registry import available_methods, select_methods
 
 Prompt = str | Sequence[int]
 
@@ -53,7 +54,7 @@ def load_method(name: str, target: LoadedModel, draft: str | None = None,
                 method_files: Sequence[Path] = (), **options: object) -> Drafter:
     """A method's drafter by name (any of `list`, or of `method_files`), its options as keywords (as --opt)."""
     info = select_methods([name], method_files)[0]
-    return info.build(BuildContext(target, draft, {k: str(v) for k, v in options.items()}))
+    return info.drafter(BuildContext(target, draft, options, methods=available_methods(method_files)))
 
 
 def generate(target: LoadedModel, method: Drafter, prompt: Prompt | list[Prompt], max_new_tokens: int = 256,

@@ -66,7 +66,7 @@ def test_version_and_doctor(capsys):
     assert code == (1 if any(line.startswith("FAIL") for line in lines) else 0)
 
 
-@pytest.mark.parametrize("command", ["run", "tune", "report", "export", "check", "list", "doctor", "train", "distill",
+@pytest.mark.parametrize("command", ["run", "tune", "report", "export", "check", "list", "doctor", "train", "distill", "tasks",
                                      "datastore", "bench"])
 def test_every_command_help_has_an_example(command, capsys):
     from specbench.cli.commands import COMMANDS

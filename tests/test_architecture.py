@@ -89,3 +89,45 @@ def test_no_source_file_is_too_long():
     long = {str(p.relative_to(ROOT)): n for p in modules().values()
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def test_the_method_contract_sits_on_the_core(graph):
+    # specbench.method is what a method imports: it may lean on the decode core only.
+    assert graph.has_edge("specbench.methods.pld", "specbench.method")
+    upward = [b for b in graph.successors("specbench.method") if not b.startswith(("specbench.decode", "specbench.errors"))]
+    assert upward == []
+
+
+def test_methods_import_nothing_from_run_or_analysis(graph):
+    above = ("specbench.run", "specbench.analysis", "specbench.measure", "specbench.cli", "specbench.api")
+    reaching = [(a, b) for a, b in graph.edges if a.startswith("specbench.methods") and b.startswith(above)]
+    assert reaching == []
+
+
+# What decodes or loads a model: the record-reading half (specbench.analysis) imports none of it. export may load a
+# tokenizer (for Spec-Bench's speed.py), which is no model.
+MODEL_CODE = ("torch", "transformers", "specbench.decode.engine", "specbench.run.decoder", "specbench.run.runner",
+              "specbench.run.answer", "specbench.measure", "specbench.train")
+
+
+def test_the_record_reading_half_loads_no_model():
+    found = []
+    for name, path in modules().items():
+        if not name.startswith("specbench.analysis"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            imported_names = [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else []
+            found += [(name, m) for m in names if m.startswith(MODEL_CODE)]
+            found += [(name, n) for n in imported_names if n == "load_model"]
+    assert found == []
+
+
+def test_no_function_is_too_long():
+    long = {}
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                long[f"{name}.{node.name}"] = node.end_lineno - node.lineno + 1
+    assert long == {}

@@ -1,5 +1,5 @@
 """check's near-tie rule: what a method's divergence from vanilla may be blamed on float noise."""
-from specbench.analysis.check import near_tie_threshold
+from specbench.measure.check import near_tie_threshold
 
 
 def test_bf16_logits_one_step_apart_are_a_near_tie():

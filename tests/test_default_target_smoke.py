@@ -9,9 +9,10 @@ import pytest
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import DEFAULT_TARGET, chat_prompt, load_model
+from specbench.method import BuildContext
 from specbench.methods.pld import PromptLookupDrafter
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.run.registry import BuildContext, available_methods
+from specbench.run.registry import available_methods
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.skipif(
@@ -42,8 +43,10 @@ RETRIEVAL = ["rest", "samd", "samd-eagle"]  # their datastore is built from the 
 def test_shipped_drafters_match_vanilla(target, method):
     if method in RETRIEVAL and not TRAIN.is_file():
         pytest.skip(f"{TRAIN} is absent: no datastore to retrieve from")
-    options = {"total_tokens": "8", "data": str(TRAIN)}
-    drafter = available_methods()[method].build(BuildContext(target, options=options))
+    methods = available_methods()
+    wanted = {"total_tokens": "8", "data": str(TRAIN)}  # a fixed tree size, and the datastore's source
+    options = {k: v for k, v in wanted.items() if methods[method].declared(k)}
+    drafter = methods[method].drafter(BuildContext(target, options=options, methods=methods))
     prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": "Natalia sold 48 clips in April and half "
                                              "as many in May. How many clips did she sell in total?"}])
     plain = generate(target.model, prompt, VanillaDrafter(), Sampling(), 64, target.stop_ids)

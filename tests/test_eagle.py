@@ -15,12 +15,13 @@ from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import chat_prompt, load_model
 from specbench.errors import SpecbenchError
+from specbench.method import BuildContext
 from specbench.methods.common.feature_tree import TreeSpec
 from specbench.methods.eagle import EagleDrafter
 from specbench.methods.eagle.checkpoint import load_head, save_head
 from specbench.methods.eagle.head import INPUTS, EagleHead, head_config
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.run.registry import BuildContext, available_methods
+from specbench.run.registry import available_methods
 from tests.conftest import tiny_llama, write_prompts
 
 OFFICIAL_KEYS = {
@@ -125,7 +126,7 @@ def decode(target, drafter, prompt: list[int], n: int = 40):
 def test_eagle_emits_vanilla_tokens_at_t0(tiny_target, trained_heads, method):
     inputs = {"eagle": "shifted", "eagle1": "shifted"}.get(method, method.removeprefix("eagle-"))
     info = available_methods()[method]
-    drafter = info.build(BuildContext(tiny_target, draft=str(trained_heads[inputs]), options={"top_k": "3"}))
+    drafter = info.drafter(BuildContext(tiny_target, draft=str(trained_heads[inputs]), options={"top_k": "3"}))
     for i in range(6):
         words = " ".join(WORDS[(7 * i + j) % len(WORDS)] for j in range(4 + i))
         prompt = chat_prompt(tiny_target.tokenizer, [{"role": "user", "content": words}])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specbench.analysis.equivalence import compare, detectable_w, homogeneity, sample_prefixes
 from specbench.decode.sampling import Sampling
+from specbench.measure.equivalence import compare, detectable_w, homogeneity, sample_prefixes
 from specbench.methods.sps import DraftModelDrafter
 from specbench.methods.vanilla import VanillaDrafter
 from tests.conftest import tiny_llama

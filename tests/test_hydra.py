@@ -14,11 +14,12 @@ from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import chat_prompt, load_model
 from specbench.errors import SpecbenchError
+from specbench.method import BuildContext
 from specbench.methods.hydra import HydraDrafter
 from specbench.methods.hydra.checkpoint import load_heads, save_heads
 from specbench.methods.hydra.head import HydraHeads
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.run.registry import BuildContext, available_methods
+from specbench.run.registry import available_methods
 from tests.conftest import write_prompts
 
 
@@ -73,7 +74,7 @@ def test_checkpoint_round_trip_and_bad_folder(tmp_path):
 
 
 def test_t0_identity_with_drafts_accepted(tiny_target, trained):
-    drafter = available_methods()["hydra"].build(BuildContext(tiny_target, draft=str(trained)))
+    drafter = available_methods()["hydra"].drafter(BuildContext(tiny_target, draft=str(trained)))
     tokens = steps = deep = 0
     for i in range(8):  # four new prompts, then four training prompts (the heads must be accepted on those)
         topic = "dog" if i < 4 else "fox"

@@ -13,11 +13,12 @@ from specbench.decode.draft import Draft, parse_tree
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import chat_prompt, load_model
+from specbench.method import BuildContext
 from specbench.methods.medusa import MedusaDrafter, typical_verifier
 from specbench.methods.medusa.checkpoint import load_heads
 from specbench.methods.medusa.head import MedusaHeads
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.run.registry import BuildContext, available_methods
+from specbench.run.registry import available_methods
 from tests.conftest import write_prompts
 
 
@@ -47,7 +48,7 @@ def test_training_writes_heads_and_per_head_accuracy(trained):
 
 @pytest.mark.parametrize("method", ["medusa", "medusa-typical"])
 def test_t0_identity(tiny_target, trained, method):
-    drafter = available_methods()[method].build(BuildContext(tiny_target, draft=str(trained)))
+    drafter = available_methods()[method].drafter(BuildContext(tiny_target, draft=str(trained)))
     tokens = steps = 0
     for i in range(8):  # four new prompts, then four training prompts (the heads must be accepted on those)
         topic = "dog" if i < 4 else "fox"

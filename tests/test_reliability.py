@@ -152,11 +152,11 @@ def test_ctrl_c_keeps_finished_records_and_resumes(tiny_target_dir, tmp_path, mo
     out = tmp_path / "r"
     real, calls = decoder_module.Decoder.decode, [0]
 
-    def decode(self, job):
+    def decode(self, job, progress=None):
         calls[0] += 1
         if calls[0] == 3:
             raise KeyboardInterrupt
-        yield from real(self, job)
+        yield from real(self, job, progress)
     monkeypatch.setattr(decoder_module.Decoder, "decode", decode)
     assert main(run_args(tiny_target_dir, out, *SMALL)) == 130
     err = capsys.readouterr().err.strip().splitlines()

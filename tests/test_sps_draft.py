@@ -12,8 +12,9 @@ from specbench.cli import main
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import chat_prompt, load_model
+from specbench.method import BuildContext
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.run.registry import BuildContext, available_methods
+from specbench.run.registry import available_methods
 from tests.conftest import write_prompts
 
 
@@ -39,7 +40,7 @@ def test_saved_without_the_shared_embedding(trained):
 @pytest.mark.parametrize("temperature", [0.0])
 def test_t0_identity_with_reduced_vocabulary(tiny_target_dir, trained, temperature):
     target = load_model(str(tiny_target_dir))
-    drafter = available_methods()["sps"].build(BuildContext(target, draft=str(trained)))
+    drafter = available_methods()["sps"].drafter(BuildContext(target, draft=str(trained)))
     assert drafter.draft_vocab is not None
     tokens = steps = 0
     for i in range(8):  # four new prompts, then four training prompts

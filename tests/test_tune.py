@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from specbench.cli import main
+from specbench.method import TUNING_BUDGET
 from specbench.run.records import read_records
-from specbench.run.registry import TUNING_BUDGET, available_methods
+from specbench.run.registry import available_methods
 from specbench.run.settings import read_settings
 from specbench.run.tasks import QuestionSelection, resolve_questions
 from tests.test_cli import bad_input
@@ -83,11 +84,11 @@ def test_tune_refuses_options_and_a_missing_split(tiny_target_dir, tmp_path, cap
 
 
 def test_fixed_options_stay_fixed_and_merge_with_the_tuned_ones(tmp_path):
-    from specbench.analysis.tune import candidates
+    from specbench.measure.tune import candidates
     from specbench.run.settings import TunedSettings, apply_settings
 
-    assert [spec for _, spec in candidates(["pld@head=/x"])["pld"]] == [
-        "pld@head=/x", "pld@head=/x:num_tokens=2", "pld@head=/x:num_tokens=4", "pld@head=/x:num_tokens=6"]
+    assert [spec for _, spec in candidates(["pld@max_ngram=2"])["pld"]] == [
+        "pld@max_ngram=2", "pld@max_ngram=2:num_tokens=2", "pld@max_ngram=2:num_tokens=4", "pld@max_ngram=2:num_tokens=6"]
     tuned = TunedSettings("t", {"0.0": {"pld": "num_tokens=4", "lookahead": ""}}, {})
     assert apply_settings(["pld@head=/x", "lookahead", "vanilla", "pld@num_tokens=9"], [0.0], tuned, tmp_path) == [
         "pld@head=/x:num_tokens=4", "lookahead", "vanilla", "pld@num_tokens=9"]

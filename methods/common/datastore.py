@@ -14,14 +14,16 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 from tqdm import tqdm
 
+from specbench.cache import cache_root
 from specbench.decode.target import load_tokenizer
 from specbench.errors import SpecbenchError
+from specbench.method import Option
 from specbench.methods.common.shipped import shipped_drafters
-from specbench.run.cost_store import cache_root
 
 SEPARATOR = -1  # between documents: no match runs across two of them
 DEFAULT_DATA = Path("../shared/data/train/prompts.jsonl")
@@ -149,14 +151,21 @@ def load_datastore(folder: Path) -> Datastore:
 
 
 
-def open_datastore(target: str, options: dict[str, str]) -> Datastore:
+# The options of every method that reads the datastore (rest, samd).
+DATASTORE_OPTIONS = (
+    Option("datastore", None, "folder of a built retrieval datastore (default: this target's, built on first use)"),
+    Option("data", None, f"the training prompts a missing datastore is built from (default: {DEFAULT_DATA})"),
+)
+
+
+def open_datastore(target: str, options: Mapping[str, Any]) -> Datastore:
     """The datastore a method's options name (datastore=DIR), else this target's, built now if missing (from
-    data=FILE, default ../shared/data/train/prompts.jsonl)."""
+    data=FILE, default DEFAULT_DATA)."""
     chosen = options.get("datastore")
     folder = Path(chosen) if chosen else datastore_folder(target)
     if not chosen and not (folder / "manifest.json").is_file():
         tqdm.write(f"building the retrieval datastore for {target} in {folder} (once)")
-        build_datastore(target, Path(options.get("data", DEFAULT_DATA)))
+        build_datastore(target, Path(options.get("data") or DEFAULT_DATA))
     return load_datastore(folder)
 
 

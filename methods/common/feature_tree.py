@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Mapping, Protocol
 
 import torch
 from transformers import DynamicCache
@@ -27,6 +27,7 @@ from specbench.decode.costs import CONTEXT
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.kv import truncate_cache
 from specbench.decode.runtime import fastest_seconds
+from specbench.method import Option
 
 AUTO_MAX_TOKENS = 32  # total_tokens=auto chooses each tree's size up to this
 
@@ -59,6 +60,23 @@ class TreeSpec:
     # verification curve and the time of one drafting level, both measured when the run started.
     costs: CostCurve | None = None
     level_seconds: float = 0.0
+
+
+def tree_options(depth: int) -> tuple[Option, ...]:
+    """The dynamic tree's options (eagle, eagle3), with the method's default depth."""
+    return (
+        Option("top_k", 4, "frontier nodes expanded per level, and children drafted per node", int, low=1),
+        Option("depth", depth, "draft levels", int, low=1),
+        Option("total_tokens", "auto", f"draft nodes verified per step (auto: sized per step, at most "
+               f"{AUTO_MAX_TOKENS}, from this machine's measured verification cost)", int, ("auto",), low=1),
+    )
+
+
+def dynamic_tree(options: Mapping[str, Any]) -> TreeSpec:
+    """The TreeSpec of tree_options' values (total_tokens=auto: the largest size, chosen per step by cost)."""
+    sizing = options["total_tokens"]
+    return TreeSpec(top_k=options["top_k"], depth=options["depth"],
+                    total_tokens=AUTO_MAX_TOKENS if sizing == "auto" else sizing)
 
 
 @dataclass

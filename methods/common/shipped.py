@@ -6,7 +6,11 @@ from pathlib import Path
 
 from specbench.decode.target import PACKAGED_MODELS
 from specbench.errors import SpecbenchError
-from specbench.run.registry import BuildContext
+from specbench.method import BuildContext, Option
+
+# The option of every trained method: which trained drafter to load (heads side by side in one run).
+HEAD = Option("head", None, "folder of the trained drafter to load (default: --draft, else the one shipped for the "
+              "target)")
 
 
 def shipped_drafters(method: str) -> Path:
@@ -28,7 +32,7 @@ def shipped_folder(method: str, target: str, within: str | Path = "") -> Path | 
 def trained_folder(ctx: BuildContext, method: str, what: str, trainer: str, within: str | Path = "") -> Path:
     """The folder a trained method loads: method@head=FOLDER (heads side by side in one run), else --draft, else the
     one shipped for the target; one line saying what to do when there is none."""
-    chosen = ctx.options.get("head") or ctx.draft
+    chosen = ctx.option("head") or ctx.draft
     if chosen:
         return Path(chosen)
     folder = shipped_folder(method, ctx.target.name, within)

@@ -26,12 +26,19 @@ from specbench.decode.costs import measure_cost_model
 from specbench.decode.draft import Drafter, parse_tree
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.errors import SpecbenchError
-from specbench.methods.common.feature_tree import AUTO_MAX_TOKENS, FeatureTreeDrafter, TreeSpec, measure_level_seconds
+from specbench.method import BuildContext, MethodInfo, Option
+from specbench.methods.common.feature_tree import (
+    FeatureTreeDrafter,
+    TreeSpec,
+    dynamic_tree,
+    measure_level_seconds,
+    tree_options,
+)
 from specbench.methods.common.official import target_embedding
+from specbench.methods.common.shipped import HEAD
 from specbench.methods.eagle.checkpoint import find_head, load_head
 from specbench.methods.eagle.head import EagleHead
 from specbench.methods.eagle.training import train
-from specbench.run.registry import BuildContext, MethodInfo
 
 # Our CPU-sized default for eagle1: 25 nodes, depth 5 (the shape of EAGLE-1's default, our own choice of paths).
 EAGLE1_TREE = (
@@ -75,23 +82,21 @@ class EagleDrafter(FeatureTreeDrafter):
 def _build(ctx: BuildContext, static: bool, ablation_inputs: str | None = None) -> Drafter:
     target = ctx.target.model
     # head=FOLDER (e.g. eagle@head=...) compares heads side by side in one run; --draft sets it for every method.
-    chosen = ctx.options.get("head") or ctx.draft
+    chosen = ctx.option("head") or ctx.draft
     folder = Path(chosen) if chosen else find_head(ctx.target.name, ablation_inputs)
     head, draft_vocab = load_head(folder, target_embedding(target))
     lm_head = target.get_output_embeddings().weight
     if head.config.hidden_size != lm_head.shape[1] or head.embed_tokens.weight.shape[0] != lm_head.shape[0]:
         raise SpecbenchError(f"EAGLE head {folder} does not fit target {ctx.target.name} (hidden or vocab size)")
-    vocab_size = ctx.option("draft_vocab", 0)
+    vocab_size = ctx.option("draft_vocab")
     if draft_vocab is not None and vocab_size > 0:
         draft_vocab = draft_vocab[:vocab_size]
     if vocab_size < 0:
         draft_vocab = None  # draft_vocab=-1: the full vocabulary
     head.to(target.device, target.dtype)
     prepare_drafter(head, ctx.target.runtime)
-    sizing = ctx.options.get("total_tokens", "auto")
-    spec = TreeSpec(top_k=ctx.option("top_k", 4), depth=ctx.option("depth", 5),
-                    total_tokens=AUTO_MAX_TOKENS if sizing == "auto" else ctx.option("total_tokens", 12))
-    if sizing == "auto" and not static:
+    spec = TreeSpec(static_paths=parse_tree(ctx.option("tree"))) if static else dynamic_tree(ctx.options)
+    if not static and ctx.option("total_tokens") == "auto":
         costs = ctx.costs or measure_cost_model(target, ctx.target.name)
         spec.costs = costs.verify
         rows = len(draft_vocab) if draft_vocab is not None else lm_head.shape[0]
@@ -99,24 +104,27 @@ def _build(ctx: BuildContext, static: bool, ablation_inputs: str | None = None) 
         spec.level_seconds = costs.drafting_cost(
             key, lambda: measure_level_seconds(EagleFeatureHead(head, lm_head, draft_vocab, ctx.target.runtime),
                                                spec.top_k))
-    if static:
-        spec.static_paths = parse_tree(ctx.option("tree", EAGLE1_TREE))
-    if spec.top_k < 1 or spec.depth < 1 or spec.total_tokens < 1:
-        raise SpecbenchError("eagle options top_k, depth and total_tokens must be >= 1")
     drafter = EagleDrafter(head, lm_head, draft_vocab, spec, ctx.target.runtime)
     drafter.trained_from = str(folder)
     return drafter
 
 
+DRAFT_VOCAB = Option("draft_vocab", 0, "draft vocabulary rows used: 0 the head's own, N its N most frequent, -1 the "
+                     "target's whole vocabulary", int, low=-1)
+DYNAMIC = (HEAD, DRAFT_VOCAB, *tree_options(depth=5))
+STATIC = (HEAD, DRAFT_VOCAB, Option("tree", EAGLE1_TREE, "the static tree, as JSON paths of ranks"))
+
 METHODS = [
     MethodInfo("eagle", "EAGLE-2: feature-level draft head, dynamic tree (top_k=4, depth=5, total_tokens=auto: sized per step "
                "from this machine's measured verification cost)", True,
-               lambda ctx: _build(ctx, static=False), ("", "total_tokens=4", "total_tokens=8", "total_tokens=16")),
+               lambda ctx: _build(ctx, static=False), ("", "total_tokens=4", "total_tokens=8", "total_tokens=16"),
+               DYNAMIC),
     MethodInfo("eagle1", "EAGLE-1: the same head, static 25-node tree (--opt tree=JSON paths)", True,
-               lambda ctx: _build(ctx, static=True)),
+               lambda ctx: _build(ctx, static=True), options=STATIC),
 ] + [
     MethodInfo(f"eagle-{inputs}", f"EAGLE ablation head reading {what}, dynamic tree (the four ablation heads share "
-               "one training budget)", True, lambda ctx, inputs=inputs: _build(ctx, False, ablation_inputs=inputs))
+               "one training budget)", True, lambda ctx, inputs=inputs: _build(ctx, False, ablation_inputs=inputs),
+               options=DYNAMIC)
     for inputs, what in [("shifted", "feature + shifted token (EAGLE)"), ("unshifted", "feature + unshifted token"),
                          ("feature", "feature only"), ("token", "token only")]
 ]

@@ -14,13 +14,13 @@ from specbench.decode.costs import measure_cost_model
 from specbench.decode.draft import Drafter
 from specbench.decode.runtime import prepare_drafter
 from specbench.errors import SpecbenchError
-from specbench.methods.common.feature_tree import AUTO_MAX_TOKENS, FeatureTreeDrafter, TreeSpec, measure_level_seconds
+from specbench.method import BuildContext, MethodInfo
+from specbench.methods.common.feature_tree import FeatureTreeDrafter, dynamic_tree, measure_level_seconds, tree_options
 from specbench.methods.common.official import target_embedding
-from specbench.methods.common.shipped import shipped_folder
+from specbench.methods.common.shipped import HEAD, shipped_folder
 from specbench.methods.eagle3.checkpoint import load_head
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
 from specbench.methods.eagle3.training import train
-from specbench.run.registry import BuildContext, MethodInfo
 
 
 class Eagle3FeatureHead:
@@ -56,7 +56,7 @@ def find_head(target_name: str) -> Path:
 
 def build(ctx: BuildContext) -> Drafter:
     target = ctx.target.model
-    chosen = ctx.options.get("head") or ctx.draft
+    chosen = ctx.option("head") or ctx.draft
     folder = Path(chosen) if chosen else find_head(ctx.target.name)
     head = load_head(folder, target_embedding(target))
     config = target.config
@@ -66,12 +66,8 @@ def build(ctx: BuildContext) -> Drafter:
     head.to(target.device, target.dtype)
     prepare_drafter(head, ctx.target.runtime)
     adapter = Eagle3FeatureHead(head, config.num_hidden_layers)
-    sizing = ctx.options.get("total_tokens", "auto")
-    spec = TreeSpec(top_k=ctx.option("top_k", 4), depth=ctx.option("depth", 6),
-                    total_tokens=AUTO_MAX_TOKENS if sizing == "auto" else ctx.option("total_tokens", 12))
-    if spec.top_k < 1 or spec.depth < 1 or spec.total_tokens < 1:
-        raise SpecbenchError("eagle3 options top_k, depth and total_tokens must be >= 1")
-    if sizing == "auto":
+    spec = dynamic_tree(ctx.options)
+    if ctx.option("total_tokens") == "auto":
         costs = ctx.costs or measure_cost_model(target, ctx.target.name)
         spec.costs = costs.verify
         key = (f"eagle3-level:hidden={head.config.hidden_size}:vocab={head.config.draft_vocab_size}:"
@@ -85,6 +81,6 @@ def build(ctx: BuildContext) -> Drafter:
 METHODS = [
     MethodInfo("eagle3", "EAGLE-3: fused low/middle/high target features, training-time test, own draft vocabulary; "
                "dynamic tree (top_k=4, depth=6, total_tokens=auto); --draft loads official EAGLE-3 heads", True, build,
-               ("", "total_tokens=4", "total_tokens=8", "total_tokens=16")),
+               ("", "total_tokens=4", "total_tokens=8", "total_tokens=16"), (HEAD, *tree_options(depth=6))),
 ]
 TRAINERS = {"eagle3": train}

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import torch
 
-from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult, parse_tree
+from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.errors import SpecbenchError
-from specbench.methods.common.shipped import trained_folder
-from specbench.methods.common.static_tree import DEFAULT_NODES, first_paths
+from specbench.method import BuildContext, MethodInfo
+from specbench.methods.common.shipped import HEAD, trained_folder
+from specbench.methods.common.static_tree import OPTIONS as TREE_OPTIONS
+from specbench.methods.common.static_tree import static_tree
 from specbench.methods.hydra.checkpoint import load_heads
 from specbench.methods.hydra.head import HydraHeads
 from specbench.methods.hydra.training import train
-from specbench.run.registry import BuildContext, MethodInfo
 
 # The heads shipped for the default target: the fair comparison's 4M-position set (heads/README.md).
 SHIPPED = "fair-4m"
@@ -88,21 +89,16 @@ def _build(ctx: BuildContext) -> Drafter:
         raise SpecbenchError(f"Hydra heads {folder} do not fit target {ctx.target.name} (hidden size)")
     heads.to(lm_head.device, lm_head.dtype)
     prepare_drafter(heads, ctx.target.runtime)
-    drafter = HydraDrafter(heads, ctx.target.model.get_input_embeddings(), lm_head, vocab, static_tree(ctx),
+    drafter = HydraDrafter(heads, ctx.target.model.get_input_embeddings(), lm_head, vocab, static_tree(ctx.options),
                            ctx.target.runtime)
     drafter.trained_from = str(folder)
     return drafter
 
 
-def static_tree(ctx: BuildContext) -> list[tuple[int, ...]]:
-    """tree=JSON paths, else the first nodes=N (default 10) of the ranked static tree (Medusa's)."""
-    return parse_tree(ctx.options["tree"]) if "tree" in ctx.options else first_paths(ctx.option("nodes", DEFAULT_NODES))
-
-
 METHODS = [
     MethodInfo("hydra", "Hydra (Ankner et al. 2024): sequentially dependent draft heads (4, each reading the hidden "
                "state and the drafted prefix's embeddings; teacher-distilled), Medusa's 10-node tree (nodes=N)", True, _build,
-               TUNING),
+               TUNING, (HEAD, *TREE_OPTIONS)),
 ]
 
 TRAINERS = {"hydra": train}

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import torch
 
-from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult, parse_tree
+from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.decode.sampling import Sampling, sample, target_probs
 from specbench.decode.verify import Verdict, verify_greedy
 from specbench.errors import SpecbenchError
-from specbench.methods.common.shipped import trained_folder
-from specbench.methods.common.static_tree import DEFAULT_NODES, first_paths
+from specbench.method import BuildContext, MethodInfo, Option
+from specbench.methods.common.shipped import HEAD, trained_folder
+from specbench.methods.common.static_tree import OPTIONS as TREE_OPTIONS
+from specbench.methods.common.static_tree import static_tree
 from specbench.methods.medusa.checkpoint import load_heads
 from specbench.methods.medusa.head import MedusaHeads
 from specbench.methods.medusa.training import train
-from specbench.run.registry import BuildContext, MethodInfo
 
 TUNING = ("", "nodes=4", "nodes=6", "nodes=16")  # Medusa's GPU tree has 63 nodes
 
@@ -106,22 +107,22 @@ def _build(ctx: BuildContext, typical: bool) -> Drafter:
         raise SpecbenchError(f"Medusa heads {folder} do not fit target {ctx.target.name} (hidden size)")
     heads.to(lm_head.device, lm_head.dtype)
     prepare_drafter(heads, ctx.target.runtime)
-    verifier = typical_verifier(ctx.option("threshold", 0.09), ctx.option("alpha", 0.3)) if typical else None
-    drafter = MedusaDrafter(heads, lm_head, vocab, static_tree(ctx), verifier, ctx.target.runtime)
+    verifier = typical_verifier(ctx.option("threshold"), ctx.option("alpha")) if typical else None
+    drafter = MedusaDrafter(heads, lm_head, vocab, static_tree(ctx.options), verifier, ctx.target.runtime)
     drafter.trained_from = str(folder)
     return drafter
 
 
-def static_tree(ctx: BuildContext) -> list[tuple[int, ...]]:
-    """tree=JSON paths, else the first nodes=N (default 10) of the ranked static tree."""
-    return parse_tree(ctx.options["tree"]) if "tree" in ctx.options else first_paths(ctx.option("nodes", DEFAULT_NODES))
-
+# Typical acceptance (Medusa's lossy rule): a candidate passes when its target probability exceeds
+# min(threshold, alpha * exp(-entropy)).
+TYPICAL = (Option("threshold", 0.09, "typical acceptance's probability threshold (epsilon)", float, low=0, high=1),
+           Option("alpha", 0.3, "typical acceptance's entropy factor (delta)", float, low=0))
 
 METHODS = [
     MethodInfo("medusa", "Medusa-style heads (4, shared frozen lm_head), 10-node tree (nodes=N), lossless verification",
-               True, lambda ctx: _build(ctx, typical=False), TUNING),
+               True, lambda ctx: _build(ctx, typical=False), TUNING, (HEAD, *TREE_OPTIONS)),
     MethodInfo("medusa-typical", "Medusa heads with typical acceptance (threshold 0.09, alpha 0.3): LOSSY at T>0",
-               False, lambda ctx: _build(ctx, typical=True), TUNING),
+               False, lambda ctx: _build(ctx, typical=True), TUNING, (HEAD, *TREE_OPTIONS, *TYPICAL)),
 ]
 
 TRAINERS = {"medusa": train}

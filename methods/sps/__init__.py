@@ -8,19 +8,19 @@ from specbench.decode.draft import Drafter
 from specbench.decode.runtime import prepare_drafter
 from specbench.decode.target import load_model
 from specbench.errors import SpecbenchError
+from specbench.method import BuildContext, MethodInfo, Option
 from specbench.methods.common.draft_model import DraftModelDrafter
-from specbench.methods.common.shipped import shipped_folder
+from specbench.methods.common.shipped import HEAD, shipped_folder
 from specbench.methods.sps.draft_model import is_small_draft, load_small_draft
 from specbench.methods.sps.training import train
-from specbench.run.registry import BuildContext, MethodInfo
 
 __all__ = ["DraftModelDrafter", "METHODS", "TRAINERS"]
 
 
 def build(ctx: BuildContext) -> Drafter:
     vocab = ctx.target.model.get_output_embeddings().weight.shape[0]
-    gamma = ctx.option("gamma", 4)
-    chosen = ctx.options.get("head") or ctx.draft  # sps@head=FOLDER: drafts side by side in one run
+    gamma = ctx.option("gamma")
+    chosen = ctx.option("head") or ctx.draft  # sps@head=FOLDER: drafts side by side in one run
     folder = Path(chosen) if chosen else shipped_folder("sps", ctx.target.name)
     if folder is not None and is_small_draft(folder):
         draft_model, draft_vocab = load_small_draft(folder, ctx.target.model)
@@ -42,6 +42,7 @@ def build(ctx: BuildContext) -> Drafter:
 
 METHODS = [MethodInfo("sps", "speculative sampling: a small draft LM proposes gamma=4 tokens (--draft, or the "
                        "2-layer draft trained here for the default target)", True, build,
-                      ("", "gamma=1", "gamma=2", "gamma=3"))]
+                      ("", "gamma=1", "gamma=2", "gamma=3"),
+                      (HEAD, Option("gamma", 4, "tokens drafted per step (a chain)", int, low=1)))]
 
 TRAINERS = {"sps-draft": train}

@@ -32,7 +32,9 @@ case "${BUDGET:-640k}" in
 esac
 METHODS=$(IFS=,; echo "${FREE[*]}${FREE[*]:+,}${TRAINED[*]}")
 NAME="${TAG}T${temps//,/-}"  # settings-NAME.yaml, run-NAME/ (records) and NAME/ (tables), e.g. 4m-T0
-QUESTIONS=(--tasks all --question-dir ../shared/data/tasks)
+# QDIR: the six question files (python -m specbench tasks download data/tasks); the committed runs read
+# an identical copy at ../shared/data/tasks, and a run resumes only with the folder it started with.
+QUESTIONS=(--tasks all --question-dir "${QDIR:-../shared/data/tasks}")
 if [[ $what == all || $what == tune ]]; then
   # 64 new tokens per dev question (the evaluation decodes 128): 50 settings x 6 questions fit in about 12 minutes.
   python -m specbench tune --methods "$METHODS" "${QUESTIONS[@]}" --max-new-tokens 64 --dev-questions 1 \

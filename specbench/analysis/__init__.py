@@ -1,2 +1,2 @@
-"""Reading runs: tables, reports and plots, Spec-Bench export, the T=0 identity check, the T>0 distribution check,
-and the engine's benchmarks against HF generate."""
+"""Reading runs: tables, reports, plots, the budget table and the Spec-Bench export. Nothing here loads a model or
+decodes (tests/test_architecture.py holds it to that); what does is specbench.measure."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from specbench.errors import SpecbenchError
 from specbench.jsonl import json_lines
-from specbench.run.registry import parse_method_options
+from specbench.method import parse_options
 from specbench.run.settings import read_settings
 
 
@@ -62,13 +62,17 @@ def budget_table(info: dict[str, Any]) -> str:
             tuned_note = f"tuned by `tune` ({path.name}; development split: {split})"
         except SpecbenchError:
             tuned_note = f"tuned by `tune` ({path}, no longer readable)"
-    methods = list(settings.get("methods", []))
+    # Each row's label names every option set for it (by @ or --opt); runs from before declared options name only
+    # the @ ones, and their --opt options apply to each method that read them.
+    methods = list(info.get("method_options") or settings.get("methods", []))
     if settings.get("baseline", True) and "vanilla" not in [m.partition("@")[0] for m in methods]:
         methods.insert(0, "vanilla")
+    common = "" if info.get("method_options") or not settings.get("options") else \
+        "; --opt " + " ".join(f"{k}={v}" for k, v in settings["options"].items()) + " (each method that reads it)"
     lines = ["| method | settings | trained from | data | positions | precision | time |", "|---|---|---|---|---|---|---|"]
     for spec in dict.fromkeys(methods):
-        options = parse_method_options(spec)
-        shown = ", ".join(f"{k}={v}" for k, v in options.items() if k != "head") or "defaults"
+        options = parse_options(spec)
+        shown = (", ".join(f"{k}={v}" for k, v in options.items() if k != "head") or "defaults") + common
         base = spec.partition("@")[0]
         if tuned_note and (tuned is None or any(base in chosen for chosen in tuned.chosen.values())):
             shown += f"; {tuned_note}"

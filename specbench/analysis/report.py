@@ -34,6 +34,7 @@ from specbench.analysis.tables import (
     to_latex,
     to_markdown,
 )
+from specbench.analysis.verify import write_made_from
 from specbench.errors import SpecbenchError
 from specbench.run.load import describe as describe_load
 from specbench.run.lock import folder_lock
@@ -142,7 +143,9 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
     info = read_run_info(run_dir)
     check_report_dir(out_dir, info.get("started"))
     with folder_lock(out_dir, "report folder"):
-        return _write_report(frame, info, out_dir, plots)
+        printed = _write_report(frame, info, out_dir, plots)
+        write_made_from(run_dir, out_dir)  # the records it was made from, for `report --verify`
+        return printed
 
 
 def _write_report(frame: pd.DataFrame, info: dict[str, Any], out_dir: Path, plots: bool) -> str:

@@ -1,4 +1,4 @@
-"""python -m specbench run | tune | report | export | check | list | doctor | bench | train | distill | datastore"""
+"""python -m specbench run | tune | report | export | check | list | doctor | bench | train | distill | datastore | tasks"""
 from __future__ import annotations
 
 import os

@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from specbench.cli.parser import parse_batch_sizes, parse_layers, parse_options, parse_shard, question_selection
+from specbench.cli.tasks_command import cmd_tasks
 from specbench.errors import SpecbenchError
 
 
@@ -18,7 +19,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specbench.run.runner import run
 
     out = args.out or Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
-    report_dir = args.report_dir or Path("reports") / out.name
+    report_dir = args.report_dir or out / "report"
+    if args.threads is not None and args.threads < 1:
+        raise SpecbenchError(f"--threads must be >= 1, got {args.threads}")
     check_report_dir(report_dir, read_run_info(out).get("started"))  # before hours of decoding, not after
     methods = args.methods
     if args.settings is not None:
@@ -30,7 +33,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         temperatures=args.temperatures, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
         target=args.target, draft=args.draft, options=parse_options(args.opt),
         seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=args.runtime,
-        cost_curve=args.cost_curve, measure_costs=args.measure_costs, workers=args.workers,
+        cost_curve=args.cost_curve, measure_costs=args.measure_costs, threads=args.threads, workers=args.workers,
         ray_address=args.ray_address,
         batch_sizes=parse_batch_sizes(args.batch_size),
     )
@@ -44,7 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from specbench.analysis.tune import TuneConfig, summary, tune
+    from specbench.measure.tune import TuneConfig, summary, tune
     from specbench.run.plan import RunConfig
 
     cfg = RunConfig(
@@ -61,8 +64,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from specbench.analysis.report import build_report
 
-    out = args.out or Path("reports") / args.run_dir.resolve().name
-    print(build_report(args.run_dir, out))
+    if args.fix and not args.verify:
+        raise SpecbenchError("report --fix goes with --verify DIR")
+    if args.verify:
+        from specbench.analysis.verify import verify_command
+
+        return verify_command(args.run_dir, fix=args.fix)
+    out = args.report_dir or args.run_dir / "report"
+    print(build_report(args.run_dir, out, plots=not args.no_plots))
     print(f"\ntables: {out}")
     return 0
 
@@ -70,20 +79,20 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from specbench.analysis.export import export_run
 
-    out = args.out or Path("reports") / args.run_dir.resolve().name / args.format
+    out = args.out or args.run_dir / "report" / args.format
     print(export_run(args.run_dir, args.format, out))
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from specbench.analysis.check import check_run
+    from specbench.measure.check import check_run
 
     if args.sampled:
-        from specbench.analysis.equivalence import SampledCheckConfig, run_sampled_check
+        from specbench.measure.equivalence import SampledCheckConfig, run_sampled_check
 
         if not args.methods:
             raise SpecbenchError("check --sampled needs --methods")
-        out = args.out or Path("reports") / f"sampled-check-T{args.temperature:g}"
+        out = args.out or Path("results") / f"sampled-check-T{args.temperature:g}"
         summary, ok = run_sampled_check(SampledCheckConfig(
             methods=args.methods, out=out, questions=question_selection(args), samples=args.samples,
             tokens=args.tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, alpha=args.alpha,
@@ -95,7 +104,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.run_dir is None:
         raise SpecbenchError("check needs a RUN_DIR (T=0 identity) or --sampled --methods ... (T>0 test)")
     if args.against is not None:
-        from specbench.analysis.check import compare_runs
+        from specbench.measure.check import compare_runs
 
         summary, ok = compare_runs(args.run_dir, args.against)
     else:
@@ -111,12 +120,23 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from specbench.run.registry import available_methods
+    from specbench.run.registry import available_methods, select_methods
     from specbench.run.tasks import DEFAULT_SUITE, suites
 
+    if args.method:
+        m = select_methods([args.method], args.method_files)[0]
+        print(f"{m.name} ({'lossless' if m.lossless else 'LOSSY'}): {m.description}")
+        print("options (method@key=value:key=value, or --opt key=value):" if m.options else "options: none")
+        for option in m.options:
+            print(f"  {option.describe()}")
+        if m.tuning:
+            print(f"tune tries: {', '.join(o or '(defaults)' for o in m.tuning)}")
+        return 0
     print("methods:")
     for m in available_methods(args.method_files).values():
         print(f"  {m.name:<16} {'lossless' if m.lossless else 'LOSSY':<9} {m.description}")
+        if m.options:
+            print(f"  {'':<16} {'':<9} options: {', '.join(o.name for o in m.options)} (list {m.name}: what they do)")
         if m.tuning:
             print(f"  {'':<16} {'':<9} tune tries: {', '.join(o or '(defaults)' for o in m.tuning)}")
     for suite, tasks in suites().items():
@@ -177,9 +197,9 @@ def cmd_datastore(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
-    from specbench.analysis.bench import benchmark, cost_benchmark, format_costs
-    from specbench.analysis.overhead import format_overhead, overhead_benchmark
     from specbench.decode.target import chat_prompt, load_model
+    from specbench.measure.bench import benchmark, cost_benchmark, format_costs
+    from specbench.measure.overhead import format_overhead, overhead_benchmark
     from specbench.run.tasks import resolve_questions
 
     tokens = args.max_new_tokens or (32 if args.overhead else 128)
@@ -240,4 +260,4 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "distill": cmd_distill, "report": cmd_report, "export": cmd_export, "check": cmd_check,
             "list": cmd_list, "bench": cmd_bench, "train": cmd_train, "datastore": cmd_datastore, "tune": cmd_tune,
-            "doctor": cmd_doctor}
+            "doctor": cmd_doctor, "tasks": cmd_tasks}

@@ -5,6 +5,7 @@ import argparse
 from pathlib import Path
 
 from specbench import __version__
+from specbench.cli.tasks_command import add_tasks_parser
 from specbench.decode.target import DEFAULT_TARGET
 from specbench.errors import SpecbenchError
 from specbench.run.tasks import SOURCES, QuestionSelection, parse_category_map
@@ -104,7 +105,7 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="decode tasks with methods and write records",
-        epilog="example: python -m specbench run --methods vanilla,eagle,pld --tasks all --limit 4 --max-new-tokens 128 --temperatures 0,1 --question-dir ../shared/data/tasks --out results/mine")
+        epilog="example: python -m specbench run --methods vanilla,eagle,pld --tasks all --limit 4 --max-new-tokens 128 --temperatures 0,1 --question-dir data/tasks --out results/mine")
     run.add_argument("--methods", type=_csv, default=["vanilla", "pld"],
                      help="comma-separated method names, each optionally with its own options, as in "
                           "eagle@total_tokens=8:top_k=3 (one row per variant: a sweep)")
@@ -123,7 +124,9 @@ def parser() -> argparse.ArgumentParser:
                      help="decode every question N times (methods interleaved); tables then show mean ± 95%% interval")
     run.add_argument("--out", type=Path, help="run directory (default results/<timestamp>); reuse it to resume")
     run.add_argument("--report-dir", type=Path,
-                     help="where the tables go (default reports/<run name>); refused when it holds another run's tables")
+                     help="where the tables go (default OUT/report); refused when it holds another run's tables")
+    run.add_argument("--threads", type=int, help="torch CPU threads (default: OMP_NUM_THREADS when set, else the "
+                                                 "cores this process may use, or 1 when other work holds them)")
     run.add_argument("--batch-size", default="1", metavar="B[,B...]",
                      help="decode B questions of a task at once (every method, vanilla included; one target forward "
                           "verifies every row's draft); a list (1,2,4,8) decodes each question at each size in one "
@@ -150,7 +153,7 @@ def parser() -> argparse.ArgumentParser:
         description="Decodes every setting each method declares (see `list`; at most 4 per method) beside vanilla "
                     "on the last N questions of each task, and writes the fastest per method and temperature to a "
                     "settings file for `run --settings`.",
-        epilog="example: python -m specbench tune --methods pld,lookahead,sps --question-dir ../shared/data/tasks "
+        epilog="example: python -m specbench tune --methods pld,lookahead,sps --question-dir data/tasks "
                "--dev-questions 3 --max-new-tokens 128 --temperatures 0 --out results/tune")
     tune.add_argument("--methods", type=_csv, required=True, help="comma-separated bare method names")
     _add_question_args(tune, limit=False)
@@ -167,16 +170,22 @@ def parser() -> argparse.ArgumentParser:
     _add_method_file(tune)
 
     report = sub.add_parser("report", help="speedup and τ tables from a run directory",
-        epilog="example: python -m specbench report results/mine --out reports/mine")
-    report.add_argument("run_dir", type=Path)
-    report.add_argument("--out", type=Path, help="default reports/<run name>")
+        epilog="example: python -m specbench report results/mine --report-dir reports/mine; "
+               "python -m specbench report --verify reports/fair/T0")
+    report.add_argument("run_dir", type=Path, help="a run folder (with --verify: a report folder)")
+    report.add_argument("--report-dir", "--out", dest="report_dir", type=Path, help="default RUN_DIR/report")
+    report.add_argument("--no-plots", action="store_true", help="the tables only")
+    report.add_argument("--verify", action="store_true",
+                        help="remake the tables of the report folder RUN_DIR from the records its made_from.json "
+                             "names and exit 1 if any differs from the committed ones (one line per file)")
+    report.add_argument("--fix", action="store_true", help="--verify: write the remade tables over the committed")
 
     export = sub.add_parser("export", help="answer files of a run in another harness's format (spec-bench: one "
                                            "JSONL per method and temperature that Spec-Bench's speed.py reads)",
         epilog="example: python -m specbench export results/mine --format spec-bench")
     export.add_argument("run_dir", type=Path)
     export.add_argument("--format", default="spec-bench", help="spec-bench (the only one yet)")
-    export.add_argument("--out", type=Path, help="default reports/<run name>/spec-bench")
+    export.add_argument("--out", type=Path, help="default RUN_DIR/report/spec-bench")
 
     check = sub.add_parser("check", help="equivalence: T=0 token identity in a run (RUN_DIR), or --sampled: the "
                                          "T>0 distribution of each method's first tokens against vanilla's",
@@ -201,14 +210,15 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE")
     check.add_argument("--seed", type=int, default=0)
     _add_method_file(check)
-    check.add_argument("--out", type=Path, help="--sampled: where the table goes (default reports/sampled-check-T<t>)")
+    check.add_argument("--out", type=Path, help="--sampled: where the table goes (default results/sampled-check-T<t>)")
     _add_model_args(check)
 
     doctor = sub.add_parser("doctor", help="check the install: versions, device, CPU flags, targets, shipped drafters",
                             epilog="example: python -m specbench doctor")
     _add_method_file(doctor)
-    listing = sub.add_parser("list", help="methods and tasks",
-        epilog="example: python -m specbench list --method-file my_method.py")
+    listing = sub.add_parser("list", help="methods and tasks; with METHOD, that method's options",
+        epilog="example: python -m specbench list eagle (or list --method-file my_method.py)")
+    listing.add_argument("method", nargs="?", help="a method: its options (type, default, what they do)")
     _add_method_file(listing)
 
     train = sub.add_parser("train", help="extract target features (cached, resumable) and train a drafter",
@@ -289,6 +299,8 @@ def parser() -> argparse.ArgumentParser:
                            help="training prompts whose reference replies go in (default "
                                 "../shared/data/train/prompts.jsonl); the target's shipped self-distilled replies "
                                 "go in too")
+
+    add_tasks_parser(sub)
 
     bench = sub.add_parser("bench", help="our vanilla and pld against HF generate, interleaved; --cost: the target's "
                                          "forward cost over k tokens, stock HF against the engine's runtime",

@@ -199,6 +199,7 @@ def generate_batch(
     generators: list[torch.Generator | None] | None = None,
     verify: VerifyFn | None = None,
     feed_last: bool = False,
+    on_step: Callable[[int], None] | None = None,
 ) -> list[Generation]:
     """Decode every prompt at once, row b with drafters[b] (one drafter object per row: drafters keep per-sequence
     state) and generators[b]; losslessly unless the drafters bring their own verifier (the same for every row).
@@ -207,7 +208,8 @@ def generate_batch(
     answers) yields no tokens and stop_reason "context", for every method alike. A row's wall_time runs from the
     batch's start to the step that finished it; its verify_times are the batch's (shared) forwards. feed_last: a
     finished row stays for one more forward over its last tokens (not a step of its record) and its drafter is told
-    their hidden states with nothing emitted."""
+    their hidden states with nothing emitted. on_step (a progress display): told after each step how many tokens
+    it emitted; it sees nothing the drafters see and decides nothing."""
     if not prompts or any(not p for p in prompts):
         raise ValueError("empty prompt")
     if len(drafters) != len(prompts) or len({id(d) for d in drafters}) != len(drafters):
@@ -251,6 +253,8 @@ def generate_batch(
                 row.result.wall_time = time.perf_counter() - started
                 row.flushing = feed_last
         active = [active[b] for b in order]
+        if on_step is not None:
+            on_step(sum(len(step.emitted) for step in steps))
     synchronize(model.device)
     for row in rows:
         if row.budget == 0:

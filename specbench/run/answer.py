@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -25,11 +25,12 @@ def question_seed(seed: int, task: str, question_id: Any, turn: int, repeat: int
 
 def answer_questions(
     target: LoadedModel, drafters: list[Drafter], questions: list[Question], task: str, sampling: Sampling,
-    max_new_tokens: int, seed: int, repeat: int = 0,
+    max_new_tokens: int, seed: int, repeat: int = 0, on_step: Callable[[int], None] | None = None,
 ) -> list[Choice]:
     """Decode every turn of the questions, question i with drafters[i]; later turns see the earlier answers. With
     several questions, turn k of all of them is one batch (generate_batch) and each choice also keeps that batch's
-    wall time per turn (batch_wall_time), from which throughput is computed."""
+    wall time per turn (batch_wall_time), from which throughput is computed. on_step: the engine's progress
+    callback (tokens emitted per step), for a display."""
     choices = [Choice(batch_wall_time=[] if len(questions) > 1 else None) for _ in questions]
     messages: list[list[dict[str, str]]] = [[] for _ in questions]
     for turn in range(max(len(q.turns) for q in questions)):
@@ -45,7 +46,7 @@ def answer_questions(
             generators.append(generator)
         started = time.perf_counter()
         results = generate_batch(target.model, prompts, [drafters[i] for i in rows], sampling, max_new_tokens,
-                                 target.stop_ids, generators)
+                                 target.stop_ids, generators, on_step=on_step)
         batch_wall = time.perf_counter() - started  # generate_batch synchronises the device before it returns
         for i, result in zip(rows, results):
             choice = choices[i]

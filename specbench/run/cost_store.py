@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from specbench.cache import cache_root
 from specbench.decode.cost_model import CostModel
 from specbench.errors import SpecbenchError
 from specbench.run.records import write_json
@@ -28,15 +28,6 @@ class Machine:
     def path(self) -> Path:
         digest = hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
         return cost_store() / f"{digest}.json"
-
-
-def cache_root() -> Path:
-    """specbench's cache on this machine (stored costs, built datastores): $SPECBENCH_CACHE, else
-    $XDG_CACHE_HOME/specbench, else ~/.cache/specbench."""
-    root = os.environ.get("SPECBENCH_CACHE")
-    if not root:
-        root = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specbench")
-    return Path(root)
 
 
 def cost_store() -> Path:

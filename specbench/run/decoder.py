@@ -15,13 +15,15 @@ from specbench.decode.costs import cpu_description, measure_cost_model
 from specbench.decode.draft import Drafter
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import load_model
+from specbench.method import BuildContext, MethodInfo
 from specbench.run.answer import answer_questions, check_prompts_fit, warm_up
 from specbench.run.cost_store import Machine, read_stored_costs, store_costs
 from specbench.run.failures import target_step
 from specbench.run.plan import Job, RunConfig
+from specbench.run.progress import TokenProgress
 from specbench.run.record import BatchPlace, Record, Worker
 from specbench.run.records import environment
-from specbench.run.registry import BuildContext, MethodInfo
+from specbench.run.registry import available_methods
 from specbench.run.tasks import Question
 
 
@@ -62,6 +64,8 @@ class Decoder:
             stored = read_stored_costs(self.machine())
             if stored is not None:
                 return stored
+        tqdm.write("measuring this machine's costs (once: kept for later runs when the machine is idle)",
+                   file=sys.stderr)
         with target_step(self.target, "the cost measurement"):
             costs = measure_cost_model(self.target.model, self.cfg.target)
         if may_store:
@@ -76,25 +80,28 @@ class Decoder:
     def setup(self, methods: list[MethodInfo], costs: CostModel, questions: dict[str, list[Question]]) -> None:
         """Check the prompts fit, build the drafters with the run's fixed costs, warm every method up."""
         check_prompts_fit(self.target, questions, self.budgets)
-        build = BuildContext(self.target, self.cfg.draft, self.cfg.options, self.cfg.device, self.cfg.dtype, costs)
+        build = BuildContext(self.target, self.cfg.draft, device=self.cfg.device, dtype=self.cfg.dtype, costs=costs,
+                             methods=available_methods(self.cfg.method_files))
         self.methods = {m.name: m for m in methods}
-        self.drafters = {m.name: m.build(build) for m in methods}
+        self.drafters = {m.name: m.drafter(build) for m in methods}
         self.info.trained_from = {name: d.trained_from for name, d in self.drafters.items() if d.trained_from}
         with target_step(self.target, "the warm-up"):
             warm_up(self.target, self.drafters, next((qs[0] for qs in questions.values() if qs), None),
                     self.cfg.warmup_tokens, tuple(self.cfg.batch_sizes))
 
-    def decode(self, job: Job) -> Iterator[Record]:
+    def decode(self, job: Job, progress: TokenProgress | None = None) -> Iterator[Record]:
         """Each method's records for the job (one per question), as soon as that method has answered every turn
-        of every question. A batch is always decoded whole, so its timing is that of the batch size asked for."""
+        of every question. A batch is always decoded whole, so its timing is that of the batch size asked for.
+        progress: shows each method's tokens as they come."""
         cfg = self.cfg
         sampling = Sampling(job.temperature, cfg.top_p, cfg.top_k)
         for name in job.methods:
             method, drafter = self.methods[name], self.drafters[name]
             drafters = [drafter] + [drafter.fork() for _ in job.questions[1:]]
+            on_step = progress.method(name, job, self.budgets[job.task]) if progress else None
             with target_step(self.target, f"decoding {job.describe()} with {name}"):
                 choices = answer_questions(self.target, drafters, job.questions, job.task, sampling,
-                                           self.budgets[job.task], cfg.seed, job.repeat)
+                                           self.budgets[job.task], cfg.seed, job.repeat, on_step)
             finished = time.time()  # when the answers were finished (Spec-Bench's answer files keep it)
             for question, choice in zip(job.questions, choices):
                 yield Record(
@@ -102,6 +109,6 @@ class Decoder:
                     choice=choice, lossless=method.lossless, top_p=cfg.top_p, top_k=cfg.top_k,
                     category=question.category, target=cfg.target, seed=cfg.seed,
                     max_new_tokens=self.budgets[job.task], drafter_state=drafter.state_scope, repeat=job.repeat,
-                    batch_size=job.batch_size,
+                    batch_size=job.batch_size, options=method.effective(),
                     batch=BatchPlace(job.batch_index, len(job.questions)) if job.batch_size > 1 else None,
                     tstamp=finished, worker=Worker(self.info.worker, self.info.host, self.info.device))

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from specbench.decode.cost_model import CostModel
 from specbench.errors import SpecbenchError
 from specbench.run.decoder import Decoder
-from specbench.run.load import LoadLog
+from specbench.run.load import LoadLog, decoding_threads
 from specbench.run.plan import Job, RunConfig, RunPlan
 from specbench.run.record import Record
 from specbench.run.writer import RunWriter
@@ -70,7 +70,8 @@ def _unwrap(exc: Exception) -> Exception:
     return cause if isinstance(cause, SpecbenchError) else exc
 
 
-def start_workers(cfg: RunConfig, plan: RunPlan, may_store: bool) -> tuple[list[Any], list[dict[str, Any]], CostModel]:
+def start_workers(cfg: RunConfig, plan: RunPlan, busy: bool) -> tuple[list[Any], list[dict[str, Any]], CostModel]:
+    """The workers, set up with the run's costs (measured by worker 0 unless fixed, stored only when not busy)."""
     ray = _ray()
     if not ray.is_initialized():
         if cfg.ray_address:
@@ -82,15 +83,15 @@ def start_workers(cfg: RunConfig, plan: RunPlan, may_store: bool) -> tuple[list[
     if gpus and cfg.device != "cpu":  # one GPU each
         options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 1}
         threads = 0
-    else:  # CPU workers share the cluster's cores
-        threads = max(1, cpus // cfg.workers)
-        options = {"num_cpus": threads}
+    else:  # CPU workers share the cluster's cores (--threads each when given; 1 each beside other work)
+        threads = decoding_threads(cfg.threads, busy, cfg.workers, cpus)
+        options = {"num_cpus": min(threads, max(1, cpus // cfg.workers))}
     remote = ray.remote(DecodeWorker)
     actors = [remote.options(name=worker_name(i), **options).remote(cfg, plan.budgets, i, threads)
               for i in range(cfg.workers)]
     try:
         infos = ray.get([a.info.remote() for a in actors])
-        costs = plan.costs.to_dict() if plan.costs else ray.get(actors[0].machine_costs.remote(may_store))
+        costs = plan.costs.to_dict() if plan.costs else ray.get(actors[0].machine_costs.remote(not busy))
         ray.get([a.setup.remote(plan, costs) for a in actors])
     except ray.exceptions.RayError as exc:
         for actor in actors:
@@ -105,7 +106,7 @@ def run_distributed(cfg: RunConfig, plan: RunPlan, log: LoadLog) -> Path:
     ray = _ray()
     ours = not ray.is_initialized()  # a cluster this run started is shut down with it
     try:
-        actors, infos, costs = start_workers(cfg, plan, may_store=not log.busy)
+        actors, infos, costs = start_workers(cfg, plan, log.busy)
         try:
             return _decode(cfg, plan, actors, infos, costs, log)
         finally:
@@ -119,7 +120,8 @@ def run_distributed(cfg: RunConfig, plan: RunPlan, log: LoadLog) -> Path:
 def _decode(cfg: RunConfig, plan: RunPlan, actors: list[Any], infos: list[dict[str, Any]], costs: CostModel,
             log: LoadLog) -> Path:
     ray = _ray()
-    writer = RunWriter(cfg.out, cfg.settings(), infos[0]["environment"], costs, infos)
+    writer = RunWriter(cfg.out, cfg.settings(), infos[0]["environment"], costs, infos,
+                       {m.name: m.effective() for m in plan.methods})
     writer.write_load(log)
     pending: deque[Job] = deque(plan.jobs)
     idle = list(actors)

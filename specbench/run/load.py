@@ -1,12 +1,14 @@
 """How busy the machine is with OTHER work: the CPU time other processes used between two readings, as a share of
 all cores. Timings taken beside other work are not comparable (a busy neighbour once turned medusa's 1.0x into
-2.24x on one question), so a run reads this when it starts and after every question and says so when it is high.
+2.24x on one question), so a run reads this when it starts and after every question and says so when it is high;
+when it is high at the start, the run decodes with one thread per process (decoding_threads) unless told otherwise.
 
 Only the run's own process is subtracted: a Ray run's workers count as other work, so a distributed run reads the
 load once, before its workers start. Nothing here decides what gets drafted.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -65,6 +67,7 @@ class LoadLog:
     questions: int = 0  # jobs (questions, or batches) decoded in this session
     busy_questions: int = 0
     max_share: float = 0.0
+    threads: int | None = None  # torch threads the session decoded with (a Ray run's workers: their environments)
 
     def add(self, share: float, questions: int) -> bool:
         """Log a reading taken over `questions` jobs; True when it was busy."""
@@ -85,9 +88,35 @@ class LoadLog:
         return values
 
 
-def warning(share: float, cores: int, where: str) -> str:
+def warning(share: float, cores: int, where: str, threads: str = "") -> str:
+    """The one warning line of a busy reading; `threads` says what the run does about it (threads_note)."""
     return (f"specbench: warning: other processes used {share:.0%} of the {cores} CPUs {where}: timings taken "
-            "beside other work are not comparable (noted in run.json and the report header)")
+            f"beside other work are not comparable (noted in run.json and the report header){threads}")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, which taskset or a container narrows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def decoding_threads(requested: int | None, busy: bool, processes: int = 1, cores: int | None = None) -> int:
+    """Torch threads per decoding process: --threads when given, else OMP_NUM_THREADS when set; else 1 when other
+    work holds the cores at the start (with more threads than free cores, every forward waits for the slowest
+    thread; docs/running.md "Threads"); else the usable cores (or `cores`, a cluster's) shared between the
+    `processes`."""
+    if requested is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        requested = int(os.environ["OMP_NUM_THREADS"]) or None
+    if requested is not None:
+        return requested
+    return 1 if busy else max(1, (cores or usable_cores()) // processes)
+
+
+def threads_note(threads: int) -> str:
+    """What the start warning adds: the threads each process decodes with."""
+    return f"; decoding with {threads} thread{'s' if threads > 1 else ''} per process (--threads N to choose)"
 
 
 def describe(logs: list[dict[str, Any]]) -> str | None:

@@ -10,9 +10,10 @@ from specbench.decode.cost_model import CostModel, read_cost_model
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import DEFAULT_TARGET
 from specbench.errors import SpecbenchError
+from specbench.method import MethodInfo
 from specbench.run.record import record_key
 from specbench.run.records import RECORDS, check_resumable, read_records, read_run_info
-from specbench.run.registry import MethodInfo, select_methods
+from specbench.run.registry import select_methods
 from specbench.run.settings import check_disjoint, read_settings
 from specbench.run.tasks import Question, QuestionSelection, Task, resolve_questions
 
@@ -39,6 +40,7 @@ class RunConfig:
     measure_costs: bool = False  # measure this machine's costs anew (and store them) instead of reusing them
     warmup_tokens: int = 16  # one untimed generation of this many tokens per method before the first question
     batch_sizes: list[int] = field(default_factory=lambda: [1])  # prompts decoded at once (each its own records)
+    threads: int | None = None  # torch threads (None: run.load.decoding_threads chooses)
     workers: int = 1  # above 1: decode on Ray workers (specbench.run.distributed), one GPU each or a share of the cores
     ray_address: str | None = None  # an existing Ray cluster ("auto": the one this machine joined)
     settings_file: Path | None = None  # `tune`'s settings, already applied to `methods` (apply_settings)
@@ -49,7 +51,7 @@ class RunConfig:
         values = {**asdict(self), **self.questions.settings()}
         del values["questions"]
         # How a run is spread, and whether its costs were measured anew, does not change what it decodes.
-        for local in ("progress", "workers", "ray_address", "measure_costs"):
+        for local in ("progress", "workers", "ray_address", "measure_costs", "threads"):
             values.pop(local)
         if values["settings_file"] is None:  # runs from before tuning resume unchanged
             values.pop("settings_file")
@@ -67,9 +69,9 @@ class RunConfig:
         return self.methods if not self.baseline or "vanilla" in plain else ["vanilla", *self.methods]
 
 
-def validate(cfg: RunConfig) -> tuple[list[MethodInfo], dict[str, tuple[Task, list[Question]]]]:
+def validate(cfg: RunConfig) -> "Checked":
     """Everything that can be checked before loading a model, and the questions."""
-    methods = select_methods(cfg.method_names(), cfg.method_files)
+    methods = select_methods(cfg.method_names(), cfg.method_files, cfg.options)
     if cfg.max_new_tokens is not None and cfg.max_new_tokens <= 0:
         raise SpecbenchError(f"--max-new-tokens must be > 0, got {cfg.max_new_tokens}")
     if cfg.repeats <= 0:
@@ -153,9 +155,12 @@ class RunPlan:
     costs: CostModel | None  # fixed before the run: its own on resume, or --cost-curve
 
 
-def plan_run(cfg: RunConfig) -> RunPlan:
-    """Validate (again: cheap) and plan; the caller holds the run folder's lock, so what is done cannot change."""
-    methods, selected = validate(cfg)
+Checked = tuple[list[MethodInfo], dict[str, tuple[Task, list[Question]]]]  # what validate returns
+
+
+def plan_run(cfg: RunConfig, checked: Checked) -> RunPlan:
+    """Plan what validate checked; the caller holds the run folder's lock, so what is done cannot change."""
+    methods, selected = checked
     tasks = [task for task, _ in selected.values()]
     questions = {name: qs for name, (_, qs) in selected.items()}
     budgets = {t.name: cfg.max_new_tokens or t.max_new_tokens for t in tasks}

@@ -3,7 +3,7 @@ line of records.jsonl by the run's one writer and read back by every reader (rep
 
 The JSON layout is Spec-Bench's answer files' (FastChat's), with `choices[0]` holding the turns, plus our fields.
 Schema versions: 1 is every record written before the schema was named (no "schema" key); 2 adds the key and
-nothing else. A field that early runs did not write reads as its default here, so old runs still read.
+nothing else; 3 adds `options`, the method's options as it ran (defaults included). A field that early runs did not write reads as its default here, so old runs still read.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from specbench.errors import SpecbenchError
 
-SCHEMA = 2
+SCHEMA = 3
 
 
 @dataclass
@@ -71,6 +71,7 @@ class Record:
     batch: BatchPlace | None = None
     tstamp: float = 0.0  # when the answer was finished (Spec-Bench's answer files keep it)
     worker: Worker | None = None
+    options: dict[str, Any] | None = None  # the method's options as it ran, defaults included (None: before schema 3)
     schema: int = SCHEMA
 
     def key(self) -> tuple:

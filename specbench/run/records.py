@@ -144,10 +144,11 @@ def check_same_hardware(out: Path, env: dict[str, Any]) -> None:
 
 
 def write_run_info(out: Path, settings: dict[str, Any], env: dict[str, Any], costs: dict[str, Any] | None = None,
-                   workers: list[dict[str, Any]] | None = None) -> None:
+                   workers: list[dict[str, Any]] | None = None, methods: dict[str, dict[str, Any]] | None = None) -> None:
     """Create run.json, or note the resumption in it (the caller has run check_resumable). `costs` is the run's
     fixed cost model; a resumption may add drafting costs of methods it adds. `workers`: where this session
-    decodes (host, device, environment of each; a resumption's list replaces the earlier one, records keep theirs)."""
+    decodes (host, device, environment of each; a resumption's list replaces the earlier one, records keep theirs).
+    `methods`: each method's options as it runs, defaults included (a resumption adds or updates its rows)."""
     path = out / RUN_INFO
     if path.is_file():
         info = json.loads(path.read_text(encoding="utf-8"))
@@ -160,6 +161,8 @@ def write_run_info(out: Path, settings: dict[str, Any], env: dict[str, Any], cos
         info["costs"] = costs
     if workers is not None:
         info["workers"] = workers
+    if methods is not None:
+        info["method_options"] = {**info.get("method_options", {}), **methods}
     write_json(path, info)
 
 

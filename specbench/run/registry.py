@@ -11,53 +11,12 @@ import importlib
 import importlib.metadata
 import importlib.util
 import pkgutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from specbench.decode.cost_model import CostModel
-from specbench.decode.draft import Drafter
-from specbench.decode.target import LoadedModel
 from specbench.errors import SpecbenchError
-
-
-@dataclass
-class BuildContext:
-    """What a method's builder gets: the loaded target, --draft, and its --opt key=value options."""
-
-    target: LoadedModel
-    draft: str | None = None
-    options: dict[str, str] = field(default_factory=dict)
-    device: str | None = None
-    dtype: str | None = None
-    costs: CostModel | None = None  # the run's fixed costs, for methods that size trees by cost
-
-    def option(self, key: str, default: int | float | str):
-        """An option converted to the type of its default; a bad value is a SpecbenchError."""
-        if key not in self.options:
-            return default
-        raw = self.options[key]
-        try:
-            return type(default)(raw)
-        except ValueError:
-            raise SpecbenchError(f"option {key}={raw!r}: expected {type(default).__name__}") from None
-
-
-# How many settings `tune` may try per method: the same grid budget for every method.
-TUNING_BUDGET = 4
-
-
-@dataclass(frozen=True)
-class MethodInfo:
-    name: str
-    description: str
-    lossless: bool
-    build: Callable[[BuildContext], Drafter]
-    # The settings `tune` tries, as option strings key=value:key=value ("" = the defaults, listed first); at most
-    # TUNING_BUDGET. Empty: the method has nothing to tune.
-    tuning: tuple[str, ...] = ()
-
+from specbench.method import MethodInfo, closest, join_options, parse_options
 
 ENTRY_POINTS = "specbench.methods"  # the entry-point group of methods from other packages
 
@@ -102,6 +61,7 @@ def available_methods(method_files: Sequence[Path] = ()) -> dict[str, MethodInfo
                 raise SpecbenchError(f"{where}: METHODS must list MethodInfo objects, not {type(info).__name__}")
             if info.name in found:
                 raise SpecbenchError(f"method {info.name!r} is defined twice (again in {where})")
+            info.check_tuning()
             found[info.name] = info
     return dict(sorted(found.items(), key=lambda kv: (kv[0] != "vanilla", kv[0])))
 
@@ -123,40 +83,30 @@ def available_datastores() -> dict[str, Callable]:
     return _from_methods("DATASTORES")
 
 
-def variant(base: MethodInfo, spec: str, options: dict[str, str]) -> MethodInfo:
-    """The method with its own options on top of --opt: the rows of a sweep (e.g. eagle@total_tokens=8:top_k=3)."""
-
-    def build(ctx: BuildContext) -> Drafter:
-        return base.build(BuildContext(ctx.target, ctx.draft, {**ctx.options, **options}, ctx.device, ctx.dtype,
-                                       ctx.costs))
-
-    return MethodInfo(spec, f"{base.description} [{spec.partition('@')[2]}]", base.lossless, build, base.tuning)
-
-
-def parse_method_options(spec: str) -> dict[str, str]:
-    """The options of name@key=value:key=value ({} for a bare name)."""
-    options = {}
-    opts = spec.partition("@")[2]
-    for pair in opts.split(":") if opts else []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SpecbenchError(f"method {spec!r}: options go as name@key=value:key=value")
-        options[key] = value
-    return options
-
-
-def select_methods(names: list[str], method_files: Sequence[Path] = ()) -> list[MethodInfo]:
-    """Method names, each optionally with its own options: name@key=value:key=value."""
+def select_methods(names: list[str], method_files: Sequence[Path] = (),
+                   common: Mapping[str, str] | None = None) -> list[MethodInfo]:
+    """The rows of a run: method names, each optionally with its own options (name@key=value:key=value), plus the
+    --opt options (`common`) of the methods that declare them. Every option is checked against its method's
+    declarations here, before any model loads; a row's label names every option set for it, from @ or --opt."""
     known = available_methods(method_files)
+    common = dict(common or {})
     selected = []
     for spec in names:
-        name, _, opts = spec.partition("@")
+        name = spec.partition("@")[0]
         if name not in known:
-            raise SpecbenchError(f"unknown method {name}; valid: {', '.join(known)}")
-        if not opts:
-            selected.append(known[name])
-            continue
-        selected.append(variant(known[name], spec, parse_method_options(spec)))
-    if len(set(names)) != len(names):
+            raise SpecbenchError(f"unknown method {name}; valid: {', '.join(known)}{closest(name, list(known))}")
+        info, own = known[name], parse_options(spec)
+        for key in own:
+            if info.declared(key) is None:
+                raise info.unknown(key)
+        given = {**own, **{k: v for k, v in common.items() if info.declared(k) is not None and k not in own}}
+        selected.append(info.configured(join_options(name, given) if given else spec, given))
+    for key in common:
+        declaring = [m for m in selected if m.declared(key) is not None]
+        if not declaring:
+            valid = sorted({o.name for m in selected for o in m.options})
+            raise SpecbenchError(f"unknown option {key} for --opt: none of {', '.join(m.base for m in selected)} "
+                                 f"declares it; valid: {', '.join(valid) or 'none'}{closest(key, valid)}")
+    if len({m.name for m in selected}) != len(selected):
         raise SpecbenchError("a method is listed twice in --methods")
     return selected

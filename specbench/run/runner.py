@@ -7,28 +7,35 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
 from specbench.run.decoder import Decoder
 from specbench.run.distributed import run_distributed
-from specbench.run.load import LoadLog, LoadMeter, warning
+from specbench.run.load import LoadLog, LoadMeter, decoding_threads, threads_note, warning
 from specbench.run.lock import folder_lock
 from specbench.run.plan import RunConfig, RunPlan, plan_run, validate
+from specbench.run.progress import TokenProgress
 from specbench.run.records import utc_now
 from specbench.run.writer import RunWriter
 
 
 def run(cfg: RunConfig) -> Path:
     """Decode what the run folder still lacks, holding its lock (one writer at a time)."""
-    validate(cfg)  # bad input costs one line before the folder is created or locked
+    checked = validate(cfg)  # bad input costs one line before the folder is created or locked
     with folder_lock(cfg.out, "run folder"):
-        plan = plan_run(cfg)
+        plan = plan_run(cfg, checked)
         meter = LoadMeter()
         log = LoadLog(started=utc_now(), at_start=meter.other_share(wait=True) or 0.0)
+        distributed = cfg.workers > 1 or cfg.ray_address
+        threads = decoding_threads(cfg.threads, log.busy)  # a Ray run's workers choose theirs (start_workers)
         if log.busy:
-            tqdm.write(warning(log.at_start, log.cores, "as the run started"), file=sys.stderr)
-        if cfg.workers > 1 or cfg.ray_address:
+            note = "" if distributed else threads_note(threads)
+            tqdm.write(warning(log.at_start, log.cores, "as the run started", note), file=sys.stderr)
+        if distributed:
             return run_distributed(cfg, plan, log)
+        torch.set_num_threads(threads)  # before the target loads: run.json's environment records it
+        log.threads = threads
         return _run_here(cfg, plan, meter, log)
 
 
@@ -38,13 +45,16 @@ def _run_here(cfg: RunConfig, plan: RunPlan, meter: LoadMeter, log: LoadLog) -> 
     decoder.setup(plan.methods, costs, plan.questions)
     if plan.costs is None and not log.busy:
         decoder.store_costs(costs)  # once, with the drafting costs the methods measured while being built
-    writer = RunWriter(cfg.out, cfg.settings(), decoder.info.environment, costs, [asdict(decoder.info)])
+    writer = RunWriter(cfg.out, cfg.settings(), decoder.info.environment, costs, [asdict(decoder.info)],
+                       {m.name: m.effective() for m in plan.methods})
     meter.other_share(wait=True)  # the per-question windows start here, after loading and warm-up
     unread, warned = 0, log.busy  # one warning line per session
+    bar = tqdm(plan.jobs, desc="questions" if cfg.batch_sizes == [1] else "batches",
+               unit="q" if cfg.batch_sizes == [1] else "batch", disable=not cfg.progress)
+    progress = TokenProgress(bar) if cfg.progress else None
     try:
-        for job in tqdm(plan.jobs, desc="questions" if cfg.batch_sizes == [1] else "batches",
-                        unit="q" if cfg.batch_sizes == [1] else "batch", disable=not cfg.progress):
-            writer.add(decoder.decode(job))
+        for job in bar:
+            writer.add(decoder.decode(job, progress))
             unread += 1
             share = meter.other_share()
             if share is not None:

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from specbench.errors import SpecbenchError
-from specbench.run.registry import parse_method_options
+from specbench.method import join_options, parse_options
 from specbench.run.tasks import Question, Task
 
 VERSION = 1
@@ -61,10 +61,6 @@ def read_settings(path: Path) -> TunedSettings:
                          raw.get("budget") or {}, raw.get("candidates") or {})
 
 
-def join_options(name: str, options: dict[str, str]) -> str:
-    """name@key=value:key=value (the bare name without options)."""
-    return f"{name}@{':'.join(f'{k}={v}' for k, v in options.items())}" if options else name
-
 
 def apply_settings(methods: list[str], temperatures: list[float], tuned: TunedSettings, path: Path) -> list[str]:
     """Each method of --methods with the options tuned for the run's temperatures added after its own (an option
@@ -80,8 +76,8 @@ def apply_settings(methods: list[str], temperatures: list[float], tuned: TunedSe
         if len(choices) > 1:
             raise SpecbenchError(f"--settings {path}: {name} was tuned to different settings at the run's "
                                  "temperatures; run each temperature separately")
-        given = parse_method_options(spec)
-        chosen = parse_method_options(f"{name}@{choices.pop() or ''}")
+        given = parse_options(spec)
+        chosen = parse_options(f"{name}@{choices.pop() or ''}")
         out.append(join_options(name, {**given, **{k: v for k, v in chosen.items() if k not in given}}))
     return out
 

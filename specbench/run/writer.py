@@ -1,6 +1,6 @@
 """The one writer of a run folder, for the single-process run and the Ray driver alike: it checks that the folder's
 earlier records came from the same hardware, writes run.json (settings, environment, the run's fixed costs, every
-worker), appends each record once as a whole line, and keeps the load log."""
+worker, every method's options as it runs), appends each record once as a whole line, and keeps the load log."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,9 +14,9 @@ from specbench.run.records import RecordWriter, check_same_hardware, write_load_
 
 class RunWriter:
     def __init__(self, out: Path, settings: dict[str, Any], environment: dict[str, Any], costs: CostModel,
-                 workers: list[dict[str, Any]]) -> None:
+                 workers: list[dict[str, Any]], methods: dict[str, dict[str, Any]]) -> None:
         check_same_hardware(out, environment)
-        write_run_info(out, settings, environment, costs.to_dict(), workers)
+        write_run_info(out, settings, environment, costs.to_dict(), workers, methods)
         self.out = out
         self.records = RecordWriter(out)
 

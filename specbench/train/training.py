@@ -210,6 +210,18 @@ def write_provenance(cfg: TrainConfig, cache: FeatureCache, conversations: int) 
     }, indent=1), encoding="utf-8")
 
 
+def train_step(trainable: Trainable, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], batch: Batch,
+               device_type: str, autocast_dtype: torch.dtype | None) -> dict[str, float]:
+    """One optimizer step: the loss under autocast (when set), backward, gradient values clipped at 0.5, AdamW."""
+    with torch.autocast(device_type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        loss, metrics = trainable.loss(batch)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_value_(params, 0.5)
+    optimizer.step()
+    return metrics
+
+
 def fit(trainable: Trainable, cache: FeatureCache, cfg: TrainConfig) -> dict[str, float]:
     """Train until max_tokens or max_hours; resume from cfg.out/checkpoint.pt when present. Returns the last eval."""
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -263,12 +275,7 @@ def fit(trainable: Trainable, cache: FeatureCache, cfg: TrainConfig) -> dict[str
             batch = make_batch(convs, batches[state["batch"]]).to(device)
             for group in optimizer.param_groups:
                 group["lr"] = _lr_at(cfg, state["step"], state["tokens"])
-            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                loss, metrics = trainable.loss(batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_value_(params, 0.5)
-            optimizer.step()
+            metrics = train_step(trainable, optimizer, params, batch, device.type, autocast_dtype)
             n_tokens = int(batch.valid.sum())
             state["step"] += 1
             state["batch"] += 1

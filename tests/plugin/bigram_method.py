@@ -1,7 +1,6 @@
 """An external method for the plugin tests (and the README's example): drafts what followed the last token the
 last time it occurred in the text (a bigram lookup), up to four tokens. It imports only specbench's public pieces."""
-from specbench.decode.draft import DecodeContext, Draft, Drafter
-from specbench.run.registry import BuildContext, MethodInfo
+from specbench.method import BuildContext, DecodeContext, Draft, Drafter, MethodInfo, Option
 
 
 class BigramDrafter(Drafter):
@@ -17,8 +16,9 @@ class BigramDrafter(Drafter):
 
 
 def build(ctx: BuildContext) -> Drafter:
-    return BigramDrafter(ctx.option("length", 4))
+    return BigramDrafter(ctx.option("length"))
 
 
 METHODS = [MethodInfo("bigram", "drafts what followed the last token earlier in the text (an example plugin)", True,
-                      build, ("", "length=2"))]
+                      build, ("", "length=2"),
+                      (Option("length", 4, "the most tokens drafted", int, low=1),))]

@@ -24,8 +24,9 @@ from specbench.decode.sampling import Sampling
 from specbench.decode.target import DEFAULT_TARGET, chat_prompt, load_model
 from specbench.decode.verify import VerifyFn
 from specbench.errors import SpecbenchError
+from specbench.method import BuildContext
 from specbench.run.records import environment
-from specbench.run.registry import BuildContext, select_methods
+from specbench.run.registry import available_methods, select_methods
 from specbench.run.tasks import QuestionSelection, resolve_questions
 
 ENDED = -1  # the position after a stop token: a category of its own
@@ -117,14 +118,15 @@ def run_sampled_check(cfg: SampledCheckConfig) -> tuple[str, bool]:
     if cfg.temperature <= 0:
         raise SpecbenchError("the sampled check needs a temperature > 0 (T=0 is checked token by token on a run)")
     sampling = Sampling(cfg.temperature, cfg.top_p, cfg.top_k)
-    methods = [m for m in select_methods(cfg.methods, cfg.method_files) if m.name != "vanilla"]
+    methods = [m for m in select_methods(cfg.methods, cfg.method_files, cfg.options) if m.name != "vanilla"]
     if not methods:
         raise SpecbenchError("name at least one method besides vanilla to compare with it")
     prompts_text = [(t.name, q) for t, questions in resolve_questions(cfg.questions) for q in questions]
     target = load_model(cfg.target, cfg.device, cfg.dtype)
-    build = BuildContext(target, cfg.draft, cfg.options, cfg.device, cfg.dtype)
-    drafters = {m.name: m.build(build) for m in methods}
-    vanilla = select_methods(["vanilla"])[0].build(build)
+    build = BuildContext(target, cfg.draft, device=cfg.device, dtype=cfg.dtype,
+                         methods=available_methods(cfg.method_files))
+    drafters = {m.name: m.drafter(build) for m in methods}
+    vanilla = select_methods(["vanilla"])[0].drafter(build)
     tests_per_method = len(prompts_text) * cfg.tokens
     alpha_per_test = cfg.alpha / tests_per_method
     rows = []

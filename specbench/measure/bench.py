@@ -20,7 +20,8 @@ from specbench.decode.engine import generate
 from specbench.decode.runtime import FewTokenLinear, fastest_seconds, restore, stock_linears
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import LoadedModel
-from specbench.run.registry import BuildContext, select_methods
+from specbench.method import BuildContext
+from specbench.run.registry import select_methods
 
 
 @dataclass
@@ -60,7 +61,7 @@ def benchmark(target: LoadedModel, prompts: list[list[int]], max_new_tokens: int
     def ours(prompt: list[int], drafter) -> list[int]:
         return generate(model, prompt, drafter, Sampling(), max_new_tokens, stops).token_ids
 
-    vanilla, pld = (m.build(BuildContext(target)) for m in select_methods(["vanilla", "pld"]))  # pld's defaults
+    vanilla, pld = (m.drafter(BuildContext(target)) for m in select_methods(["vanilla", "pld"]))  # pld's defaults
     systems: dict[str, Callable[[list[int]], list[int]]] = {
         "hf_greedy": lambda p: hf(p),
         "ours_vanilla": lambda p: ours(p, vanilla),

@@ -11,11 +11,12 @@ from typing import Sequence
 
 from specbench.analysis.tables import per_question_frame, speedup_table
 from specbench.errors import SpecbenchError
+from specbench.method import TUNING_BUDGET, join_options, parse_options
 from specbench.run.plan import RunConfig, validate
 from specbench.run.records import command_line, read_records, read_run_info
-from specbench.run.registry import TUNING_BUDGET, parse_method_options, select_methods
+from specbench.run.registry import select_methods
 from specbench.run.runner import run
-from specbench.run.settings import TunedSettings, join_options
+from specbench.run.settings import TunedSettings
 
 
 @dataclass
@@ -24,29 +25,31 @@ class TuneConfig:
     settings_file: Path
 
 
-def candidates(methods: list[str], method_files: Sequence[Path] = ()) -> dict[str, list[tuple[str, str]]]:
-    """Per method, (declared setting, spec decoded) pairs: its declared settings (the defaults first) on top of the
-    options the method was given (name@head=FOLDER: fixed for every setting tried, never a tuned knob)."""
+def candidates(methods: list[str], method_files: Sequence[Path] = (),
+               common: dict[str, str] | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Per method, (declared setting, spec decoded) pairs: its declared settings (the defaults first; checked against
+    its declared options by the registry) on top of the options the method was given (name@head=FOLDER or --opt:
+    fixed for every setting tried, never a tuned knob). Every option is checked before anything is decoded."""
     out: dict[str, list[tuple[str, str]]] = {}
-    for spec, info in zip(methods, select_methods(methods, method_files)):
-        name, fixed = spec.partition("@")[0], parse_method_options(spec)
-        if len(info.tuning) > TUNING_BUDGET:
-            raise SpecbenchError(f"{name} declares {len(info.tuning)} settings, over the budget of {TUNING_BUDGET}")
-        tuned_keys = {k for option in info.tuning for k in parse_method_options(f"x@{option}")}
+    for info in select_methods(methods, method_files, common):
+        spec, name, fixed = info.name, info.base, dict(info.given)
+        tuned_keys = {k for option in info.tuning for k in parse_options(f"x@{option}")}
         if set(fixed) & tuned_keys:
             raise SpecbenchError(f"{spec}: {', '.join(sorted(set(fixed) & tuned_keys))} is what tune chooses; give "
                                  "only fixed options (such as head=FOLDER)")
         if name in out:
             raise SpecbenchError(f"tune: {name} is listed twice")
-        out[name] = [(o, join_options(name, {**fixed, **parse_method_options(f"x@{o}")})) for o in info.tuning or ("",)]
+        out[name] = [(o, join_options(name, {**fixed, **parse_options(f"x@{o}")})) for o in info.tuning or ("",)]
     return out
 
 
 def tune(cfg: TuneConfig) -> TunedSettings:
     if not cfg.run.questions.tail:
         raise SpecbenchError("tune decodes a development split: give --dev-questions N")
-    specs = candidates([m for m in cfg.run.methods if m.partition("@")[0] != "vanilla"], cfg.run.method_files)
-    decode = replace(cfg.run, methods=["vanilla"] + [s for group in specs.values() for _, s in group], baseline=True)
+    specs = candidates([m for m in cfg.run.methods if m.partition("@")[0] != "vanilla"], cfg.run.method_files,
+                       cfg.run.options)
+    decode = replace(cfg.run, methods=["vanilla"] + [s for group in specs.values() for _, s in group], baseline=True,
+                     options={})
     _, selected = validate(decode)
     run(decode)
     frame = per_question_frame(read_records(decode.out))

@@ -1,0 +1,179 @@
+"""The method contract, in one place: what a method declares (`MethodInfo` with its `Option`s), what its builder gets
+(`BuildContext`), and what it builds (a `Drafter` proposing `Draft`s; specbench.decode.draft). A method imports this
+module and the decode core, nothing from run/ or analysis/.
+
+Options are declared, never guessed: `@key=value` and `--opt key=value` are checked against a method's declarations
+before any model loads (an unknown key or a bad value is one line naming the method, the key, the valid keys and
+the closest match), and a builder reads only declared options, typed, with their defaults filled in.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping
+
+from specbench.decode.cost_model import CostModel
+from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.target import LoadedModel
+from specbench.errors import SpecbenchError
+
+__all__ = ["BuildContext", "DecodeContext", "Draft", "Drafter", "MethodInfo", "Option", "StepResult", "TUNING_BUDGET",
+           "closest", "join_options", "parse_options"]
+
+# How many settings `tune` may try per method: the same grid budget for every method.
+TUNING_BUDGET = 4
+
+TYPES = {int: "int", float: "float", str: "str"}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option a method accepts. `default` None means "not set" (the method decides, e.g. the shipped head).
+    For str options `choices` lists the allowed values (empty: any string); for numbers it lists words allowed
+    beside a number (e.g. "auto"). `low`/`high` bound a number (inclusive)."""
+
+    name: str
+    default: int | float | str | None
+    help: str
+    type: type = str
+    choices: tuple[str, ...] = ()
+    low: float | None = None
+    high: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.type not in TYPES:
+            raise TypeError(f"option {self.name}: type must be int, float or str, not {self.type}")
+
+    def parse(self, raw: Any, method: str) -> int | float | str | None:
+        """The value of `raw` (a string from the command line, or a typed value from the API), checked."""
+        if raw is None:
+            return None
+        text = str(raw)
+        if self.type is str or text in self.choices:
+            if self.choices and text not in self.choices:
+                raise SpecbenchError(f"option {self.name}={text} for {method}: expected one of "
+                                     f"{', '.join(self.choices)}")
+            return text
+        try:
+            value = self.type(text)
+        except ValueError:
+            raise SpecbenchError(f"option {self.name}={text} for {method}: expected {self.range()}") from None
+        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            raise SpecbenchError(f"option {self.name}={text} for {method}: expected {self.range()}")
+        return value
+
+    def range(self) -> str:
+        bounds = [f">= {self.low:g}" if self.low is not None else "", f"<= {self.high:g}" if self.high is not None else ""]
+        kind = " ".join([TYPES[self.type], *[b for b in bounds if b]])
+        return " or ".join([kind, *self.choices]) if self.type is not str else (" | ".join(self.choices) or "text")
+
+    def describe(self) -> str:
+        """name, what values it takes and its default: one line of `list METHOD`."""
+        default = "not set" if self.default is None else self.default
+        return f"{self.name} ({self.range()}; default {default}): {self.help}"
+
+
+def closest(key: str, names: list[str]) -> str:
+    """"; did you mean X?" for the closest of names, or ""."""
+    match = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    return f"; did you mean {match[0]}?" if match else ""
+
+
+def parse_options(spec: str) -> dict[str, str]:
+    """The options of name@key=value:key=value ({} for a bare name)."""
+    options = {}
+    opts = spec.partition("@")[2]
+    for pair in opts.split(":") if opts else []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SpecbenchError(f"method {spec!r}: options go as name@key=value:key=value")
+        options[key] = value
+    return options
+
+
+def join_options(name: str, options: Mapping[str, Any]) -> str:
+    """name@key=value:key=value (the bare name without options)."""
+    return f"{name}@{':'.join(f'{k}={v}' for k, v in options.items())}" if options else name
+
+
+@dataclass
+class BuildContext:
+    """What a method's builder gets: the loaded target, --draft, the method's options (declared ones only, typed,
+    defaults filled in), the run's fixed costs, and every known method (for a method that builds on another, as
+    samd on its auxiliary drafter)."""
+
+    target: LoadedModel
+    draft: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    device: str | None = None
+    dtype: str | None = None
+    costs: CostModel | None = None  # the run's fixed costs, for methods that size trees by cost
+    methods: Mapping[str, "MethodInfo"] = field(default_factory=dict)
+
+    def option(self, key: str) -> Any:
+        """A declared option's value (its default when not set)."""
+        if key not in self.options:
+            raise SpecbenchError(f"option {key} is read but not declared by this method (declared: "
+                                 f"{', '.join(self.options) or 'none'})")
+        return self.options[key]
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """A method as the registry lists it. `options` declares what it accepts; `tuning` lists the settings `tune`
+    tries, as option strings key=value:key=value ("" = the defaults, listed first; at most TUNING_BUDGET; empty:
+    nothing to tune), each checked against `options`. A row of a run is a MethodInfo whose `name` is its label
+    (e.g. eagle@total_tokens=8) and whose `given` holds the options set for it (by @ and --opt)."""
+
+    name: str
+    description: str
+    lossless: bool
+    build: Callable[[BuildContext], Drafter]
+    tuning: tuple[str, ...] = ()
+    options: tuple[Option, ...] = ()
+    given: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [o.name for o in self.options]
+        if len(set(names)) != len(names):
+            raise SpecbenchError(f"method {self.name}: an option is declared twice ({', '.join(names)})")
+
+    @property
+    def base(self) -> str:
+        return self.name.partition("@")[0]
+
+    def declared(self, key: str) -> Option | None:
+        return next((o for o in self.options if o.name == key), None)
+
+    def unknown(self, key: str, where: str = "") -> SpecbenchError:
+        valid = ", ".join(o.name for o in self.options) or "none (it takes no options)"
+        return SpecbenchError(f"unknown option {key} for {self.base}{where}; valid: {valid}"
+                              f"{closest(key, [o.name for o in self.options])}")
+
+    def resolve(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Every declared option's value, typed: the given ones checked, the others their defaults."""
+        for key in given:
+            if self.declared(key) is None:
+                raise self.unknown(key)
+        return {o.name: o.parse(given[o.name], self.base) if o.name in given else o.default for o in self.options}
+
+    def effective(self) -> dict[str, Any]:
+        """The options this row runs with, defaults included (what records and run.json keep)."""
+        return self.resolve(self.given)
+
+    def configured(self, label: str, given: Mapping[str, str]) -> "MethodInfo":
+        """This method as one row of a run: checked now, before any model loads."""
+        self.resolve(given)
+        return replace(self, name=label, given=dict(given))
+
+    def drafter(self, ctx: BuildContext) -> Drafter:
+        """The drafter, built with this row's options over ctx.options (the API's keywords)."""
+        return self.build(replace(ctx, options=self.resolve({**ctx.options, **self.given})))
+
+    def check_tuning(self) -> None:
+        """Every setting `tune` tries is a valid set of this method's options."""
+        if len(self.tuning) > TUNING_BUDGET:
+            raise SpecbenchError(f"method {self.name}: {len(self.tuning)} tuning settings, more than the budget "
+                                 f"of {TUNING_BUDGET}")
+        for setting in self.tuning:
+            self.resolve(parse_options(f"{self.name}@{setting}"))
