@@ -5,8 +5,14 @@ where it has one, so the prompts and outputs run well past it.
 
 At T=0 every method emits HF greedy `generate`'s tokens, alone and four rows at once (prompts of different
 lengths), with drafts accepted; at T>0 tree drafts on a sliding-window family and on MLA sample the exact joint.
-Recurrent and hybrid families are refused with one line before anything is decoded."""
+MLA with fewer key/value heads than query heads decodes through `run` and passes `check`. Recurrent and hybrid
+families are refused with one line before anything is decoded; a target whose forward fails stops `run` with one
+line."""
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,14 +20,17 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 from specbench.cli import main
+from specbench.decode.costs import measure_forward_curve
 from specbench.decode.engine import generate, generate_batch
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.sampling import Sampling, target_probs
+from specbench.decode.target import LoadedModel, load_model
 from specbench.errors import SpecbenchError
 from specbench.methods.lookahead import LookaheadDrafter
 from specbench.methods.pld import PromptLookupDrafter
 from specbench.methods.sps import DraftModelDrafter
 from specbench.methods.vanilla import VanillaDrafter
+from specbench.run.failures import target_step
 from tests.conftest import tiny_tokenizer
 from tests.drafters import ModelTreeDrafter, RandomTreeDrafter
 from tests.stats import goodness_of_fit
@@ -53,13 +62,14 @@ PROMPTS = [[3, 7, 1, 5, 9, 2, 3, 7, 1, 5, 9, 2, 3, 7], [4, 4, 8], [11, 2, 6, 11,
 TOKENS = 40
 
 
-def tiny(family: str, seed: int, vocab: int = VOCAB, scale: float = 4.0, noise: float = 0.0) -> PreTrainedModel:
+def tiny(family: str, seed: int, vocab: int = VOCAB, scale: float = 4.0, noise: float = 0.0,
+         **config_values: object) -> PreTrainedModel:
     """A random model of the family: two layers, peaked logits (scale); noise perturbs the output layer (a draft
-    model of the same family that agrees with the target often, not always)."""
+    model of the same family that agrees with the target often, not always); config_values override the family's."""
     shape = {"vocab_size": vocab, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 256,
              "tie_word_embeddings": False}
-    config = AutoConfig.for_model(family, **{**shape, **FAMILIES[family]})
+    config = AutoConfig.for_model(family, **{**shape, **FAMILIES[family], **config_values})
     config.pad_token_id = config.eos_token_id = config.bos_token_id = None
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config).eval()
@@ -110,6 +120,36 @@ def test_t0_identical_to_hf_generate_alone_and_in_a_batch(family, method):
         return
     deep = sum(max(0, a - 2) for g in alone + together for a in g.accept_lengths)
     assert deep >= 2, f"{name} {method}: no draft token accepted at depth >= 2"
+
+
+# ---------------------------------------------------------------------- MLA with fewer key/value heads
+
+
+def test_mla_with_fewer_key_value_heads_than_query_heads_decodes_and_passes_check(tmp_path):
+    """DeepSeek-V3 with 2 key/value heads for 4 query heads (keys as wide as values: HF's generate decodes it, on
+    its unmasked path). Loaded as `run` loads it, the cost measurement's tree forward runs, every method emits
+    HF's greedy tokens alone and in a batch with drafts accepted at depth >= 2, and `run` then `check` passes."""
+    tokenizer = tiny_tokenizer(300)
+    model = tiny("deepseek_v3", seed=0, vocab=len(tokenizer), num_key_value_heads=2, v_head_dim=12)
+    folder, out = tmp_path / "mla", tmp_path / "run"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    references = [hf_greedy(model, p) for p in PROMPTS]
+    target = load_model(str(folder))
+    assert len(measure_forward_curve(target.model, [1, 8], tree=True, repeats=1).seconds) == 2
+    for method in ("vanilla", "pld", "random tree"):
+        rows = [{"vanilla": VanillaDrafter(), "pld": PromptLookupDrafter(),
+                 "random tree": RandomTreeDrafter(len(tokenizer), seed=i, reference=r)}[method]
+                for i, r in enumerate(references)]
+        together = generate_batch(target.model, PROMPTS, rows, Sampling(), TOKENS, set())
+        alone = [generate(target.model, p, row.fork(), Sampling(), TOKENS, set()) for p, row in zip(PROMPTS, rows)]
+        assert [g.token_ids for g in alone] == [g.token_ids for g in together] == references, method
+        if method == "random tree":
+            assert sum(max(0, a - 2) for g in alone + together for a in g.accept_lengths) >= 2
+    code = main(["run", "--target", str(folder), "--methods", "vanilla,pld,lookahead", "--tasks", "gsm8k",
+                 "--limit", "2", "--max-new-tokens", "16", "--out", str(out), "--report-dir", str(tmp_path / "rep")])
+    assert code == 0
+    assert main(["check", str(out)]) == 0
 
 
 # ------------------------------------------------------------------------------------------------- T > 0
@@ -164,6 +204,36 @@ def test_recurrent_families_are_refused_in_one_line(name, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and f"specbench: error: target family {name}" in err and "Traceback" not in err, err
     assert not (tmp_path / "r" / "records.jsonl").exists()
+
+
+def test_a_target_whose_forward_fails_costs_one_line(tmp_path):
+    """A Llama with 3 key/value heads for 4 query heads loads, then its attention fails on the first forward (the
+    cost measurement): `python -m specbench run` says so in one line, naming the target, its family and the step."""
+    tokenizer = tiny_tokenizer(300)
+    config = AutoConfig.for_model("llama", vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                  num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=3, head_dim=8)
+    folder = tmp_path / "broken"
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    done = subprocess.run([sys.executable, "-m", "specbench", "run", "--target", str(folder), "--methods", "vanilla",
+                           "--tasks", "gsm8k", "--limit", "1", "--out", str(tmp_path / "r"), "--report-dir",
+                           str(tmp_path / "rep")], capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]  # besides loading bars
+    assert len(errors) == 1 and done.stderr.rstrip().endswith(errors[0]), done.stderr
+    assert errors[0].startswith(f"specbench: error: target {folder} (llama family) failed in the cost measurement: "
+                                "RuntimeError: "), errors[0]
+
+
+def test_only_a_failure_inside_the_target_forward_becomes_one_line():
+    target = LoadedModel("t", tiny("llama", seed=0), tiny_tokenizer(300))
+    with pytest.raises(SpecbenchError, match=r"^target t \(llama family\) failed in a step: IndexError: index out"):
+        with target_step(target, "a step"):
+            target.model(torch.tensor([[VOCAB + 1]]))
+    with pytest.raises(ValueError, match="a method's own bug"):  # not the target's: it keeps its traceback
+        with target_step(target, "a step"):
+            raise ValueError("a method's own bug")
 
 
 # ------------------------------------------------------------------------------ heads built for any family

@@ -5,9 +5,10 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runtime import RuntimeInfo, prepare
@@ -130,6 +131,18 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
         raise _load_error(name, exc) from None
 
 
+def mla_heads(config: Any) -> dict[str, int]:
+    """The config value an MLA target (DeepSeek V2/V3, GLM-4 MoE Lite, Kimi...: those with kv_lora_rank) must load
+    with: MLA expands its latent into keys and values for every query head, yet transformers (5.24) repeats those
+    keys num_attention_heads // num_key_value_heads times once attention gets a mask (every verification forward
+    does), which fails for fewer key/value heads than query heads. num_key_value_heads = num_attention_heads is the
+    same model (no weight depends on it) without the repetition."""
+    heads = getattr(config, "num_attention_heads", None)
+    if getattr(config, "kv_lora_rank", None) and heads and getattr(config, "num_key_value_heads", heads) != heads:
+        return {"num_key_value_heads": heads}
+    return {}
+
+
 def load_model(name: str, device: str | None = None, dtype: str | None = None, runtime: str = "fast") -> LoadedModel:
     """A model ready to decode, with its runtime set up (specbench.decode.runtime; "stock" leaves transformers' modules)."""
     where, extra = resolve(name)
@@ -137,7 +150,8 @@ def load_model(name: str, device: str | None = None, dtype: str | None = None, r
     dt = pick_dtype(dtype, dev)
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, **extra)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **extra)
+        heads = mla_heads(AutoConfig.from_pretrained(where, **extra))
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **extra, **heads)
     except (OSError, ValueError) as exc:
         raise _load_error(name, exc) from None
     AttentionLayout.of(model.config)  # a recurrent or hybrid family is refused here, before anything is decoded

@@ -18,6 +18,7 @@ from specbench.decode.target import load_model
 from specbench.method import BuildContext, MethodInfo
 from specbench.run.answer import answer_questions, check_prompts_fit, warm_up
 from specbench.run.cost_store import Machine, read_stored_costs, store_costs
+from specbench.run.failures import target_step
 from specbench.run.plan import Job, RunConfig
 from specbench.run.progress import TokenProgress
 from specbench.run.record import BatchPlace, Record, Worker
@@ -65,7 +66,8 @@ class Decoder:
                 return stored
         tqdm.write("measuring this machine's costs (once: kept for later runs when the machine is idle)",
                    file=sys.stderr)
-        costs = measure_cost_model(self.target.model, self.cfg.target)
+        with target_step(self.target, "the cost measurement"):
+            costs = measure_cost_model(self.target.model, self.cfg.target)
         if may_store:
             self.store_costs(costs)
         return costs
@@ -83,8 +85,9 @@ class Decoder:
         self.methods = {m.name: m for m in methods}
         self.drafters = {m.name: m.drafter(build) for m in methods}
         self.info.trained_from = {name: d.trained_from for name, d in self.drafters.items() if d.trained_from}
-        warm_up(self.target, self.drafters, next((qs[0] for qs in questions.values() if qs), None),
-                self.cfg.warmup_tokens, tuple(self.cfg.batch_sizes))
+        with target_step(self.target, "the warm-up"):
+            warm_up(self.target, self.drafters, next((qs[0] for qs in questions.values() if qs), None),
+                    self.cfg.warmup_tokens, tuple(self.cfg.batch_sizes))
 
     def decode(self, job: Job, progress: TokenProgress | None = None) -> Iterator[Record]:
         """Each method's records for the job (one per question), as soon as that method has answered every turn
@@ -96,8 +99,9 @@ class Decoder:
             method, drafter = self.methods[name], self.drafters[name]
             drafters = [drafter] + [drafter.fork() for _ in job.questions[1:]]
             on_step = progress.method(name, job, self.budgets[job.task]) if progress else None
-            choices = answer_questions(self.target, drafters, job.questions, job.task, sampling,
-                                       self.budgets[job.task], cfg.seed, job.repeat, on_step)
+            with target_step(self.target, f"decoding {job.describe()} with {name}"):
+                choices = answer_questions(self.target, drafters, job.questions, job.task, sampling,
+                                           self.budgets[job.task], cfg.seed, job.repeat, on_step)
             finished = time.time()  # when the answers were finished (Spec-Bench's answer files keep it)
             for question, choice in zip(job.questions, choices):
                 yield Record(
