@@ -60,3 +60,23 @@ def test_a_malformed_record_is_one_line(raw, says: str) -> None:
         Record.from_json(raw, "run/records.jsonl:3")
     assert str(caught.value).startswith("run/records.jsonl:3: not a specbench record")
     assert "\n" not in str(caught.value)
+
+
+def test_run_info_round_trips_and_reads_runs_from_before_its_schema(tmp_path) -> None:
+    import json
+
+    from specbench.run.run_info import SCHEMA as INFO_SCHEMA
+    from specbench.run.run_info import RunInfo, read_run_info
+
+    info = RunInfo(command="python -m specbench run", started="2026-11-26T00:00:00+00:00", settings={"target": "t"},
+                   method_options={"pld@num_tokens=4": {"max_ngram": 3, "min_ngram": 1, "num_tokens": 4}})
+    (tmp_path / "run.json").write_text(json.dumps(info.to_json()))
+    assert read_run_info(tmp_path) == info and info.to_json()["schema"] == INFO_SCHEMA
+    old = {"command": "c", "started": "s", "settings": {"target": "t"}, "environment": {"dtype": "float32"}}
+    (tmp_path / "run.json").write_text(json.dumps(old))  # schema 1: no "schema", no method_options
+    read = read_run_info(tmp_path)
+    assert read.environment == {"dtype": "float32"} and read.method_options == {} and read.resumed == []
+    (tmp_path / "run.json").write_text(json.dumps({**old, "schema": INFO_SCHEMA + 1}))
+    with pytest.raises(SpecbenchError, match="newer than this specbench"):
+        read_run_info(tmp_path)
+    assert read_run_info(tmp_path / "absent") == RunInfo()

@@ -30,7 +30,8 @@ from specbench.decode.target import chat_prompt, load_model
 from specbench.methods.eagle.checkpoint import find_head, load_head
 from specbench.methods.eagle3.checkpoint import load_head as load_eagle3_head
 from specbench.methods.eagle3.head import fused_layers
-from specbench.run.records import read_records, read_run_info
+from specbench.run.records import read_records
+from specbench.run.run_info import read_run_info
 
 
 def causal_mask(n: int) -> torch.Tensor:
@@ -91,7 +92,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.temperature < 0:
         raise SystemExit(f"--temperature must be >= 0, got {args.temperature}")
-    target_name = read_run_info(args.run_dir)["settings"]["target"]
+    target_name = read_run_info(args.run_dir).settings["target"]
     target = load_model(target_name)
     folder = args.head or find_head(target_name)
     embedding = target.model.get_input_embeddings().weight.detach()

@@ -10,6 +10,7 @@ from typing import Any
 from specbench.errors import SpecbenchError
 from specbench.jsonl import json_lines
 from specbench.method import parse_options
+from specbench.run.run_info import RunInfo
 from specbench.run.settings import read_settings
 
 
@@ -47,11 +48,11 @@ def training_budget(folder: str) -> dict[str, str]:
                     f"; lr {settings.get('lr', '?')}, {settings.get('batch_tokens', '?')} tokens per batch"}
 
 
-def budget_table(info: dict[str, Any]) -> str:
+def budget_table(info: RunInfo) -> str:
     """The table as Markdown, from a run's run.json."""
-    settings = info.get("settings", {})
+    settings = info.settings
     trained: dict[str, str] = {}
-    for worker in info.get("workers") or []:
+    for worker in info.workers:
         trained.update(worker.get("trained_from") or {})
     tuned, tuned_note = None, ""
     if settings.get("settings_file"):
@@ -64,10 +65,10 @@ def budget_table(info: dict[str, Any]) -> str:
             tuned_note = f"tuned by `tune` ({path}, no longer readable)"
     # Each row's label names every option set for it (by @ or --opt); runs from before declared options name only
     # the @ ones, and their --opt options apply to each method that read them.
-    methods = list(info.get("method_options") or settings.get("methods", []))
+    methods = list(info.method_options or settings.get("methods", []))
     if settings.get("baseline", True) and "vanilla" not in [m.partition("@")[0] for m in methods]:
         methods.insert(0, "vanilla")
-    common = "" if info.get("method_options") or not settings.get("options") else \
+    common = "" if info.method_options or not settings.get("options") else \
         "; --opt " + " ".join(f"{k}={v}" for k, v in settings["options"].items()) + " (each method that reads it)"
     lines = ["| method | settings | trained from | data | positions | precision | time |", "|---|---|---|---|---|---|---|"]
     for spec in dict.fromkeys(methods):

@@ -23,7 +23,8 @@ import numpy as np
 
 from specbench.errors import SpecbenchError
 from specbench.run.record import Record
-from specbench.run.records import read_records, read_run_info
+from specbench.run.records import read_records
+from specbench.run.run_info import read_run_info
 
 FORMATS = ("spec-bench",)
 # speed.py's tasks, in its order; mt_bench gathers MT-bench's eight categories, the others match a category.
@@ -70,8 +71,8 @@ def answer_files(run_dir: Path, out: Path) -> list[AnswerFile]:
     if not records:
         raise SpecbenchError(f"{run_dir}: no finished records to export")
     info = read_run_info(run_dir)
-    target = info.get("settings", {}).get("target", "model")
-    dtype = info.get("environment", {}).get("dtype", "float32")
+    target = info.settings.get("target", "model")
+    dtype = info.environment.get("dtype", "float32")
     started = Path(run_dir / "run.json").stat().st_mtime if (run_dir / "run.json").is_file() else 0.0
     repeats = {r.repeat for r in records}
     task_order = list(dict.fromkeys(r.task for r in records))
@@ -130,7 +131,7 @@ def export_spec_bench(run_dir: Path, out: Path) -> str:
     from specbench.decode.target import load_tokenizer
 
     files = answer_files(run_dir, out)
-    target = read_run_info(run_dir).get("settings", {}).get("target")
+    target = read_run_info(run_dir).settings.get("target")
     tokenizer = load_tokenizer(target) if target else None
     for f in files:
         f.path.parent.mkdir(parents=True, exist_ok=True)

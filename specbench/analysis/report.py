@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -44,22 +43,23 @@ from specbench.analysis.verify import write_made_from
 from specbench.errors import SpecbenchError
 from specbench.run.load import describe as describe_load
 from specbench.run.lock import folder_lock
-from specbench.run.records import read_records, read_run_info
+from specbench.run.records import read_records
+from specbench.run.run_info import RunInfo, read_run_info
 
 
-def provenance(info: dict[str, Any]) -> list[str]:
+def provenance(info: RunInfo) -> list[str]:
     """Lines saying where a table comes from: command, commit, target, device, versions, date."""
-    env, settings = info.get("environment", {}), info.get("settings", {})
+    env, settings = info.environment, info.settings
     return [
-        f"command: {info.get('command', '?')}",
-        f"git commit: {env.get('git_commit')}; started {info.get('started', '?')}"
-        + (f"; resumed {', '.join(info['resumed'])}" if info.get("resumed") else ""),
+        f"command: {info.command or '?'}",
+        f"git commit: {env.get('git_commit')}; started {info.started or '?'}"
+        + (f"; resumed {', '.join(info.resumed)}" if info.resumed else ""),
         f"target: {settings.get('target', '?')} on {env.get('device', '?')} ({env.get('dtype', '?')}"
         + (f", {env['cuda_device']}" if env.get("cuda_device") else "")
         + f"); {env.get('cpu_count', '?')} CPUs, {env.get('torch_threads', '?')} torch threads",
         f"python {env.get('python', '?')}, torch {env.get('torch', '?')}, transformers {env.get('transformers', '?')}; "
         f"{env.get('platform', '?')}",
-    ] + [line for line in [describe_load(info.get("load", []))] if line]
+    ] + [line for line in [describe_load(info.load)] if line]
 
 
 def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, origin: list[str],
@@ -168,16 +168,16 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
         raise SpecbenchError(f"{run_dir}: no finished records yet")
     frame = per_question_frame(records)
     info = read_run_info(run_dir)
-    check_report_dir(out_dir, info.get("started"))
+    check_report_dir(out_dir, info.started or None)
     with folder_lock(out_dir, "report folder"):
         printed = _write_report(frame, info, out_dir, plots, run_dir.resolve().name)
         write_made_from(run_dir, out_dir)  # the records it was made from, for `report --verify`
         return printed
 
 
-def _write_report(frame: pd.DataFrame, info: dict[str, Any], out_dir: Path, plots: bool, tag: str = "") -> str:
+def _write_report(frame: pd.DataFrame, info: RunInfo, out_dir: Path, plots: bool, tag: str = "") -> str:
     origin = provenance(info)
-    target = info.get("settings", {}).get("target", "")
+    target = info.settings.get("target", "")
     printed = ["\n".join(origin)]
     kinds = sorted(frame["device"].unique())
     if len(kinds) > 1:  # a distributed run over mixed hardware: a speedup is only a ratio on one kind of device

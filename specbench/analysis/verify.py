@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
+from specbench.run.run_info import read_run_info
 
 MADE_FROM = "made_from.json"
 TABLE_SUFFIXES = (".md", ".tex", ".csv")
@@ -102,8 +103,8 @@ def remake(prov: Provenance, dest: Path, plots: bool = False) -> dict[str, str]:
 
 def absent_drafters(prov: Provenance) -> list[str]:
     """The drafter folders the run names that are not on this machine (budget.md cannot be remade without them)."""
-    info = json.loads((prov.root / prov.run / "run.json").read_text(encoding="utf-8"))
-    named = {folder for worker in info.get("workers") or [] for folder in (worker.get("trained_from") or {}).values()}
+    info = read_run_info(prov.root / prov.run)
+    named = {folder for worker in info.workers for folder in (worker.get("trained_from") or {}).values()}
     return sorted(folder for folder in named if not (prov.root / folder).is_dir())
 
 

@@ -68,14 +68,14 @@ def add_run_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from specbench.analysis.report import build_report, check_report_dir
     from specbench.run.plan import RunConfig
-    from specbench.run.records import read_run_info
+    from specbench.run.run_info import read_run_info
     from specbench.run.runner import run
 
     out = args.out or Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
     report_dir = args.report_dir or out / "report"
     if args.threads is not None and args.threads < 1:
         raise SpecbenchError(f"--threads must be >= 1, got {args.threads}")
-    check_report_dir(report_dir, read_run_info(out).get("started"))  # before hours of decoding, not after
+    check_report_dir(report_dir, read_run_info(out).started or None)  # before hours of decoding, not after
     methods = args.methods
     if args.settings is not None:
         from specbench.run.settings import apply_settings, read_settings

@@ -18,7 +18,8 @@ import torch
 
 from specbench.errors import SpecbenchError
 from specbench.run.record import Record
-from specbench.run.records import read_records, read_run_info
+from specbench.run.records import read_records
+from specbench.run.run_info import read_run_info
 
 # Largest logit gap still called a near tie, per dtype: fp32 kernels disagree by ~1e-5, half precision by ~1e-2.
 NEAR_TIE = {"float32": 1e-3, "float64": 1e-6, "float16": 0.1, "bfloat16": 0.1}
@@ -102,7 +103,7 @@ def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
     todo = [m for m in mismatches if not m.follows_earlier and m.expected is not None and m.got is not None]
     if not todo:
         return
-    settings = read_run_info(run_dir)["settings"]
+    settings = read_run_info(run_dir).settings
     target = load_model(settings["target"], settings.get("device"), settings.get("dtype"), settings.get("runtime", "fast"))
     records = [r for r in read_records(run_dir) if r.method == "vanilla" and r.temperature == 0.0]
     reference = min(r.batch_size for r in records)
@@ -138,7 +139,7 @@ def check_run(run_dir: Path, margins: bool = True) -> tuple[str, bool]:
     counts, mismatches, lossless = compare_to_vanilla(run_dir)
     if margins and any(lossless.get(m.method, True) for m in mismatches):
         add_margins(run_dir, [m for m in mismatches if lossless.get(m.method, True)])
-    dtype = read_run_info(run_dir).get("environment", {}).get("dtype", "float32")
+    dtype = read_run_info(run_dir).environment.get("dtype", "float32")
     lines, ok = [], True
     for method, (same, total) in sorted(counts.items()):
         kind = "lossless" if lossless[method] else "lossy"

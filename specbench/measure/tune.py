@@ -13,8 +13,9 @@ from specbench.analysis.tables import per_question_frame, speedup_table
 from specbench.errors import SpecbenchError
 from specbench.method import TUNING_BUDGET, join_options, parse_options
 from specbench.run.plan import RunConfig, validate
-from specbench.run.records import command_line, read_records, read_run_info
+from specbench.run.records import command_line, read_records
 from specbench.run.registry import select_methods
+from specbench.run.run_info import read_run_info
 from specbench.run.runner import run
 from specbench.run.settings import TunedSettings
 
@@ -67,7 +68,7 @@ def tune(cfg: TuneConfig) -> TunedSettings:
             tried[key][method] = rows
             chosen[key][method] = max(rows, key=lambda r: r["speedup"])["options"]  # ties: the first, the defaults
     info = read_run_info(decode.out)
-    env = {**info.get("environment", {}), "cpu": (info.get("costs") or {}).get("cpu")}
+    env = {**info.environment, "cpu": (info.costs or {}).get("cpu")}
     settings = TunedSettings(
         target=decode.target, chosen=chosen,
         dev_questions={name: [str(q.question_id) for q in qs] for name, (_, qs) in selected.items()},

@@ -12,8 +12,9 @@ from specbench.decode.target import DEFAULT_TARGET
 from specbench.errors import SpecbenchError
 from specbench.method import MethodInfo
 from specbench.run.record import record_key
-from specbench.run.records import RECORDS, check_resumable, read_records, read_run_info
+from specbench.run.records import RECORDS, read_records
 from specbench.run.registry import select_methods
+from specbench.run.run_info import check_resumable, read_run_info
 from specbench.run.settings import check_disjoint, read_settings
 from specbench.run.tasks import Question, QuestionSelection, Task, resolve_questions
 
@@ -97,7 +98,7 @@ def validate(cfg: RunConfig) -> "Checked":
 def stored_costs(cfg: RunConfig) -> CostModel | None:
     """The run's fixed costs if they exist before it starts: its own (a resumed run decides as it did), else
     --cost-curve. Read before any model is loaded, so that a bad file costs one line and nothing else."""
-    own = read_run_info(cfg.out).get("costs")
+    own = read_run_info(cfg.out).costs
     if own:
         return CostModel.from_dict(own, str(cfg.out / "run.json"))
     if cfg.cost_curve is not None:

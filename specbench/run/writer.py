@@ -9,7 +9,8 @@ from typing import Any, Iterable
 from specbench.decode.cost_model import CostModel
 from specbench.run.load import LoadLog
 from specbench.run.record import Record
-from specbench.run.records import RecordWriter, check_same_hardware, write_load_log, write_run_info
+from specbench.run.records import RecordWriter
+from specbench.run.run_info import check_same_hardware, write_load_log, write_run_info
 
 
 class RunWriter:
