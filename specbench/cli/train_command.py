@@ -16,6 +16,13 @@ from specbench.errors import SpecbenchError
 from specbench.train.training import AUTOCAST_TYPES
 
 
+def add_feature_layers(p: argparse.ArgumentParser, which: str, so: str) -> None:
+    p.add_argument("--feature-layers", default="",
+                   help=f"{which} also keep the hidden states at these output_hidden_states indices, concatenated "
+                        f"(EAGLE-3's fused features: 2,15,27 on the 30-layer default target), so that `train eagle3` "
+                        f"{so}")
+
+
 def add_train_parser(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="extract target features (cached, resumable) and train a drafter",
         epilog="example: python -m specbench train hydra --dataset heads/data/smollm2-135m-instruct/self-t0 --dataset-chunks 11 --max-tokens 640000 --out results/heads/hydra")
@@ -28,10 +35,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                                                      "or results/features/<dataset folder name> with --dataset)")
     train.add_argument("--dataset", type=Path, help="train on a self-distilled dataset (specbench distill) instead "
                                                     "of --data/--mode; its features are rebuilt when missing")
-    train.add_argument("--feature-layers", default="",
-                       help="with --dataset: features rebuilt here also keep the concatenated hidden states at these "
-                            "output_hidden_states indices (2,15,27: EAGLE-3's for the default target), from the same "
-                            "prefill, so that `train eagle3` needs no second one")
+    add_feature_layers(train, "with --dataset: features rebuilt here", "needs no second prefill")
     train.add_argument("--dataset-chunks", type=int, metavar="K",
                        help="with --dataset: its first K chunks only (default all), a fixed share of a dataset that "
                             "is still growing, so heads trained at different times see the same data")
@@ -110,10 +114,7 @@ def add_distill_parser(sub: argparse._SubParsersAction) -> None:
     distill.add_argument("--out", type=Path, required=True, help="dataset folder (manifest.json + chunk_*.npz)")
     distill.add_argument("--features", type=Path, help="also write the features of every conversation here, from "
                                                        "the generation's own forwards (a feature cache for train)")
-    distill.add_argument("--feature-layers", default="",
-                         help="with --features, also keep the hidden states at these output_hidden_states indices, "
-                              "concatenated (EAGLE-3's fused features: 2,15,27 on a 30-layer target), so that "
-                              "`train eagle3` runs no target forward")
+    add_feature_layers(distill, "with --features: the features written", "runs no target forward")
     distill.add_argument("--prompts", type=int, default=17146, help="a shuffled prefix of the prompts file")
     distill.add_argument("--reply-tokens", type=int, default=256)
     distill.add_argument("--temperature", type=float, default=0.0, help="0 = greedy replies")
