@@ -21,11 +21,15 @@ def shipped_drafters(method: str) -> Path:
 
 def shipped_folder(method: str, target: str, within: str | Path = "") -> Path | None:
     """heads/<method>/<target>/<within> when the target is a packaged short name and a drafter (config.json) ships
-    there; None otherwise (a folder or HF id as the target has no shipped drafters)."""
+    there; None otherwise (a folder or HF id as the target has no shipped drafters). Without `within`, the folder
+    that heads/<method>/<target>/DEFAULT names (the one the wheel carries: setup.py reads the same file)."""
     name = target.lower()
     if name not in PACKAGED_MODELS:
         return None
-    folder = shipped_drafters(method) / name / within
+    base = shipped_drafters(method) / name
+    if not within and (base / "DEFAULT").is_file():
+        within = (base / "DEFAULT").read_text(encoding="utf-8").strip()
+    folder = base / within
     return folder if (folder / "config.json").is_file() else None
 
 

@@ -12,11 +12,10 @@ from specbench.methods.common.official import config_values, load_weights, read_
 from specbench.methods.common.shipped import shipped_folder
 from specbench.methods.eagle.head import EagleHead
 
-# The default head's folder within a target's folder: `shifted` was the first recipe, `self-t0` the same stage 1
+# The default head's folder within a target's folder (heads/eagle/<target>/DEFAULT names it): `shifted` was the first recipe, `self-t0` the same stage 1
 # fine-tuned on more of the target's own replies, `self-t0-6m` on more of them for three times as long,
 # `self-t0-all` continues it on all of them, and `self-t0-12m`, trained from scratch on all of them for 12M
 # positions, is the best of them on the target's own text (docs/eagle-heads.md).
-DEFAULT_HEAD = "self-t0-12m"
 
 
 def save_head(head: EagleHead, folder: Path, draft_vocab: torch.Tensor | None, dtype=torch.float16,
@@ -52,10 +51,10 @@ def load_head(folder: Path, target_embedding: torch.Tensor | None = None) -> tup
 
 
 def find_head(target_name: str, ablation_inputs: str | None = None) -> Path:
-    """The shipped head for a target: heads/eagle/<target>/<DEFAULT_HEAD>, or one of the four ablation heads
+    """The shipped head for a target: the one heads/eagle/<target>/DEFAULT names, or one of the four ablation heads
     (trained on the same, smaller budget) in heads/eagle/<target>/ablation/<ablation_inputs>."""
     inputs = ablation_inputs or "shifted"
-    within = Path("ablation", ablation_inputs) if ablation_inputs else Path(DEFAULT_HEAD)
+    within = Path("ablation", ablation_inputs) if ablation_inputs else ""
     folder = shipped_folder("eagle", target_name, within)
     if folder is None:
         where = (f"; the ablation heads stay in the repository (heads/eagle/<target>/ablation/{inputs}), not in the "

@@ -23,8 +23,6 @@ from specbench.methods.hydra.checkpoint import load_heads
 from specbench.methods.hydra.head import HydraHeads
 from specbench.methods.hydra.training import train
 
-# The heads shipped for the default target: the fair comparison's 4M-position set (heads/README.md).
-SHIPPED = "fair-4m"
 TUNING = ("", "nodes=4", "nodes=6", "nodes=16")  # Medusa's: the two compare at the same verification cost
 
 
@@ -82,7 +80,7 @@ class HydraDrafter(Drafter):
 
 
 def _build(ctx: BuildContext) -> Drafter:
-    folder = trained_folder(ctx, "hydra", "Hydra heads", "hydra", SHIPPED)
+    folder = trained_folder(ctx, "hydra", "Hydra heads", "hydra")
     heads, vocab = load_heads(folder)
     lm_head = ctx.target.model.get_output_embeddings().weight
     if heads.hidden != lm_head.shape[1]:
