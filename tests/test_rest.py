@@ -82,3 +82,13 @@ def test_datastore_builds_from_a_prompts_file(tiny_target_dir, tmp_path, monkeyp
     bad.write_text("[1, 2]\n")
     assert main(["datastore", "build", "--target", str(tiny_target_dir), "--data", str(bad)]) == 2
     assert "not a JSON object" in capsys.readouterr().err
+
+
+def test_without_the_training_prompts_a_target_with_no_shipped_replies_gets_one_line(tiny_target_dir, tmp_path,
+                                                                                      monkeypatch, capsys):
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # no ../shared here: as on a user's machine
+    assert main(["datastore", "build", "--target", str(tiny_target_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "no training prompts at ../shared/data/train/prompts.jsonl" in err and "nothing to build from" in err

@@ -117,7 +117,12 @@ def distilled_replies(target: str) -> list[np.ndarray]:
 def build_datastore(target: str, data: Path = DEFAULT_DATA, progress: bool = True) -> Path:
     """Tokenize the sources, build the suffix array, write corpus.npy, suffixes.npy and manifest.json."""
     tokenizer = load_tokenizer(target)
-    texts = reference_replies(data)
+    if data == DEFAULT_DATA and not data.is_file():  # outside this repository's machines: the shipped replies alone
+        tqdm.write(f"datastore: no training prompts at {data}: built from the self-distilled replies shipped for "
+                   f"{target} alone (data=FILE, or datastore build --data FILE, adds a file's reference replies)")
+        texts = []
+    else:
+        texts = reference_replies(data)
     documents = []
     batch = 512
     for start in tqdm(range(0, len(texts), batch), desc="datastore: tokenizing replies", unit="batch",
@@ -125,6 +130,9 @@ def build_datastore(target: str, data: Path = DEFAULT_DATA, progress: bool = Tru
         for ids in tokenizer(texts[start : start + batch], add_special_tokens=False)["input_ids"]:
             documents.append(np.asarray(ids, dtype=np.int32))
     distilled = distilled_replies(target)
+    if not documents and not distilled:
+        raise SpecbenchError(f"datastore: nothing to build from for {target}: no training prompts at {data} and no "
+                             "self-distilled replies ship for it (pass --data FILE, JSONL with a reference list)")
     store = Datastore.of([*documents, *distilled])
     folder = datastore_folder(target)
     folder.mkdir(parents=True, exist_ok=True)
