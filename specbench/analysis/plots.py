@@ -235,3 +235,32 @@ def make_plots(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
         written += acceptance_by_position(part, out_dir, t, colours)
         written += time_split(part, out_dir, t)
     return written
+
+
+def latency_cdf(samples: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
+    """Per task, the CDF of each method's inter-token latencies (ms; a step's later tokens at 0), one panel a task,
+    in the report's method colours."""
+    from specbench.analysis.tables import display_names
+
+    itl = samples[samples["metric"] == "ITL"]
+    tasks = list(dict.fromkeys(itl["task"]))
+    if not tasks:
+        return []
+    colours, names = method_colours(list(itl["method"])), display_names()
+    cols = min(3, len(tasks))
+    rows = -(-len(tasks) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False, sharey=True)
+    for ax, task in zip(axes.flat, tasks):
+        for method, group in itl[itl["task"] == task].groupby("method", sort=False):
+            values = np.sort([1e3 * v for s in group["samples"] for v in s])
+            if len(values):
+                ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", color=colours[method],
+                        label=method, linewidth=1.0)
+        ax.set_title(names.get(task, task), fontsize=9)
+        ax.set_xlabel("inter-token latency (ms)", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes.flat[len(tasks):]:
+        ax.set_visible(False)
+    axes[0][0].set_ylabel("share of tokens", fontsize=8)
+    axes[0][0].legend(fontsize=6, frameon=False)
+    return _save(fig, out_dir, stem)

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from specbench.analysis.budget import budget_table
+from specbench.analysis.latency import latency_long, latency_samples, latency_table
 from specbench.analysis.latex import to_latex
 from specbench.analysis.tables import (
     batch_cost_table,
@@ -171,8 +172,36 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
     check_report_dir(out_dir, info.started or None)
     with folder_lock(out_dir, "report folder"):
         printed = _write_report(frame, info, out_dir, plots, run_dir.resolve().name)
+        latency_tables(latency_samples(records), info, out_dir, run_dir.resolve().name, plots)
         write_made_from(run_dir, out_dir)  # the records it was made from, for `report --verify`
         return printed
+
+
+def latency_tables(samples: pd.DataFrame, info: RunInfo, out_dir: Path, tag: str, plots: bool) -> None:
+    """latency_T<t>[_B<b>]: TTFT, TPOT and ITL percentiles per method, per task and over all tasks (md and csv),
+    the pooled table as a LaTeX float (specbench.analysis.latency), and latency_cdf_T<t>[_B<b>] (ITL per task).
+    Nothing for records without step times."""
+    origin, target = provenance(info), info.settings.get("target", "")
+    sizes = sorted(samples["batch_size"].unique())
+    for (temperature, size), part in samples.groupby(["temperature", "batch_size"]):
+        stem = f"latency_T{temperature:g}" + ("" if sizes == [1] else f"_B{size}")
+        caption = (f"Per-token latency (ms): time to first token, time per output token after it, and inter-token "
+                   f"latency (a step's tokens share its time), p50/p95/p99 over all tasks' turns, T={temperature:g}, "
+                   f"{target}" + (f", batch size {size}" if sizes != [1] else "") + ".")
+        header = "\n".join(f"<!-- {line} -->" for line in origin)
+        long = latency_long(part).reset_index()
+        (out_dir / f"{stem}.md").write_text(f"{header}\n\n{caption} Per task, then all tasks.\n\n"
+                                             f"{long.to_markdown(index=False)}\n", encoding="utf-8")
+        with (out_dir / f"{stem}.csv").open("w", encoding="utf-8") as f:
+            f.write("".join(f"# {line}\n" for line in origin))
+            long.to_csv(f, index=False)
+        latex = to_latex(latency_table(part), caption, label=f"tab:{tag}:{stem}" if tag else f"tab:{stem}")
+        (out_dir / f"{stem}.tex").write_text("\n".join(f"% {line}" for line in origin) + f"\n{latex}",
+                                             encoding="utf-8")
+        if plots:
+            from specbench.analysis.plots import latency_cdf
+
+            latency_cdf(part, out_dir, stem.replace("latency", "latency_cdf"))
 
 
 def _write_report(frame: pd.DataFrame, info: RunInfo, out_dir: Path, plots: bool, tag: str = "") -> str:

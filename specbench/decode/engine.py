@@ -47,6 +47,9 @@ class Generation:
     # Per step: the accepted path ended at a leaf of a non-empty tree (every drafted level on it accepted), so the
     # bonus token was drawn after a fully accepted path.
     full_paths: list[bool] = field(default_factory=list)
+    # Per step: seconds from the start of the generation (of its batch) to the end of the step's verification, when
+    # its tokens are known: every token a step emits shares its time (latency percentiles; never read to decide).
+    step_ends: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -246,6 +249,7 @@ def generate_batch(
             if not row.flushing:
                 row.result.draft_times.append(row.pending_draft_time)
                 row.result.verify_times.append(verify_seconds)
+                row.result.step_ends.append(t1 + verify_seconds - started)
             row.pending_draft_time = 0.0
         for row in active:
             if not row.live and not row.flushing:

@@ -60,6 +60,7 @@ def answer_questions(
             choice.token_ids.append(result.token_ids)
             choice.draft_time.append(round(sum(result.draft_times), 6))
             choice.verify_time.append(round(sum(result.verify_times), 6))
+            choice.step_ends.append([round(t, 6) for t in result.step_ends])
             choice.stop_reason.append(result.stop_reason)
             if choice.batch_wall_time is not None:
                 choice.batch_wall_time.append(round(batch_wall, 6))

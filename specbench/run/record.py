@@ -3,7 +3,8 @@ line of records.jsonl by the run's one writer and read back by every reader (rep
 
 The JSON layout is Spec-Bench's answer files' (FastChat's), with `choices[0]` holding the turns, plus our fields.
 Schema versions: 1 is every record written before the schema was named (no "schema" key); 2 adds the key and
-nothing else; 3 adds `options`, the method's options as it ran (defaults included). A field that early runs did not write reads as its default here, so old runs still read.
+nothing else; 3 adds `options`, the method's options as it ran (defaults included), and each turn's `step_ends`
+(per-token latency). A field that early runs did not write reads as its default here, so old runs still read.
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ class Choice:
     verify_time: list[float] = field(default_factory=list)  # seconds in the forward, verification, compaction
     stop_reason: list[str] = field(default_factory=list)  # "eos", "length" or "context"
     batch_wall_time: list[float] | None = None  # batches only: the whole batch's wall time per turn
+    # Per turn, per step: seconds from the turn's start to the end of the step (its tokens share that time).
+    step_ends: list[list[float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
