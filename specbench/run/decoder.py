@@ -41,8 +41,11 @@ class Decoder:
     """The target and every method's drafter, loaded once; decodes jobs into records. The single-process run uses
     one; a distributed run one per worker."""
 
-    def __init__(self, cfg: RunConfig, budgets: dict[str, int], worker: int = 0) -> None:
-        self.cfg, self.budgets = cfg, budgets
+    def __init__(self, cfg: RunConfig, budgets: dict[str, int], worker: int = 0, idle_threads: int | None = None) -> None:
+        """idle_threads: the threads this process would decode with on an idle machine, under which its stored
+        costs are kept (a run that the load made decode with fewer reuses the idle run's costs, so it decides
+        the same); default the threads it has."""
+        self.cfg, self.budgets, self.idle_threads = cfg, budgets, idle_threads
         self.target = load_model(cfg.target, cfg.device, cfg.dtype, cfg.runtime)
         device = self.target.model.device
         env = environment(str(device), str(self.target.model.dtype).replace("torch.", ""))
@@ -55,8 +58,9 @@ class Decoder:
 
     def machine(self) -> Machine:
         env = self.info.environment
-        return Machine(self.cfg.target, self.info.device, env["dtype"], env["runtime"], env["torch_threads"],
-                       env["torch"], env["transformers"])
+        threads = env["torch_threads"] if self.idle_threads is None else self.idle_threads
+        return Machine(self.cfg.target, self.info.device, env["dtype"], env["runtime"], threads, env["torch"],
+                       env["transformers"])
 
     def machine_costs(self, may_store: bool) -> CostModel:
         """This machine's stored costs, else measured now (and stored when may_store: the machine was idle)."""
