@@ -47,8 +47,7 @@ class Generation:
     # Per step: the accepted path ended at a leaf of a non-empty tree (every drafted level on it accepted), so the
     # bonus token was drawn after a fully accepted path.
     full_paths: list[bool] = field(default_factory=list)
-    # Per step: seconds from the start of the generation (of its batch) to the end of the step's verification, when
-    # its tokens are known: every token a step emits shares its time (latency percentiles; never read to decide).
+    # Per step: seconds from the batch's start to the end of its verification (its tokens' time; never read to decide)
     step_ends: list[float] = field(default_factory=list)
 
 
