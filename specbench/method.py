@@ -9,6 +9,7 @@ the closest match), and a builder reads only declared options, typed, with their
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
@@ -58,7 +59,8 @@ class Option:
             value = self.type(text)
         except ValueError:
             raise SpecbenchError(f"option {self.name}={text} for {method}: expected {self.range()}") from None
-        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+        out_of_range = (self.low is not None and value < self.low) or (self.high is not None and value > self.high)
+        if out_of_range or not math.isfinite(value):
             raise SpecbenchError(f"option {self.name}={text} for {method}: expected {self.range()}")
         return value
 

@@ -43,6 +43,7 @@ def test_a_misspelled_opt_is_refused(capsys, tmp_path):
     ("eagle@top_k=0", "option top_k=0 for eagle: expected int >= 1"),
     ("eagle@total_tokens=many", "option total_tokens=many for eagle: expected int >= 1 or auto"),
     ("suffix@scope=forever", "option scope=forever for suffix: expected one of run, generation"),
+    ("suffix@factor=nan", "option factor=nan for suffix: expected float >= 0"),
     ("vanilla@gamma=2", "unknown option gamma for vanilla; valid: none (it takes no options)"),
 ])
 def test_a_bad_value_is_refused(capsys, tmp_path, spec, expected):
