@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from specbench.decode.cost_model import CostModel
 from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
@@ -19,7 +19,7 @@ from specbench.decode.target import LoadedModel
 from specbench.errors import SpecbenchError
 
 __all__ = ["BuildContext", "DecodeContext", "Draft", "Drafter", "MethodInfo", "Option", "StepResult", "TUNING_BUDGET",
-           "closest", "join_options", "parse_options"]
+           "closest", "join_options", "key_values", "parse_options"]
 
 # How many settings `tune` may try per method: the same grid budget for every method.
 TUNING_BUDGET = 4
@@ -81,16 +81,22 @@ def closest(key: str, names: list[str]) -> str:
     return f"; did you mean {match[0]}?" if match else ""
 
 
-def parse_options(spec: str) -> dict[str, str]:
-    """The options of name@key=value:key=value ({} for a bare name)."""
+def key_values(pairs: Iterable[str], error: Callable[[str], str]) -> dict[str, str]:
+    """key=value strings as a dict; a malformed pair is a SpecbenchError with error(pair) as its line."""
     options = {}
-    opts = spec.partition("@")[2]
-    for pair in opts.split(":") if opts else []:
+    for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise SpecbenchError(f"method {spec!r}: options go as name@key=value:key=value")
+            raise SpecbenchError(error(pair))
         options[key] = value
     return options
+
+
+def parse_options(spec: str) -> dict[str, str]:
+    """The options of name@key=value:key=value ({} for a bare name)."""
+    opts = spec.partition("@")[2]
+    return key_values(opts.split(":") if opts else [],
+                      lambda _: f"method {spec!r}: options go as name@key=value:key=value")
 
 
 def join_options(name: str, options: Mapping[str, Any]) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from specbench.decode.target import DEFAULT_TARGET
 from specbench.errors import SpecbenchError
+from specbench.method import key_values
 from specbench.run.tasks import SOURCES, QuestionSelection, parse_category_map
 
 
@@ -37,13 +38,8 @@ def parse_layers(text: str) -> tuple[int, ...]:
 
 
 def parse_options(pairs: list[str]) -> dict[str, str]:
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SpecbenchError(f"--opt {pair!r}: expected key=value")
-        options[key] = value
-    return options
+    """--opt key=value (repeated) as a dict."""
+    return key_values(pairs, lambda pair: f"--opt {pair!r}: expected key=value")
 
 
 def add_question_args(p: argparse.ArgumentParser, max_new_tokens: bool = True, limit: bool = True) -> None:

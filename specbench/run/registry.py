@@ -96,9 +96,6 @@ def select_methods(names: list[str], method_files: Sequence[Path] = (),
         if name not in known:
             raise SpecbenchError(f"unknown method {name}; valid: {', '.join(known)}{closest(name, list(known))}")
         info, own = known[name], parse_options(spec)
-        for key in own:
-            if info.declared(key) is None:
-                raise info.unknown(key)
         given = {**own, **{k: v for k, v in common.items() if info.declared(k) is not None and k not in own}}
         selected.append(info.configured(join_options(name, given) if given else spec, given))
     for key in common:
