@@ -240,8 +240,6 @@ def make_plots(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
 def latency_cdf(samples: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
     """Per task, the CDF of each method's inter-token latencies (ms; a step's later tokens at 0), one panel a task,
     in the report's method colours."""
-    from specbench.analysis.tables import display_names
-
     itl = samples[samples["metric"] == "ITL"]
     tasks = list(dict.fromkeys(itl["task"]))
     if not tasks:

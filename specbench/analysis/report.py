@@ -72,19 +72,26 @@ def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, ori
     so that the tables of several reports can share a paper)."""
     caption += f", {questions_note(counts)}." if counts is not None else "."
     markdown = to_markdown(table, half_width)
-    header = "\n".join(f"<!-- {line} -->" for line in origin)
-    (out_dir / f"{stem}.md").write_text(f"{header}\n\n{caption} {notes}".rstrip() + f"\n\n{markdown}\n",
-                                        encoding="utf-8")
+    tex_notes = notes
     if half_width is not None and len(set(table.columns.get_level_values(0))) > 1:
-        notes = notes.replace(".", f"; shown on the mean only, every cell's in {stem}.csv.", 1)
-    tex_header = "\n".join(f"% {line}" for line in origin)
+        tex_notes = notes.replace(".", f"; shown on the mean only, every cell's in {stem}.csv.", 1)
     label = f"tab:{tag}:{stem}" if tag else f"tab:{stem}"
-    latex = to_latex(table, f"{caption} {notes}".rstrip(), half_width, label=label)
+    write_files(out_dir, stem, origin, f"{caption} {notes}".rstrip() + f"\n\n{markdown}",
+                to_latex(table, f"{caption} {tex_notes}".rstrip(), half_width, label=label),
+                flat_frame(table, half_width, counts))
+    return markdown
+
+
+def write_files(out_dir: Path, stem: str, origin: list[str], markdown: str, latex: str, csv: pd.DataFrame,
+                csv_index: bool = True) -> None:
+    """stem.md, stem.tex and stem.csv, each headed by the run's provenance in its own comment syntax."""
+    header = "\n".join(f"<!-- {line} -->" for line in origin)
+    (out_dir / f"{stem}.md").write_text(f"{header}\n\n{markdown}\n", encoding="utf-8")
+    tex_header = "\n".join(f"% {line}" for line in origin)
     (out_dir / f"{stem}.tex").write_text(f"{tex_header}\n{latex}", encoding="utf-8")
     with (out_dir / f"{stem}.csv").open("w", encoding="utf-8") as f:
         f.write("".join(f"# {line}\n" for line in origin))
-        flat_frame(table, half_width, counts).to_csv(f)
-    return markdown
+        csv.to_csv(f, index=csv_index)
 
 
 def caption_notes(part: pd.DataFrame) -> str:
@@ -171,40 +178,34 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
     info = read_run_info(run_dir)
     check_report_dir(out_dir, info.started or None)
     with folder_lock(out_dir, "report folder"):
-        printed = _write_report(frame, info, out_dir, plots, run_dir.resolve().name)
-        latency_tables(latency_samples(records), info, out_dir, run_dir.resolve().name, plots)
+        printed = _write_report(frame, latency_samples(records), info, out_dir, plots, run_dir.resolve().name)
         write_made_from(run_dir, out_dir)  # the records it was made from, for `report --verify`
         return printed
 
 
-def latency_tables(samples: pd.DataFrame, info: RunInfo, out_dir: Path, tag: str, plots: bool) -> None:
+def latency_tables(samples: pd.DataFrame, out_dir: Path, origin: list[str], target: str, tag: str,
+                   plots: bool) -> None:
     """latency_T<t>[_B<b>]: TTFT, TPOT and ITL percentiles per method, per task and over all tasks (md and csv),
     the pooled table as a LaTeX float (specbench.analysis.latency), and latency_cdf_T<t>[_B<b>] (ITL per task).
     Nothing for records without step times."""
-    origin, target = provenance(info), info.settings.get("target", "")
     sizes = sorted(samples["batch_size"].unique())
     for (temperature, size), part in samples.groupby(["temperature", "batch_size"]):
         stem = f"latency_T{temperature:g}" + ("" if sizes == [1] else f"_B{size}")
         caption = (f"Per-token latency (ms): time to first token, time per output token after it, and inter-token "
                    f"latency (a step's tokens share its time), p50/p95/p99 over all tasks' turns, T={temperature:g}, "
                    f"{target}" + (f", batch size {size}" if sizes != [1] else "") + ".")
-        header = "\n".join(f"<!-- {line} -->" for line in origin)
         long = latency_long(part).reset_index()
-        (out_dir / f"{stem}.md").write_text(f"{header}\n\n{caption} Per task, then all tasks.\n\n"
-                                             f"{long.to_markdown(index=False)}\n", encoding="utf-8")
-        with (out_dir / f"{stem}.csv").open("w", encoding="utf-8") as f:
-            f.write("".join(f"# {line}\n" for line in origin))
-            long.to_csv(f, index=False)
-        latex = to_latex(latency_table(part), caption, label=f"tab:{tag}:{stem}" if tag else f"tab:{stem}")
-        (out_dir / f"{stem}.tex").write_text("\n".join(f"% {line}" for line in origin) + f"\n{latex}",
-                                             encoding="utf-8")
+        write_files(out_dir, stem, origin, f"{caption} Per task, then all tasks.\n\n{long.to_markdown(index=False)}",
+                    to_latex(latency_table(part), caption, label=f"tab:{tag}:{stem}" if tag else f"tab:{stem}"),
+                    long, csv_index=False)
         if plots:
             from specbench.analysis.plots import latency_cdf
 
             latency_cdf(part, out_dir, stem.replace("latency", "latency_cdf"))
 
 
-def _write_report(frame: pd.DataFrame, info: RunInfo, out_dir: Path, plots: bool, tag: str = "") -> str:
+def _write_report(frame: pd.DataFrame, latency: pd.DataFrame, info: RunInfo, out_dir: Path, plots: bool,
+                  tag: str = "") -> str:
     origin = provenance(info)
     target = info.settings.get("target", "")
     printed = ["\n".join(origin)]
@@ -233,6 +234,7 @@ def _write_report(frame: pd.DataFrame, info: RunInfo, out_dir: Path, plots: bool
                                                   out_dir, origin, tag))
         if sizes != [1]:
             printed.extend(throughput_tables(part, t, target_on, out_dir, origin, tag))
+    latency_tables(latency, out_dir, origin, target, tag, plots)
     if plots:
         from specbench.analysis.plots import make_plots
 
