@@ -31,12 +31,12 @@ NAMESPACE = "specbench"
 class DecodeWorker:
     """A Ray actor around a Decoder (wrapped with ray.remote in start_workers)."""
 
-    def __init__(self, cfg: RunConfig, budgets: dict[str, int], worker: int, threads: int) -> None:
+    def __init__(self, cfg: RunConfig, budgets: dict[str, int], worker: int, threads: int, idle_threads: int) -> None:
         import torch
 
         if threads > 0:
             torch.set_num_threads(threads)
-        self.decoder = Decoder(cfg, budgets, worker)
+        self.decoder = Decoder(cfg, budgets, worker, idle_threads or None)
 
     def info(self) -> dict[str, Any]:
         return asdict(self.decoder.info)
@@ -82,12 +82,13 @@ def start_workers(cfg: RunConfig, plan: RunPlan, busy: bool) -> tuple[list[Any],
     cpus = int(ray.cluster_resources().get("CPU", os.cpu_count() or 1))
     if gpus and cfg.device != "cpu":  # one GPU each
         options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 1}
-        threads = 0
+        threads = idle = 0
     else:  # CPU workers share the cluster's cores (--threads each when given; 1 each beside other work)
         threads = decoding_threads(cfg.threads, busy, cfg.workers, cpus)
+        idle = decoding_threads(cfg.threads, False, cfg.workers, cpus)  # their stored costs' key, as when idle
         options = {"num_cpus": min(threads, max(1, cpus // cfg.workers))}
     remote = ray.remote(DecodeWorker)
-    actors = [remote.options(name=worker_name(i), **options).remote(cfg, plan.budgets, i, threads)
+    actors = [remote.options(name=worker_name(i), **options).remote(cfg, plan.budgets, i, threads, idle)
               for i in range(cfg.workers)]
     try:
         infos = ray.get([a.info.remote() for a in actors])
