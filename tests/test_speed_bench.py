@@ -44,7 +44,8 @@ def test_the_fixture_is_in_the_datasets_schema_and_each_category_is_a_task(capsy
                 for c in CATEGORIES}
     capsys.readouterr()
     assert ids(QuestionSelection(suite="speed-bench", question_dir=FIXTURES)) == expected
-    assert "task summarization: 1 of 3 questions skipped: published without their prompt" in capsys.readouterr().err
+    assert "task summarization: 1 of 3 questions skipped: the dataset publishes them with a placeholder" in (
+        capsys.readouterr().err)
     # The same file as --question-file: its categories are the suite's tasks; --limit counts prompts, not placeholders.
     assert ids(QuestionSelection(suite="speed-bench", question_files=[QUALITATIVE])) == expected
     assert ids(QuestionSelection(suite="speed-bench", question_dir=FIXTURES, limit=1, tasks=["summarization"])) == {
@@ -70,19 +71,18 @@ def test_prepared_files_with_messages_read_as_the_same_questions(tmp_path):
 def test_the_hf_path_reads_the_split_by_category(tmp_path):
     """The tasks' HF mapping on a local copy laid out as the dataset's repository (a config named qualitative with a
     test split): each task takes its category before --limit, and placeholder rows are skipped."""
-    datasets = pytest.importorskip("datasets")
+    pytest.importorskip("datasets")
     shutil.copy(QUALITATIVE, tmp_path / "qualitative.jsonl")
     (tmp_path / "README.md").write_text("---\nconfigs:\n- config_name: qualitative\n  data_files:\n  - split: test\n"
                                         "    path: qualitative.jsonl\n---\n", encoding="utf-8")
-    assert datasets.__version__  # the local copy is read by the same datasets.load_dataset call as the hub's
     rows = fixture_rows()
     for name in ("summarization", "writing"):
         task = available_tasks("speed-bench")[name]
         local = dataclasses.replace(task, hf=task.hf | {"path": str(tmp_path)})
         expected = [r for r in rows if r["category"] == name and not r["turns"][0].startswith(task.placeholder)]
-        questions = load_questions(local, "hf", None, limit=2)
+        questions = load_questions(local, "hf", None, limit=3)  # summarization: 2 prompts, 1 placeholder
         assert [(q.question_id, q.category, q.turns) for q in questions] == [
-            (r["question_id"], r["category"], r["turns"]) for r in expected[:2]]
+            (r["question_id"], r["category"], r["turns"]) for r in expected[:3]]
 
 
 def test_offline_without_files_one_line_names_the_dataset(tiny_target_dir, tmp_path, capsys, monkeypatch):

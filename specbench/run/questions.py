@@ -76,10 +76,8 @@ def questions_from_rows(rows: Iterable[dict[str, Any]], mapping: dict[str, Any],
     return questions
 
 
-def without_placeholders(questions: list[Question], placeholder: str) -> tuple[list[Question], int]:
-    """The questions whose first turn is not the dataset's placeholder, and how many were left out (SPEED-Bench
-    publishes rows whose source's licence forbids redistribution with this text in place of the prompt)."""
-    if not placeholder:
-        return questions, 0
-    kept = [q for q in questions if not q.turns[0].startswith(placeholder)]
-    return kept, len(questions) - len(kept)
+def without_placeholders(questions: list[Question], placeholders: Iterable[str]) -> list[Question]:
+    """The questions whose first turn starts with none of the placeholders (SPEED-Bench publishes the rows whose
+    source may not be redistributed with such a text in place of the prompt)."""
+    marks = tuple(p for p in placeholders if p)
+    return [q for q in questions if not q.turns[0].startswith(marks)] if marks else questions

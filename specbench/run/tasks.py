@@ -94,7 +94,8 @@ def builtin_tasks() -> list[Task]:
     for entry in sorted(resources.files("specbench.builtin_tasks").iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".yaml"):
             spec = yaml.safe_load(entry.read_text(encoding="utf-8"))
-            found.extend(_task_from_spec(one, f"tasks/{entry.name}") for one in (spec if isinstance(spec, list) else [spec]))
+            specs = spec if isinstance(spec, list) else [spec]
+            found.extend(_task_from_spec(one, f"tasks/{entry.name}") for one in specs)
     return found
 
 
@@ -204,14 +205,12 @@ def load_questions(task: Task, source: str, question_dir: Path | None, limit: in
 
 def _skip_placeholders(questions: list[Question], placeholders: set[str], where: str) -> list[Question]:
     """Rows published without their prompt are left out, and the user told how many and how to get them."""
-    total = len(questions)
-    for placeholder in placeholders:
-        questions, _ = without_placeholders(questions, placeholder)
-    if len(questions) < total:
-        print(f"specbench: note: {where}: {total - len(questions)} of {total} questions skipped: published without "
-              "their prompt (a placeholder, as the source's licence forbids redistribution); docs/speed-bench.md "
-              "says how to make the full files for --question-dir", file=sys.stderr)
-    return questions
+    kept = without_placeholders(questions, placeholders)
+    if len(kept) < len(questions):
+        print(f"specbench: note: {where}: {len(questions) - len(kept)} of {len(questions)} questions skipped: the "
+              "dataset publishes them with a placeholder in place of the prompt; docs/speed-bench.md says how to "
+              "make the full files for --question-dir", file=sys.stderr)
+    return kept
 
 
 def _tasks_of_question_files(sel: QuestionSelection) -> list[tuple[Task, list[Question]]]:
