@@ -95,7 +95,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="the target's runtime for every method, vanilla included: auto (compiled on CUDA, fast "
                         "elsewhere), fast (CPU kernels for few-token forwards), stock (transformers' modules), "
                         "compiled (static cache, fixed shapes, CUDA graphs on CUDA) or eager (transformers' modules "
-                        "and a growing cache: the EAGLE and Spec-Bench code's GPU protocol); docs/gpu.md")
+                        "and a growing cache: the EAGLE and Spec-Bench code's GPU protocol); docs/runtimes.md")
 
 
 def parse_shard(text: str) -> tuple[int, int]:

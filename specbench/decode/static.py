@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 from transformers.cache_utils import Cache
 
-from specbench.decode.kv import SlotLayer
+from specbench.decode.kv import SlotCache, SlotLayer
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64)  # tokens per row of a captured forward
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)  # rows of a captured forward
@@ -41,24 +41,39 @@ def bucket(n: int, sizes: tuple[int, ...]) -> int:
 
 @dataclass
 class SlotPlan:
-    """What every static layer shares: its size, and where the current forward writes."""
+    """What every static layer shares: its size, where the current forward writes, and the storage of all layers'
+    keys and values (one tensor each, [layers, rows, heads, capacity, dim], so that a compaction moves every
+    layer's slots in one gather rather than one per layer)."""
     rows: int
     capacity: int
+    layers: int
     start: torch.Tensor  # 0-dim long on the device: the first slot the current forward writes
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+
+    def views(self, index: int, key_states: torch.Tensor, value_states: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer `index`'s buffers [rows, heads, capacity, dim] (the storage is allocated at the first layer's)."""
+        if self.keys is None:
+            self.keys = key_states.new_zeros(self.layers, self.rows, key_states.shape[1], self.capacity,
+                                             key_states.shape[3])
+            self.values = value_states.new_zeros(self.layers, self.rows, value_states.shape[1], self.capacity,
+                                                 value_states.shape[3])
+        if self.keys.shape[2::2] != key_states.shape[1::2] or self.values.shape[2::2] != value_states.shape[1::2]:
+            raise ValueError("the static runtime needs every layer's keys and values of one shape")
+        return self.keys[index], self.values[index]
 
 
 class StaticSlotLayer(SlotLayer):
     """A cache layer whose buffers have a fixed size, written at the slots its plan names and read whole."""
 
-    def __init__(self, plan: SlotPlan) -> None:
+    def __init__(self, plan: SlotPlan, index: int) -> None:
         super().__init__()
-        self.plan = plan
+        self.plan, self.index = plan, index
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
-        heads, rows, capacity = key_states.shape[1], self.plan.rows, self.plan.capacity
-        self.key_buffer = key_states.new_zeros(rows, heads, capacity, key_states.shape[3])
-        self.value_buffer = value_states.new_zeros(rows, value_states.shape[1], capacity, value_states.shape[3])
+        self.key_buffer, self.value_buffer = self.plan.views(self.index, key_states, value_states)
         self.is_initialized = True
         self.set_length(0)
 
@@ -72,22 +87,12 @@ class StaticSlotLayer(SlotLayer):
         self.value_buffer[:rows].index_copy_(2, slots, value_states)
         return self.key_buffer[:rows], self.value_buffer[:rows]
 
-    def reserve(self, length: int) -> None:
-        if length > self.plan.capacity:
-            raise ValueError(f"the static cache holds {self.plan.capacity} slots, {length} asked")
 
-    def keep_rows(self, holes: torch.Tensor, movers: torch.Tensor, rows: int) -> None:
-        """Copy batch rows `movers` into rows `holes`; the buffers keep every row (captured graphs read them)."""
-        for buffer in (self.key_buffer, self.value_buffer):
-            if len(holes):
-                buffer[holes] = buffer[movers]
+class StaticSlotCache(SlotCache):
+    """One StaticSlotLayer per decoder layer, all sharing one plan and its storage."""
 
-
-class StaticSlotCache(DynamicCache):
-    """One StaticSlotLayer per decoder layer, all sharing one plan."""
-
-    def __init__(self, plan: SlotPlan, layers: int) -> None:
-        Cache.__init__(self, layers=[StaticSlotLayer(plan) for _ in range(layers)])
+    def __init__(self, plan: SlotPlan) -> None:
+        Cache.__init__(self, layers=[StaticSlotLayer(plan, i) for i in range(plan.layers)])
         self.plan = plan
 
     def reset(self) -> None:
@@ -95,6 +100,23 @@ class StaticSlotCache(DynamicCache):
         for layer in self.layers:
             if layer.is_initialized:
                 layer.set_length(0)
+
+    def copy_rows(self, holes: torch.Tensor, movers: torch.Tensor, rows: int) -> None:
+        """Batch rows `movers` into rows `holes` in every layer at once; every row stays (graphs read them)."""
+        if len(holes) and self.plan.keys is not None:
+            for storage in (self.plan.keys, self.plan.values):
+                storage[:, holes] = storage[:, movers]
+
+    def move_slots(self, source: torch.Tensor, target: torch.Tensor) -> None:
+        """Per batch row b, slot source[b, j] -> slot target[b, j], in every layer at once."""
+        if self.plan.keys is None:
+            return
+        for storage in (self.plan.keys, self.plan.values):
+            layers, _, heads, _, dim = storage.shape
+            rows = source.shape[0]
+            index = source[None, :, None, :, None].expand(layers, rows, heads, -1, dim)
+            moved = storage[:, :rows].gather(3, index)
+            storage[:, :rows].scatter_(3, target[None, :, None, :, None].expand(layers, rows, heads, -1, dim), moved)
 
 
 @dataclass
@@ -129,8 +151,8 @@ class StaticTarget:
         if plan is None or rows > plan.rows or slots > plan.capacity:
             capacity = -(-slots // CAPACITY_STEP) * CAPACITY_STEP
             start = torch.zeros((), dtype=torch.long, device=self.model.device)
-            self.cache = StaticSlotCache(SlotPlan(max(rows, plan.rows if plan else 0), capacity, start),
-                                         self.model.config.num_hidden_layers)
+            self.cache = StaticSlotCache(SlotPlan(max(rows, plan.rows if plan else 0), capacity,
+                                                  self.model.config.num_hidden_layers, start))
             self.graphs.clear()
         self.cache.reset()
         return self.cache

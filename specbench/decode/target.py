@@ -8,8 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, GgufConfig, PreTrainedModel,
-                          PreTrainedTokenizerBase)
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GgufConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runtime import RuntimeInfo, prepare
