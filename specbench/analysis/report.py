@@ -39,12 +39,14 @@ from specbench.analysis.tables import (
     table_with_interval,
     throughput_table,
     to_markdown,
+    with_reference_column,
 )
 from specbench.analysis.verify import write_made_from
 from specbench.errors import SpecbenchError
 from specbench.run.load import describe as describe_load
 from specbench.run.lock import folder_lock
 from specbench.run.records import read_records
+from specbench.run.reference import COMPILED
 from specbench.run.run_info import RunInfo, read_run_info
 
 
@@ -117,9 +119,20 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
     table, half = table_with_interval(part, per_question_means=True)
     write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half, counts, notes, tag)
     printed.append(f"T={t}\n{markdown}")
-    caption = f"Leaderboard, T={t}, {target}: speedup over vanilla and τ over all tasks together"
+    reference = COMPILED in set(part["method"])
+    if reference:
+        caption = (f"Speedup over {COMPILED} (HF generate, static KV cache, torch.compile; tokens/s) and τ, T={t}, "
+                   f"{target}")
+        table, half = table_with_interval(part, baseline=COMPILED)
+        markdown = write_table(table, out_dir, f"speedup_vs_hf_compiled_T{t}", caption, origin, half, counts,
+                               notes.replace("vanilla's", f"{COMPILED}'s"), tag)
+        printed.append(f"T={t}, speedup over {COMPILED}\n{markdown}")
+    caption = f"Leaderboard, T={t}, {target}: speedup over vanilla" + (f" and over {COMPILED}" if reference else "") \
+        + " and τ over all tasks together"
     overall = part.assign(question_id=part["task"] + "/" + part["question_id"], task="Overall")
     board, board_half = leaderboard(*table_with_interval(overall))
+    if reference:
+        board, board_half = with_reference_column(board, board_half, *table_with_interval(overall, baseline=COMPILED))
     board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half,
                            question_counts(overall).loc[board.index], notes, tag)
     printed.append(f"Leaderboard T={t}\n{board_md}")
