@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specbench.decode.runtime import RUNTIMES
 from specbench.decode.target import DEFAULT_TARGET
 from specbench.errors import SpecbenchError
 from specbench.method import key_values
@@ -86,9 +87,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET, help="HF model id, local folder, .gguf, or a short name")
     p.add_argument("--device", default="auto", help="auto (GPU when present), cpu, cuda, cuda:1 ...")
     p.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16/fp16 on GPU), float32, bfloat16 ...")
-    p.add_argument("--runtime", choices=["fast", "stock"], default="fast",
-                   help="the target's runtime for every method, vanilla included: fast (default; specbench.decode.runtime) "
-                        "or stock (transformers' modules as they are)")
+    p.add_argument("--runtime", choices=RUNTIMES, default="auto",
+                   help="the target's runtime for every method, vanilla included: auto (compiled on CUDA, fast "
+                        "elsewhere), fast (CPU kernels for few-token forwards), stock (transformers' modules), "
+                        "compiled (static cache, fixed shapes, CUDA graphs on CUDA) or eager (transformers' modules "
+                        "and a growing cache: the EAGLE and Spec-Bench code's GPU protocol); docs/gpu.md")
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -101,7 +101,7 @@ def new_cache() -> DynamicCache:
 
 def _layers(cache: DynamicCache) -> list[DynamicLayer]:
     for layer in cache.layers:
-        if type(layer) not in (SlotLayer, DynamicLayer):
+        if type(layer) is not DynamicLayer and not isinstance(layer, SlotLayer):
             raise NotImplementedError(
                 f"KV compaction supports full-attention caches only, not {type(layer).__name__} "
                 "(sliding-window or linear-attention layers)"

@@ -46,7 +46,7 @@ def answer_questions(
             generators.append(generator)
         started = time.perf_counter()
         results = generate_batch(target.model, prompts, [drafters[i] for i in rows], sampling, max_new_tokens,
-                                 target.stop_ids, generators, on_step=on_step)
+                                 target.stop_ids, generators, on_step=on_step, static=target.static)
         batch_wall = time.perf_counter() - started  # generate_batch synchronises the device before it returns
         for i, result in zip(rows, results):
             choice = choices[i]
@@ -97,4 +97,5 @@ def warm_up(target: LoadedModel, drafters: dict[str, Drafter], question: Questio
     for drafter in drafters.values():
         for size in sorted(set(batch_sizes)):
             rows = [drafter] + [drafter.fork() for _ in range(size - 1)]
-            generate_batch(target.model, [prompt] * size, rows, Sampling(), tokens, target.stop_ids)
+            generate_batch(target.model, [prompt] * size, rows, Sampling(), tokens, target.stop_ids,
+                           static=target.static)

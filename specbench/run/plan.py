@@ -38,7 +38,7 @@ class RunConfig:
     seed: int = 0
     device: str | None = None
     dtype: str | None = None
-    runtime: str = "fast"
+    runtime: str = "auto"
     cost_curve: Path | None = None  # reuse stored costs instead of measuring them when the run starts
     measure_costs: bool = False  # measure this machine's costs anew (and store them) instead of reusing them
     warmup_tokens: int = 16  # one untimed generation of this many tokens per method before the first question
