@@ -8,6 +8,8 @@ Speedup, Spec-Bench style (speedup_specbench_*) = mean over questions of the met
 vanilla: a ratio of per-question means, which weighs short answers more.
 τ = total new tokens / total target forwards (bonus token included, so vanilla's τ is 1.00).
 The mean column averages the per-task values. Every file starts with the run's provenance.
+With the hf-compiled reference row (run --reference, specbench.run.reference): speedup_vs_hf_compiled_* (speedups
+over it instead of vanilla) and a "Speedup vs hf-compiled" column in the leaderboard.
 Runs with --batch-size B > 1 (or several sizes): the tables above are made per batch size (suffix _B<b>), and
 throughput tables compare tokens/s = total new tokens / total batch wall time of each method with vanilla's at the
 same B (throughput_T<t>: every B side by side over all tasks; throughput_T<t>_B<b>: per task), plus a plot of
