@@ -133,10 +133,12 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
         + " and τ over all tasks together"
     overall = part.assign(question_id=part["task"] + "/" + part["question_id"], task="Overall")
     board, board_half = leaderboard(*table_with_interval(overall))
+    board_notes = notes
     if reference:
         board, board_half = with_reference_column(board, board_half, *table_with_interval(overall, baseline=COMPILED))
+        board_notes = notes.replace("vanilla's", f"vanilla's (over {COMPILED}: with {COMPILED}'s)")
     board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half,
-                           question_counts(overall).loc[board.index], notes, tag)
+                           question_counts(overall).loc[board.index], board_notes, tag)
     printed.append(f"Leaderboard T={t}\n{board_md}")
     for task, rows in part.groupby("task", sort=False):
         if rows["category"].nunique() > 1:  # e.g. MT-bench's eight categories
