@@ -110,3 +110,9 @@ def test_bad_reference_is_one_line(tiny_target_dir, tmp_path, capsys, extra, mes
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("specbench: error: ") and message in err[0]
     assert not (tmp_path / "bad").exists()
+
+
+def test_list_names_the_reference_rows(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "run --reference" in out and "  hf-compiled " in out and "  hf-eager " in out
