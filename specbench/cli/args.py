@@ -45,9 +45,12 @@ def parse_options(pairs: list[str]) -> dict[str, str]:
 
 def add_question_args(p: argparse.ArgumentParser, max_new_tokens: bool = True, limit: bool = True) -> None:
     p.add_argument("--tasks", type=csv_list, default=["all"], help="comma-separated task names, or all (default)")
-    p.add_argument("--suite", help="built-in task set: eagle (the EAGLE paper's six; the default) or spec-bench "
+    p.add_argument("--suite", help="built-in task set: eagle (the EAGLE paper's six; the default), spec-bench "
                                    "(Spec-Bench's six, over its question file given as --question-file or "
-                                   "--question-dir DIR holding spec_bench/question.jsonl)")
+                                   "--question-dir DIR holding spec_bench/question.jsonl), speed-bench (SPEED-Bench's "
+                                   "qualitative split, a task per category) or speed-bench-throughput (its throughput "
+                                   "split, a task per input length); SPEED-Bench is read from the HF dataset "
+                                   "nvidia/SPEED-Bench, or from --question-dir DIR holding speed_bench/<config>.jsonl")
     p.add_argument("--question-file", dest="question_files", type=Path, action="append", default=[],
                    metavar="FILE", help="a JSONL question file in the EAGLE/Spec-Bench format (repeatable); its "
                                         "`category` values become the tasks, grouped by --suite or --category-map")
@@ -64,10 +67,11 @@ def add_question_args(p: argparse.ArgumentParser, max_new_tokens: bool = True, l
     p.add_argument("--question-end", type=int, help="as Spec-Bench: stop before this line (applied before --limit)")
     if max_new_tokens:
         p.add_argument("--max-new-tokens", type=int, help="new tokens per turn (default: each task's own)")
-    p.add_argument("--question-dir", type=Path, help="a directory of <task>/question.jsonl files")
+    p.add_argument("--question-dir", type=Path, help="a directory of the tasks' question files (<task>/question.jsonl; "
+                                                     "spec_bench/question.jsonl; speed_bench/<config>.jsonl)")
     p.add_argument("--source", choices=SOURCES, default="auto",
                    help="where questions come from; auto = --question-file or --question-dir if given, else the "
-                        "embedded sample")
+                        "embedded sample, else (SPEED-Bench) the task's HF dataset")
 
 
 def question_selection(args: argparse.Namespace) -> QuestionSelection:
