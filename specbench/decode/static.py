@@ -143,9 +143,9 @@ class StaticTarget:
     pool: Any = None  # the memory pool the graphs share
     stats: StaticStats = field(default_factory=StaticStats)
 
-    def new_cache(self, rows: int, slots: int) -> StaticSlotCache:
-        """The run's cache, emptied for a generation of `rows` sequences up to `slots` slots each (grown first when
-        it is too small, which drops the captured graphs)."""
+    def reserve(self, rows: int, slots: int) -> StaticSlotCache:
+        """A cache for at least `rows` sequences of `slots` slots each (a run sizes it once, before its warm-up),
+        allocated anew when the one it has is smaller, which drops the captured graphs."""
         rows, slots = bucket(rows, BATCH_SIZES), slots + HEADROOM
         plan = self.cache.plan if self.cache is not None else None
         if plan is None or rows > plan.rows or slots > plan.capacity:
@@ -154,8 +154,13 @@ class StaticTarget:
             self.cache = StaticSlotCache(SlotPlan(max(rows, plan.rows if plan else 0), capacity,
                                                   self.model.config.num_hidden_layers, start))
             self.graphs.clear()
-        self.cache.reset()
         return self.cache
+
+    def new_cache(self, rows: int, slots: int) -> StaticSlotCache:
+        """The run's cache, emptied for a generation of `rows` sequences up to `slots` slots each."""
+        cache = self.reserve(rows, slots)
+        cache.reset()
+        return cache
 
     @property
     def capacity(self) -> int:

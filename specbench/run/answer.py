@@ -17,6 +17,9 @@ from specbench.errors import SpecbenchError
 from specbench.run.record import Choice
 from specbench.run.tasks import Question
 
+CAPACITY_STEP = 64  # conversation_capacity rounds up to a multiple of this
+TURN_SLACK = 16  # tokens per turn beyond the answer's budget (template, re-tokenised answers)
+
 
 def question_seed(seed: int, task: str, question_id: Any, turn: int, repeat: int = 0) -> int:
     """The same per-turn seed for every method, independent of run order and process; each repeat draws anew."""
@@ -73,6 +76,18 @@ def answer_question(
 ) -> Choice:
     """Decode every turn of one question; later turns see the earlier answers."""
     return answer_questions(target, [drafter], [question], task, sampling, max_new_tokens, seed, repeat)[0]
+
+
+def conversation_capacity(target: LoadedModel, questions: list[Question], budget: int) -> int:
+    """Cache slots the longest conversation can need: every user turn, and each answer at its full budget (plus
+    slack), rounded up to CAPACITY_STEP and cut to the model's context."""
+    longest = 0
+    for q in questions:
+        messages = [m for turn in q.turns for m in ({"role": "user", "content": turn},
+                                                    {"role": "assistant", "content": ""})]
+        longest = max(longest, len(chat_prompt(target.tokenizer, messages)) + len(q.turns) * (budget + TURN_SLACK))
+    rounded = -(-longest // CAPACITY_STEP) * CAPACITY_STEP
+    return min(rounded, context_limit(target.model))
 
 
 def check_prompts_fit(target: LoadedModel, questions: dict[str, list[Question]], budgets: dict[str, int]) -> None:

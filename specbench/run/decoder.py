@@ -16,14 +16,14 @@ from specbench.decode.draft import Drafter
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import load_model
 from specbench.method import BuildContext, MethodInfo
-from specbench.run.answer import answer_questions, check_prompts_fit, warm_up
+from specbench.run.answer import answer_questions, check_prompts_fit, conversation_capacity, warm_up
 from specbench.run.cost_store import Machine, read_stored_costs, store_costs
 from specbench.run.failures import target_step
 from specbench.run.plan import Job, RunConfig
 from specbench.run.progress import TokenProgress
 from specbench.run.record import BatchPlace, Record, Worker
 from specbench.run.records import environment
-from specbench.run.reference import ReferenceDecoder, conversation_capacity
+from specbench.run.reference import ReferenceDecoder
 from specbench.run.registry import available_methods
 from specbench.run.tasks import Question
 
@@ -91,8 +91,12 @@ class Decoder:
         self.methods = {m.name: m for m in methods}
         self.drafters = {m.name: m.drafter(build) for m in methods}
         self.info.trained_from = {name: d.trained_from for name, d in self.drafters.items() if d.trained_from}
-        if self.cfg.references:  # one static cache length for the run: the longest conversation's
-            capacity = max(conversation_capacity(self.target, qs, self.budgets[task]) for task, qs in questions.items())
+        # One static cache length for the run (the static runtime's, the hf-compiled row's): the longest conversation's
+        capacity = max((conversation_capacity(self.target, qs, self.budgets[task]) for task, qs in questions.items()),
+                       default=0)
+        if self.target.static is not None:
+            self.target.static.reserve(max(self.cfg.batch_sizes), capacity)
+        if self.cfg.references:
             self.references = {name: ReferenceDecoder(self.target, name, capacity) for name in self.cfg.references}
         first = next((qs[0] for qs in questions.values() if qs), None)
         with target_step(self.target, "the warm-up"):

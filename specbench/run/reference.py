@@ -40,8 +40,6 @@ REFERENCES = {
     COMPILED: "HF generate, static KV cache, forward compiled with torch.compile (generate's CompileConfig)",
     "hf-eager": "HF generate, default dynamic KV cache, no compilation",
 }
-CAPACITY_STEP = 64  # the static cache's length is rounded up to a multiple of this
-TURN_SLACK = 16  # tokens per turn beyond the answer's budget (template, re-tokenised answers)
 
 # Every logits processor transformers would otherwise fill in from the model's generation config, set neutral:
 # a reference row samples from the same distribution as the methods (temperature, top-k, top-p only).
@@ -68,18 +66,6 @@ def reference_options(name: str) -> dict[str, Any]:
         config = CompileConfig().to_dict()
         out["compile"] = f"torch.compile {config['backend']}, mode {config['mode']}, fullgraph {config['fullgraph']}"
     return out
-
-
-def conversation_capacity(target: LoadedModel, questions: list[Question], budget: int) -> int:
-    """Cache slots the longest conversation can need: every user turn, and each answer at its full budget (plus
-    slack), rounded up to CAPACITY_STEP and cut to the model's context."""
-    longest = 0
-    for q in questions:
-        messages = [m for turn in q.turns for m in ({"role": "user", "content": turn},
-                                                    {"role": "assistant", "content": ""})]
-        longest = max(longest, len(chat_prompt(target.tokenizer, messages)) + len(q.turns) * (budget + TURN_SLACK))
-    rounded = -(-longest // CAPACITY_STEP) * CAPACITY_STEP
-    return min(rounded, context_limit(target.model))
 
 
 class StepTimes(BaseStreamer):
