@@ -10,8 +10,8 @@
 # failed one; records are kept as they finish, so a step cut by its limit still leaves whole questions. The run
 # folders come back as one tarball; tables come from `python -m specbench report` here.
 # Dry run on the CPU (tiny sizes, no setup):
-#   SKIP_SETUP=1 DEVICE=cpu LIMIT=1 TOKENS=8 BATCH_TOKENS=8 BATCH_SIZES=1,2 KEEP=/tmp/keep QDIR=data/tasks \
-#       OUT=/tmp/gout PYTHON=python bash scripts/device/gpu_runtime.sh
+#   SKIP_SETUP=1 DEVICE=cpu TASKS=gsm8k LIMIT=1 TOKENS=8 BATCH_TOKENS=8 BATCH_SIZES=1,2 T_A32=900 T_A16=900 \
+#       T_EAGER=600 T_B=600 KEEP=/tmp/keep QDIR=data/tasks OUT=/tmp/gout PYTHON=python bash scripts/device/gpu_runtime.sh
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
@@ -19,7 +19,7 @@ DEVICE=${DEVICE:-cuda}; LIMIT=${LIMIT:-2}; TOKENS=${TOKENS:-128}
 BATCH_TOKENS=${BATCH_TOKENS:-32}; BATCH_SIZES=${BATCH_SIZES:-1,16,64}
 KEEP=${KEEP:-/tmp/specbench-keep}; QDIR=${QDIR:-$KEEP/tasks}
 LOG="$OUT/log.txt"
-METHODS=${METHODS:-vanilla,eagle,pld,eagle3,hydra,samd}
+METHODS=${METHODS:-vanilla,eagle,pld,eagle3,hydra,samd}; TASKS=${TASKS:-all}
 REFERENCE=${REFERENCE:-hf-compiled,hf-eager}
 source scripts/device/common.sh  # say, step, device_setup
 
@@ -29,7 +29,7 @@ if [ "${SKIP_SETUP:-0}" != 1 ]; then
 fi
 py=${PYTHON:-python3}
 runs="$KEEP/runs"; mkdir -p "$runs"
-common=(--device "$DEVICE" --question-dir "$QDIR" --temperatures 0 --tasks all --limit "$LIMIT"
+common=(--device "$DEVICE" --question-dir "$QDIR" --temperatures 0 --tasks "$TASKS" --limit "$LIMIT"
         --max-new-tokens "$TOKENS")
 
 step "${T_A32:-150}" "compiled fp32" $py -m specbench run --methods "$METHODS" --reference "$REFERENCE" \
