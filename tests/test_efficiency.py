@@ -126,3 +126,14 @@ def test_a_run_reports_its_roofline_energy_and_goodput(tiny_target_dir, tmp_path
     made_from = json.loads((report / "made_from.json").read_text())
     assert made_from["options"] == ["--slo-tpot-ms", "1000"]
     assert main(["report", str(out), "--out", str(tmp_path / "bad"), "--slo-tpot-ms", "0"]) == 2
+
+
+def test_the_new_fields_round_trip_and_older_records_read_without_them():
+    record = _record("vanilla", [1, 2], 7, 0.1, 0.05, [0.1, 0.2], energy=1.25)
+    back = Record.from_json(record.to_json(), "test")
+    assert back.choice.energy_j == [1.25] and back.choice.prompt_tokens == [7] and back.choice.prefill_time == [0.05]
+    raw = {**record.to_json(), "schema": 3}
+    for key in ("prompt_tokens", "prefill_time", "energy_j"):
+        del raw["choices"][0][key]
+    old = Record.from_json(raw, "test")
+    assert old.choice.energy_j is None and old.choice.prompt_tokens == [] and old.choice.prefill_time == []
