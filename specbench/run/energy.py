@@ -71,7 +71,11 @@ class NvmlCounter:
         import pynvml
 
         pynvml.nvmlInit()
-        self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+        try:  # by UUID: NVML numbers every GPU, CUDA only the visible ones (CUDA_VISIBLE_DEVICES)
+            handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{torch.cuda.get_device_properties(index).uuid}")
+        except Exception:  # a torch without the UUID, or NVML spelling it otherwise: NVML's own numbering
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self.nvml, self.handle = pynvml, handle
         self.name = f"NVML (GPU {index})"
         self.read()  # refuses here on a GPU without the counter
 
