@@ -9,6 +9,7 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 from specbench.analysis.efficiency import efficiency_frame, efficiency_table, forward_contexts
 from specbench.analysis.goodput import goodput_frame, goodput_table
+from specbench.analysis.verify import verify_report
 from specbench.cli import main
 from specbench.run.energy import RaplCounter
 from specbench.run.footprint import KvGroup, TargetBytes, target_bytes
@@ -125,6 +126,7 @@ def test_a_run_reports_its_roofline_energy_and_goodput(tiny_target_dir, tmp_path
     assert "| pld " in (report / "goodput_T0_B2.md").read_text()
     made_from = json.loads((report / "made_from.json").read_text())
     assert made_from["options"] == ["--slo-tpot-ms", "1000"]
+    assert verify_report(report) == []  # remade with the same bound
     assert main(["report", str(out), "--out", str(tmp_path / "bad"), "--slo-tpot-ms", "0"]) == 2
 
 
