@@ -72,3 +72,13 @@ def to_latex(table: pd.DataFrame, caption: str, half_width: pd.DataFrame | None 
              *header_rows(table.columns, narrow=wide), r"\midrule", *body, r"\bottomrule", r"\end{tabular}",
              rf"\end{{{float_name}}}"]
     return "\n".join(line for line in lines if line) + "\n"
+
+
+def flat_latex(text: pd.DataFrame, caption: str, label: str = "") -> str:
+    """A frame of formatted cells (one header row, no bold, the first column left-aligned) as a LaTeX float."""
+    body = [" & ".join(escape(str(v)) for v in row) + r" \\" for row in text.itertuples(index=False)]
+    lines = [PREAMBLE, r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{escape(caption)}}}",
+             rf"\label{{{label}}}" if label else "", r"\begin{tabular}{l" + "r" * (text.shape[1] - 1) + "}",
+             r"\toprule", " & ".join(escape(str(c)) for c in text.columns) + r" \\", r"\midrule", *body,
+             r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(line for line in lines if line) + "\n"

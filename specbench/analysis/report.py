@@ -26,8 +26,17 @@ from pathlib import Path
 import pandas as pd
 
 from specbench.analysis.budget import budget_table
+from specbench.analysis.efficiency import (
+    DIGITS,
+    efficiency_frame,
+    efficiency_notes,
+    efficiency_table,
+    formatted,
+    run_facts,
+)
+from specbench.analysis.goodput import goodput_frame, goodput_table
 from specbench.analysis.latency import latency_long, latency_samples, latency_table
-from specbench.analysis.latex import to_latex
+from specbench.analysis.latex import flat_latex, to_latex
 from specbench.analysis.tables import (
     batch_cost_table,
     batch_frame,
@@ -47,6 +56,7 @@ from specbench.analysis.verify import write_made_from
 from specbench.errors import SpecbenchError
 from specbench.run.load import describe as describe_load
 from specbench.run.lock import folder_lock
+from specbench.run.record import Record
 from specbench.run.records import read_records
 from specbench.run.reference import COMPILED
 from specbench.run.run_info import RunInfo, read_run_info
@@ -187,7 +197,8 @@ def check_report_dir(out_dir: Path, started: str | None) -> None:
                              "pass --report-dir DIR, or remove that folder first")
 
 
-def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
+def build_report(run_dir: Path, out_dir: Path, plots: bool = True, slo_tpot_ms: float | None = None) -> str:
+    """Every table of the run's records into out_dir (goodput tables only with a TPOT bound, slo_tpot_ms)."""
     records = read_records(run_dir)
     if not records:
         raise SpecbenchError(f"{run_dir}: no finished records yet")
@@ -196,7 +207,8 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True) -> str:
     check_report_dir(out_dir, info.started or None)
     with folder_lock(out_dir, "report folder"):
         printed = _write_report(frame, latency_samples(records), info, out_dir, plots, run_dir.resolve().name)
-        write_made_from(run_dir, out_dir)  # the records it was made from, for `report --verify`
+        printed += run_cost_tables(records, info, out_dir, run_dir.resolve().name, slo_tpot_ms)
+        write_made_from(run_dir, out_dir, [] if slo_tpot_ms is None else ["--slo-tpot-ms", f"{slo_tpot_ms:g}"])  # the records it was made from, for `report --verify`
         return printed
 
 
@@ -258,3 +270,34 @@ def _write_report(frame: pd.DataFrame, latency: pd.DataFrame, info: RunInfo, out
         written = make_plots(frame, out_dir)
         printed.append("plots: " + ", ".join(p.name for p in written))
     return "\n\n".join(printed)
+
+
+def run_cost_tables(records: list[Record], info: RunInfo, out_dir: Path, tag: str, slo_tpot_ms: float | None) -> str:
+    """efficiency_T<t>[_B<b>] (roofline and energy per method, specbench.analysis.efficiency; none for records from
+    before schema 4) and, with a TPOT bound, goodput_T<t>[_B<b>] (specbench.analysis.goodput; records from schema
+    3 on); returns what to print."""
+    origin, target = provenance(info), info.settings.get("target", "")
+    facts, copy_gbps = run_facts(info)
+    sizes = sorted({r.batch_size for r in records})
+    frames = {"efficiency": efficiency_frame(records, facts)}
+    if slo_tpot_ms is not None:
+        frames["goodput"] = goodput_frame(records, slo_tpot_ms / 1e3)
+    printed = []
+    for name, frame in frames.items():
+        for (temperature, size), part in frame.groupby(["temperature", "batch_size"]):
+            stem = f"{name}_T{temperature:g}" + ("" if sizes == [1] else f"_B{size}")
+            at = f"T={temperature:g}, {target}" + (f", batch size {size}" if sizes != [1] else "")
+            if name == "efficiency":
+                caption = (f"Roofline and energy per method, {at}: the bytes each decoding forward must read (weights "
+                           "and keys/values at its context), its time, the bandwidth achieved and its share of the "
+                           f"copy bandwidth; joules per emitted token. {efficiency_notes(info, part)}")
+                text = formatted(efficiency_table(part, copy_gbps), DIGITS)
+            else:
+                caption = (f"Goodput under a TPOT bound of {slo_tpot_ms:g} ms, {at}: turns (rows) whose time per "
+                           "output token after the first is within it, tokens/s of all turns and of those (goodput).")
+                text = formatted(goodput_table(part), {"turns": 0, "met SLO %": 1})
+            markdown = f"{caption}\n\n{text.to_markdown(index=False, disable_numparse=True)}"
+            label = f"tab:{tag}:{stem}" if tag else f"tab:{stem}"
+            write_files(out_dir, stem, origin, markdown, flat_latex(text, caption, label), text, csv_index=False)
+            printed.append(f"\n\n{stem}\n{markdown}")
+    return "".join(printed)

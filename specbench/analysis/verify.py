@@ -8,6 +8,7 @@ what is committed; `--fix` writes the remade files over the committed ones (afte
      "also": {"check.txt": ["python -m specbench check {run}"], "paired_tau.txt": ["python scripts/paired_tau.py ..."]}}
 
 root: the folder the commands ran in (the repository), relative to the report folder; run and out: relative to root;
+options (where the report had any, e.g. --slo-tpot-ms): passed again when the tables are remade;
 also (optional, kept when `report` rewrites the file): other files of the folder made from the same records, each
 the standard output of its commands one after another, run in root, `{run}` standing for the run folder.
 
@@ -42,17 +43,22 @@ class Provenance:
     root: Path  # where the commands run
     run: str  # the run folder, relative to root
     also: dict[str, list[str]] = field(default_factory=dict)
+    options: list[str] = field(default_factory=list)  # the report's own options (e.g. --slo-tpot-ms 50)
 
 
-def write_made_from(run_dir: Path, out_dir: Path) -> None:
-    """Name the run folder a report was made from (relative paths, so the repository may move); keep `also`."""
+def write_made_from(run_dir: Path, out_dir: Path, options: list[str] | None = None) -> None:
+    """Name the run folder a report was made from (relative paths, so the repository may move) and the options it
+    was made with; keep `also`."""
     root = Path.cwd()
     path = out_dir / MADE_FROM
     also = json.loads(path.read_text(encoding="utf-8")).get("also", {}) if path.is_file() else {}
     run = Path(os.path.relpath(run_dir.resolve(), root)).as_posix()
     out = Path(os.path.relpath(out_dir.resolve(), root)).as_posix()
     data = {"root": Path(os.path.relpath(root, out_dir.resolve())).as_posix(), "run": run, "out": out,
-            "command": f"python -m specbench report {shlex.quote(run)} --out {shlex.quote(out)}"}
+            "command": f"python -m specbench report {shlex.quote(run)} --out {shlex.quote(out)}"
+                       + "".join(f" {shlex.quote(o)}" for o in options or [])}
+    if options:
+        data["options"] = list(options)
     if also:
         data["also"] = also
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -65,7 +71,8 @@ def read_made_from(folder: Path) -> Provenance:
                              "(remake it with `python -m specbench report RUN --out DIR`)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        prov = Provenance(folder, (folder / data["root"]).resolve(), str(data["run"]), dict(data.get("also", {})))
+        prov = Provenance(folder, (folder / data["root"]).resolve(), str(data["run"]), dict(data.get("also", {})),
+                          [str(o) for o in data.get("options", [])])
     except (ValueError, KeyError, TypeError) as exc:
         raise SpecbenchError(f"{path}: not a made_from file ({exc})") from None
     if not (prov.root / prov.run / "records.jsonl").is_file():
@@ -92,7 +99,7 @@ def _output(prov: Provenance, commands: list[str]) -> str:
 
 def remake(prov: Provenance, dest: Path, plots: bool = False) -> dict[str, str]:
     """Write the report's tables into dest; return the `also` files' remade text by name."""
-    argv = [sys.executable, "-m", "specbench", "report", prov.run, "--out", str(dest.resolve())]
+    argv = [sys.executable, "-m", "specbench", "report", prov.run, "--out", str(dest.resolve()), *prov.options]
     done = subprocess.run(argv + ([] if plots else ["--no-plots"]), cwd=prov.root, capture_output=True, text=True,
                           check=False)
     if done.returncode != 0:

@@ -22,6 +22,9 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
     report.add_argument("run_dir", type=Path, help="a run folder (with --verify: a report folder)")
     report.add_argument("--report-dir", "--out", dest="report_dir", type=Path, help="default RUN_DIR/report")
     report.add_argument("--no-plots", action="store_true", help="the tables only")
+    report.add_argument("--slo-tpot-ms", type=float, metavar="MS",
+                        help="also goodput tables: turns (batch rows) whose time per output token is within MS ms, "
+                             "and their tokens/s")
     report.add_argument("--verify", action="store_true",
                         help="remake the tables of the report folder RUN_DIR from the records its made_from.json "
                              "names and exit 1 if any differs from the committed ones (one line per file)")
@@ -38,7 +41,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         return verify_command(args.run_dir, fix=args.fix)
     out = args.report_dir or args.run_dir / "report"
-    print(build_report(args.run_dir, out, plots=not args.no_plots))
+    if args.slo_tpot_ms is not None and not args.slo_tpot_ms > 0:
+        raise SpecbenchError(f"--slo-tpot-ms must be a positive number of milliseconds, not {args.slo_tpot_ms:g}")
+    print(build_report(args.run_dir, out, plots=not args.no_plots, slo_tpot_ms=args.slo_tpot_ms))
     print(f"\ntables: {out}")
     return 0
 

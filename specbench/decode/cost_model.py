@@ -47,6 +47,9 @@ class CostModel:
     cpu: str
     verify: CostCurve
     drafting: dict[str, float] = field(default_factory=dict)  # seconds, by a key the method chooses
+    # The device's copy bandwidth (GB/s, read + written; costs.measure_copy_bandwidth): the report's roofline limit,
+    # decides nothing. None in costs stored before it was measured.
+    copy_gbps: float | None = None
 
     def drafting_cost(self, key: str, measure: Callable[[], float]) -> float:
         """The stored cost for key, or measure it now (once per run) and store it."""
@@ -57,7 +60,8 @@ class CostModel:
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "device": self.device, "cpu": self.cpu, "sizes": self.verify.sizes,
                 "verify_ms": [round(s * 1000, 4) for s in self.verify.seconds],
-                "drafting_ms": {k: round(v * 1000, 4) for k, v in self.drafting.items()}}
+                "drafting_ms": {k: round(v * 1000, 4) for k, v in self.drafting.items()},
+                **({"copy_gbps": round(self.copy_gbps, 3)} if self.copy_gbps is not None else {})}
 
     @staticmethod
     def from_dict(raw: Any, origin: str) -> "CostModel":
@@ -67,7 +71,8 @@ class CostModel:
                 raise ValueError("sizes must be ascending from 1, one time per size")
             return CostModel(str(raw["target"]), str(raw.get("device", "?")), str(raw.get("cpu", "?")),
                              CostCurve(sizes, [t / 1000 for t in ms]),
-                             {str(k): float(v) / 1000 for k, v in (raw.get("drafting_ms") or {}).items()})
+                             {str(k): float(v) / 1000 for k, v in (raw.get("drafting_ms") or {}).items()},
+                             float(raw["copy_gbps"]) if raw.get("copy_gbps") is not None else None)
         except (KeyError, TypeError, ValueError) as exc:
             raise SpecbenchError(f"{origin}: not a cost curve ({exc})") from None
 

@@ -1,5 +1,6 @@
 """Measuring what a forward costs on this machine: the target's tree-masked verification curve (the run's fixed
-cost model, specbench.decode.cost_model) and the machine's description that goes with every timing."""
+cost model, specbench.decode.cost_model), the device's copy bandwidth (the report's roofline limit) and the
+machine's description that goes with every timing."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,6 +17,7 @@ from specbench.decode.runtime import fastest_seconds
 
 SIZES = [1, 2, 4, 8, 12, 16, 24, 32]  # tokens per forward at which the curve is measured
 CONTEXT = 256  # cached context tokens before the measured forward
+COPY_BYTES = 256 * 2**20  # the copy probe's tensor: far beyond any CPU's last-level cache and an H100's L2
 
 
 def cpu_description() -> str:
@@ -69,9 +71,20 @@ def measure_forward_curve(model: PreTrainedModel, sizes: list[int], tree: bool, 
     return CostCurve(list(sizes), seconds)
 
 
+@torch.inference_mode()
+def measure_copy_bandwidth(device: torch.device, nbytes: int = COPY_BYTES, repeats: int = 5) -> float:
+    """GB/s of the fastest of `repeats` copies of an nbytes tensor into another on the device, counting the bytes
+    read and the bytes written (STREAM's "copy" convention), with the threads the run decodes with."""
+    source = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    dest = torch.empty_like(source)
+    seconds = fastest_seconds(lambda: dest.copy_(source), device, repeats)
+    return 2 * nbytes / seconds / 1e9
+
+
 def measure_cost_model(model: PreTrainedModel, target: str, rounds: int = 3) -> CostModel:
     """The run's verification curve: per size the fastest over `rounds` passes over all sizes (a busy neighbour on
     a shared machine slows whole seconds at a time; one pass once read T(1) above T(2))."""
     curves = [measure_forward_curve(model, SIZES, tree=True) for _ in range(rounds)]
     fastest = [min(c.seconds[i] for c in curves) for i in range(len(SIZES))]
-    return CostModel(target, str(model.device), cpu_description(), CostCurve(list(SIZES), fastest))
+    return CostModel(target, str(model.device), cpu_description(), CostCurve(list(SIZES), fastest),
+                     copy_gbps=measure_copy_bandwidth(model.device))

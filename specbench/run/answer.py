@@ -14,6 +14,7 @@ from specbench.decode.engine import context_limit, generate_batch
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import LoadedModel, chat_prompt
 from specbench.errors import SpecbenchError
+from specbench.run.energy import EnergyCounter
 from specbench.run.record import Choice
 from specbench.run.tasks import Question
 
@@ -29,12 +30,15 @@ def question_seed(seed: int, task: str, question_id: Any, turn: int, repeat: int
 def answer_questions(
     target: LoadedModel, drafters: list[Drafter], questions: list[Question], task: str, sampling: Sampling,
     max_new_tokens: int, seed: int, repeat: int = 0, on_step: Callable[[int], None] | None = None,
+    energy: EnergyCounter | None = None,
 ) -> list[Choice]:
     """Decode every turn of the questions, question i with drafters[i]; later turns see the earlier answers. With
     several questions, turn k of all of them is one batch (generate_batch) and each choice also keeps that batch's
     wall time per turn (batch_wall_time), from which throughput is computed. on_step: the engine's progress
-    callback (tokens emitted per step), for a display."""
-    choices = [Choice(batch_wall_time=[] if len(questions) > 1 else None) for _ in questions]
+    callback (tokens emitted per step), for a display. energy: a counter read before and after each turn's batch
+    (its joules go into every row's energy_j)."""
+    choices = [Choice(batch_wall_time=[] if len(questions) > 1 else None, energy_j=[] if energy else None)
+               for _ in questions]
     messages: list[list[dict[str, str]]] = [[] for _ in questions]
     for turn in range(max(len(q.turns) for q in questions)):
         rows = [i for i, q in enumerate(questions) if turn < len(q.turns)]
@@ -47,11 +51,13 @@ def answer_questions(
                 generator = torch.Generator(device=target.model.device)
                 generator.manual_seed(question_seed(seed, task, questions[i].question_id, turn, repeat))
             generators.append(generator)
+        counted = energy.read() if energy else []
         started = time.perf_counter()
         results = generate_batch(target.model, prompts, [drafters[i] for i in rows], sampling, max_new_tokens,
                                  target.stop_ids, generators, on_step=on_step, static=target.static)
         batch_wall = time.perf_counter() - started  # generate_batch synchronises the device before it returns
-        for i, result in zip(rows, results):
+        joules = energy.joules(counted, energy.read()) if energy else None
+        for i, prompt, result in zip(rows, prompts, results):
             choice = choices[i]
             answer = target.tokenizer.decode(result.token_ids, skip_special_tokens=True)
             messages[i].append({"role": "assistant", "content": answer})
@@ -64,6 +70,10 @@ def answer_questions(
             choice.draft_time.append(round(sum(result.draft_times), 6))
             choice.verify_time.append(round(sum(result.verify_times), 6))
             choice.step_ends.append([round(t, 6) for t in result.step_ends])
+            choice.prompt_tokens.append(len(prompt))
+            choice.prefill_time.append(round(result.verify_times[0], 6) if result.verify_times else 0.0)
+            if choice.energy_j is not None and joules is not None:
+                choice.energy_j.append(round(joules, 4))
             choice.stop_reason.append(result.stop_reason)
             if choice.batch_wall_time is not None:
                 choice.batch_wall_time.append(round(batch_wall, 6))

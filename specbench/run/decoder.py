@@ -11,14 +11,16 @@ from typing import Any, Iterator
 from tqdm import tqdm
 
 from specbench.decode.cost_model import CostModel
-from specbench.decode.costs import cpu_description, measure_cost_model
+from specbench.decode.costs import cpu_description, measure_copy_bandwidth, measure_cost_model
 from specbench.decode.draft import Drafter
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import load_model
 from specbench.method import BuildContext, MethodInfo
 from specbench.run.answer import answer_questions, check_prompts_fit, conversation_capacity, warm_up
 from specbench.run.cost_store import Machine, read_stored_costs, store_costs
+from specbench.run.energy import open_counter
 from specbench.run.failures import target_step
+from specbench.run.footprint import target_bytes
 from specbench.run.plan import Job, RunConfig
 from specbench.run.progress import TokenProgress
 from specbench.run.record import BatchPlace, Record, Worker
@@ -52,6 +54,10 @@ class Decoder:
         env = environment(str(device), str(self.target.model.dtype).replace("torch.", ""))
         env["runtime"] = self.target.runtime.name if self.target.runtime else cfg.runtime
         env["cpu"] = cpu_description()
+        env["target_bytes"] = target_bytes(self.target.model).to_dict()  # the report's roofline
+        counter = open_counter(device)
+        self.energy = None if isinstance(counter, str) else counter
+        env["energy_unavailable" if isinstance(counter, str) else "energy_counter"] = getattr(counter, "name", counter)
         kind = f"cuda: {env['cuda_device']}" if device.type == "cuda" else f"{device.type}: {env['cpu']}"
         self.info = WorkerInfo(worker, socket.gethostname(), kind, env)
         self.drafters: dict[str, Drafter] = {}
@@ -69,13 +75,20 @@ class Decoder:
         if not self.cfg.measure_costs:
             stored = read_stored_costs(self.machine())
             if stored is not None:
-                return stored
+                return self.with_bandwidth(stored)
         tqdm.write("measuring this machine's costs (once: kept for later runs when the machine is idle)",
                    file=sys.stderr)
         with target_step(self.target, "the cost measurement"):
             costs = measure_cost_model(self.target.model, self.cfg.target)
         if may_store:
             self.store_costs(costs)
+        return costs
+
+    def with_bandwidth(self, costs: CostModel) -> CostModel:
+        """The costs with the device's copy bandwidth, measured now where they came without it (costs stored
+        before it was measured, an older run's, a --cost-curve file): a fact for the report, deciding nothing."""
+        if costs.copy_gbps is None:
+            costs.copy_gbps = measure_copy_bandwidth(self.target.model.device)
         return costs
 
     def store_costs(self, costs: CostModel) -> None:
@@ -119,7 +132,7 @@ class Decoder:
             on_step = progress.method(name, job, self.budgets[job.task]) if progress else None
             with target_step(self.target, f"decoding {job.describe()} with {name}"):
                 choices = answer_questions(self.target, drafters, job.questions, job.task, sampling,
-                                           self.budgets[job.task], cfg.seed, job.repeat, on_step)
+                                           self.budgets[job.task], cfg.seed, job.repeat, on_step, self.energy)
             finished = time.time()  # when the answers were finished (Spec-Bench's answer files keep it)
             for question, choice in zip(job.questions, choices):
                 yield Record(

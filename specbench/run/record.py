@@ -4,7 +4,8 @@ line of records.jsonl by the run's one writer and read back by every reader (rep
 The JSON layout is Spec-Bench's answer files' (FastChat's), with `choices[0]` holding the turns, plus our fields.
 Schema versions: 1 is every record written before the schema was named (no "schema" key); 2 adds the key and
 nothing else; 3 adds `options`, the method's options as it ran (defaults included), and each turn's `step_ends`
-(per-token latency). A field that early runs did not write reads as its default here, so old runs still read.
+(per-token latency); 4 adds each turn's `prompt_tokens` and `prefill_time` (the roofline's bytes and times) and,
+where an energy counter was readable, `energy_j`. A field that early runs did not write reads as its default here, so old runs still read.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from specbench.errors import SpecbenchError
 
-SCHEMA = 3
+SCHEMA = 4
 
 
 @dataclass
@@ -31,6 +32,11 @@ class Choice:
     batch_wall_time: list[float] | None = None  # batches only: the whole batch's wall time per turn
     # Per turn, per step: seconds from the turn's start to the end of the step (its tokens share that time).
     step_ends: list[list[float]] = field(default_factory=list)
+    prompt_tokens: list[int] = field(default_factory=list)  # the conversation's tokens before the turn's answer
+    prefill_time: list[float] = field(default_factory=list)  # seconds of the first step's forward (the prefill)
+    # Joules the device's counter (specbench.run.energy) read over the turn: the whole batch's at batch size above
+    # one, like batch_wall_time; None where no counter was readable.
+    energy_j: list[float] | None = None
 
 
 @dataclass(frozen=True)
