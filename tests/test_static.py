@@ -117,3 +117,14 @@ def test_compiled_runtime_on_the_cpu_is_static_and_uncaptured(tiny_target_dir):
     assert eager.static is None and eager.runtime.swapped_linears == 0
     with torch.inference_mode():
         assert load_model(str(tiny_target_dir), "cpu", "float32").runtime.name == "fast"  # auto on the CPU
+
+
+def test_a_failed_capture_is_reported_once_and_decoding_goes_on_uncaptured():
+    """Where a shape cannot be captured (here: no CUDA at all), the runtime says why once and runs uncaptured."""
+    model = tiny_llama(64, seed=3, layers=2, hidden=32).eval()
+    static = StaticTarget(model, capture=True)
+    expected = generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 8, set()).token_ids
+    with pytest.warns(UserWarning, match="CUDA graph capture failed"):
+        out = generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 8, set(), static=static)
+    assert out.token_ids == expected
+    assert not static.capture and static.stats.uncaptured and static.stats.captures == 0

@@ -116,6 +116,11 @@ class Decoder:
             warm_up(self.target, self.drafters, first, self.cfg.warmup_tokens, tuple(self.cfg.batch_sizes))
             for reference in self.references.values():
                 reference.warm_up(first, self.cfg.warmup_tokens)
+        static = self.target.static
+        if static is not None:  # what the warm-up captured (later shapes are captured when they first occur)
+            self.info.environment["cuda_graphs"] = (f"uncaptured: {static.stats.uncaptured}" if static.stats.uncaptured
+                                                    else f"{static.stats.captures} shapes captured in the warm-up"
+                                                    if static.capture else "none (not on CUDA)")
 
     def decode(self, job: Job, progress: TokenProgress | None = None) -> Iterator[Record]:
         """Each method's records for the job (one per question), as soon as that method has answered every turn
