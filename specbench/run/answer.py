@@ -13,6 +13,7 @@ from specbench.decode.draft import Drafter
 from specbench.decode.engine import context_limit, generate_batch
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import LoadedModel, chat_prompt
+from specbench.decode.verify import VerifyFn
 from specbench.errors import SpecbenchError
 from specbench.run.record import Choice
 from specbench.run.tasks import Question
@@ -26,11 +27,13 @@ def question_seed(seed: int, task: str, question_id: Any, turn: int, repeat: int
 def answer_questions(
     target: LoadedModel, drafters: list[Drafter], questions: list[Question], task: str, sampling: Sampling,
     max_new_tokens: int, seed: int, repeat: int = 0, on_step: Callable[[int], None] | None = None,
+    verify: VerifyFn | None = None,
 ) -> list[Choice]:
     """Decode every turn of the questions, question i with drafters[i]; later turns see the earlier answers. With
     several questions, turn k of all of them is one batch (generate_batch) and each choice also keeps that batch's
     wall time per turn (batch_wall_time), from which throughput is computed. on_step: the engine's progress
-    callback (tokens emitted per step), for a display."""
+    callback (tokens emitted per step), for a display. verify: a verifier other than the lossless one (synthetic
+    acceptance), which gets each row's seeded generator at every temperature."""
     choices = [Choice(batch_wall_time=[] if len(questions) > 1 else None) for _ in questions]
     messages: list[list[dict[str, str]]] = [[] for _ in questions]
     for turn in range(max(len(q.turns) for q in questions)):
@@ -40,13 +43,13 @@ def answer_questions(
             messages[i].append({"role": "user", "content": questions[i].turns[turn]})
             prompts.append(chat_prompt(target.tokenizer, messages[i]))
             generator = None
-            if not sampling.greedy:
+            if not sampling.greedy or verify is not None:
                 generator = torch.Generator(device=target.model.device)
                 generator.manual_seed(question_seed(seed, task, questions[i].question_id, turn, repeat))
             generators.append(generator)
         started = time.perf_counter()
         results = generate_batch(target.model, prompts, [drafters[i] for i in rows], sampling, max_new_tokens,
-                                 target.stop_ids, generators, on_step=on_step)
+                                 target.stop_ids, generators, verify=verify, on_step=on_step)
         batch_wall = time.perf_counter() - started  # generate_batch synchronises the device before it returns
         for i, result in zip(rows, results):
             choice = choices[i]
