@@ -56,19 +56,21 @@ def test_best_path_is_the_first_child_at_each_level():
     assert best_path(Draft()) == []
 
 
-def test_per_position_acceptance_matches_the_conditional_rates():
+@pytest.mark.parametrize("all_rows, temperature", [(False, 0.0), (True, 0.0), (True, 1.0)])
+def test_per_position_acceptance_matches_the_conditional_rates(all_rows, temperature):
     """Many steps of the verifier alone on a tree whose best path is 6 deep: the share of steps accepting position
-    i among those that accepted 1..i-1 is rates[i-1] (binomial test), and the path is the best path's prefix."""
+    i among those that accepted 1..i-1 is rates[i-1] (binomial test), and the path is the best path's prefix; the
+    same with the accelerator's one copy to the host (all_rows), and with a sampled bonus."""
     verify = SyntheticAcceptance(RATES)
     draft = Draft([1, 2, 3, 4, 5, 6, 7, 8, 9], [ROOT, ROOT, 0, 0, 2, 4, 5, 1, 6])
     best = best_path(draft)
     assert best == [0, 2, 4, 5, 6, 8]
     generator = torch.Generator().manual_seed(0)
     logits = torch.zeros(len(draft) + 1, VOCAB)
-    logits[:, 7] = 1.0
+    logits[:, 7] = 50.0
     accepted = []
     for _ in range(4000):
-        verdict = verify(draft, logits, Sampling(), generator)
+        verdict = verify.verdict(draft, logits, Sampling(temperature), generator, all_rows)
         assert verdict.path == best[: len(verdict.path)] and verdict.bonus == 7
         accepted.append(len(verdict.path))
     assert_rates(conditional_counts(accepted, [len(best)] * len(accepted), 6), verify)

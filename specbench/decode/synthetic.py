@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from specbench.decode.draft import Draft
-from specbench.decode.sampling import Sampling, sample, target_probs
+from specbench.decode.sampling import Sampling, target_probs
 from specbench.decode.verify import Uniforms, Verdict
 from specbench.errors import SpecbenchError
 
@@ -76,11 +76,32 @@ class SyntheticAcceptance:
 
     def __call__(self, draft: Draft, logits: torch.Tensor, sampling: Sampling,
                  generator: torch.Generator | None) -> Verdict:
+        return self.verdict(draft, logits, sampling, generator, all_rows=logits.device.type != "cpu")
+
+    def verdict(self, draft: Draft, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None,
+                all_rows: bool) -> Verdict:
+        """all_rows (an accelerator's way): the draws and a bonus candidate at every row of the best path (the
+        target's choice there), in one copy to the host; else (a CPU) the draws, then the bonus at the one row
+        the path ends on."""
         if generator is None:
             raise ValueError("synthetic acceptance draws from the row's generator: the run seeds one per row")
         best = best_path(draft)
-        draws = Uniforms.draw(len(best), generator).tolist() if best else []
-        path = best[: self.accepted_count(draws)]
-        row = logits[path[-1] + 1 if path else 0]
-        bonus = int(row.argmax()) if sampling.greedy else sample(target_probs(row, sampling), generator)
-        return Verdict(path, bonus)
+        rows = [0] + [i + 1 for i in best]
+        draws = Uniforms.draw(len(best), generator)
+        if not all_rows:
+            path = best[: self.accepted_count(draws.tolist())]
+            return Verdict(path, choice(logits[rows[len(path)]][None], sampling, generator)[0])
+        candidates = choice(logits[rows], sampling, generator, on_host=False)
+        host = torch.cat([draws.to(logits.device), candidates.float()]).tolist()  # ids below 2**24: exact
+        path = best[: self.accepted_count(host[: len(best)])]
+        return Verdict(path, int(host[len(best) + len(path)]))
+
+
+def choice(rows: torch.Tensor, sampling: Sampling, generator: torch.Generator | None, on_host: bool = True):
+    """The target's own token at each of the rows [n, V] by the run's sampling: the argmax at T=0, else a draw
+    from the processed distribution (the same processing as vanilla's); a list on the host, or a tensor."""
+    if sampling.greedy:
+        picked = rows.argmax(dim=-1)
+    else:
+        picked = torch.multinomial(target_probs(rows, sampling), 1, generator=generator)[:, 0]
+    return picked.tolist() if on_host else picked
