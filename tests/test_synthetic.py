@@ -140,3 +140,9 @@ def test_check_refuses_a_synthetic_run_in_one_line(tiny_target_dir, tmp_path, ca
     code = main(run_args(tiny_target_dir, tmp_path / "bad", "--synthetic-acceptance", "0.8,2"))
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "rates" in err, err
+
+
+def test_list_names_the_timing_only_modes(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "TIMING-ONLY" in out and "--synthetic-acceptance" in out and "llama-3.2-1b" in out
