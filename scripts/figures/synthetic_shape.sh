@@ -7,6 +7,8 @@
 # command, the machine, its load, and the method with the lowest cost per emitted token, read off the leaderboard).
 # Usage: [SHAPE=llama-3.2-1b] [RATES=0.8,0.6,0.4] [TASKS=mt_bench,gsm8k] [LIMIT=1] [TOKENS=32] [TEMPERATURES=0]
 #        [EXTRA="--device cuda --dtype bfloat16 --runtime ..."] bash scripts/figures/synthetic_shape.sh [OUT]
+# The committed CPU report (reports/synthetic-llama-3.2-1b) ran with EXTRA="--runtime stock": the fast CPU runtime
+# keeps a prepacked copy of every weight, which for the 1B shape and four drafters' lm_head copies took 21 GB.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python}
@@ -28,7 +30,6 @@ mkdir -p "$OUT"
 T=${TEMPERATURES%%,*}
 "$PY" - "$OUT" "$T" "python -m specbench ${ARGS[*]} --out $OUT/run --report-dir $OUT" <<'PYEOF'
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -54,8 +55,8 @@ busy = max((max(e.get("at_start", 0), e.get("max_share", 0)) for e in load), def
 lines = [
     f"# Synthetic acceptance on the {info['settings']['target']} shape (TIMING-ONLY)",
     "",
-    f"Made by `bash scripts/figures/synthetic_shape.sh {out}` at "
-    f"{subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}:",
+    f"Made by `bash scripts/figures/synthetic_shape.sh {out}` at {env.get('git_commit', '?')}, "
+    f"runtime {env.get('runtime', '?')}:",
     "",
     f"    {command}",
     "",
