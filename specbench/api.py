@@ -46,7 +46,7 @@ class Result:
         return len(self.token_ids) / max(1, len(self.accept_lengths))
 
 
-def load_target(name: str, device: str | None = None, dtype: str | None = None, runtime: str = "fast") -> LoadedModel:
+def load_target(name: str, device: str | None = None, dtype: str | None = None, runtime: str = "auto") -> LoadedModel:
     """A target by short name (see `list`'s targets), HF id, local folder or .gguf file."""
     return load_model(name, device, dtype, runtime)
 
@@ -79,7 +79,8 @@ def generate(target: LoadedModel, method: Drafter, prompt: Prompt | list[Prompt]
     if not sampling.greedy or verify is not None:
         generators = [torch.Generator(device=target.model.device).manual_seed(seed + i) for i in range(len(ids))]
     rows = [method] + [method.fork() for _ in ids[1:]]
-    out = generate_batch(target.model, ids, rows, sampling, max_new_tokens, target.stop_ids, generators, verify)
+    out = generate_batch(target.model, ids, rows, sampling, max_new_tokens, target.stop_ids, generators, verify,
+                         static=target.static)
     results = [Result(target.tokenizer.decode(g.token_ids, skip_special_tokens=True), g.token_ids, g.accept_lengths,
                       g.wall_time, sum(g.draft_times), sum(g.verify_times), g.stop_reason) for g in out]
     return results[0] if single else results

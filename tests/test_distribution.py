@@ -22,6 +22,7 @@ from specbench.decode.draft import Drafter, parse_tree
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling, sample, target_probs
 from specbench.decode.self_draft import layer_skip_view
+from specbench.decode.static import StaticTarget
 from specbench.decode.verify import (
     RejectionRules,
     Uniforms,
@@ -116,11 +117,12 @@ class Sampled:
     full_paths: int  # steps whose accepted path reached a leaf of a non-empty tree (bonus after a full path)
 
 
-def sample_method(target, prompt, drafter: Drafter, verify: VerifyFn | None = None) -> Sampled:
+def sample_method(target, prompt, drafter: Drafter, verify: VerifyFn | None = None,
+                  static: StaticTarget | None = None) -> Sampled:
     generator = torch.Generator().manual_seed(1234)
     result = Sampled(np.zeros((VOCAB,) * TOKENS), 0, 0)
     for _ in range(SAMPLES):
-        out = generate(target, prompt, drafter, SAMPLING, TOKENS, set(), generator, verify)
+        out = generate(target, prompt, drafter, SAMPLING, TOKENS, set(), generator, verify, static)
         result.counts[tuple(out.token_ids)] += 1
         result.deep_accepts += sum(max(0, a - 2) for a, n in zip(out.accept_lengths, out.tree_sizes) if n)
         result.full_paths += sum(out.full_paths)

@@ -8,7 +8,8 @@ import torch
 from transformers import DynamicCache
 
 from specbench.decode.draft import Draft
-from specbench.decode.engine import ancestors, generate, tree_inputs
+from specbench.decode.engine import generate
+from specbench.decode.inputs import ancestors, tree_inputs
 from specbench.decode.kv import keep_slots, new_cache
 from specbench.decode.sampling import Sampling
 from specbench.methods.pld import PromptLookupDrafter

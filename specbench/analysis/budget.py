@@ -1,6 +1,7 @@
 """The budget-and-settings table of every report: per method, what its drafter was trained on (data, positions,
 precision, hours on what hardware: read from the weights' train.json and log.jsonl) and the settings it ran with
-(its options, and whether `tune` chose them, on which development split). A row without a known budget says so."""
+(its options, and whether `tune` chose them, on which development split). A row without a known budget says so;
+a reference row (hf-compiled, hf-eager) says how it decodes."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from typing import Any
 from specbench.errors import SpecbenchError
 from specbench.jsonl import json_lines
 from specbench.method import parse_options
+from specbench.run.reference import REFERENCES
 from specbench.run.run_info import RunInfo
 from specbench.run.settings import read_settings
 
@@ -72,6 +74,11 @@ def budget_table(info: RunInfo) -> str:
         "; --opt " + " ".join(f"{k}={v}" for k, v in settings["options"].items()) + " (each method that reads it)"
     lines = ["| method | settings | trained from | data | positions | precision | time |", "|---|---|---|---|---|---|---|"]
     for spec in dict.fromkeys(methods):
+        if spec in REFERENCES:  # a reference row: how it decodes, as it ran
+            ran = info.method_options.get(spec) or {}
+            shown = "; ".join(str(ran.get(k)) for k in ("decoder", "compile", "modules") if ran.get(k))
+            lines.append(f"| {spec} | {shown or REFERENCES[spec]} | reference row (not a method) | | | | |")
+            continue
         options = parse_options(spec)
         shown = (", ".join(f"{k}={v}" for k, v in options.items() if k != "head") or "defaults") + common
         base = spec.partition("@")[0]

@@ -26,10 +26,11 @@ def _log_variance(parts: list[tuple[np.ndarray, int]]) -> tuple[float, int]:
     return float(n / (n - 1) * np.sum((u - u.mean()) ** 2)), n
 
 
-def _cell_variances(frame: pd.DataFrame, per_question_means: bool) -> pd.DataFrame:
-    """Per (method, task): the variance of log speedup and of log τ, and the questions behind each."""
+def _cell_variances(frame: pd.DataFrame, per_question_means: bool, baseline: str = "vanilla") -> pd.DataFrame:
+    """Per (method, task): the variance of log speedup (over `baseline`) and of log τ, and the questions behind
+    each."""
     frame = frame.assign(rate=frame["new_tokens"] / frame["wall_time"])
-    vanilla = frame[frame["method"] == "vanilla"]
+    vanilla = frame[frame["method"] == baseline]
     rows = []
     for (method, task), own in frame.groupby(["method", "task"], sort=False):
         tau = _log_variance([(own["new_tokens"].to_numpy(float), 1), (own["steps"].to_numpy(float), -1)])
@@ -45,16 +46,18 @@ def _cell_variances(frame: pd.DataFrame, per_question_means: bool) -> pd.DataFra
     return pd.DataFrame(rows).set_index(["method", "task"])
 
 
-def delta_half_widths(frame: pd.DataFrame, table: pd.DataFrame, per_question_means: bool = False) -> pd.DataFrame:
-    """Half-widths of the 95% intervals of `table` (rows = method names as in `frame`, one repeat), same rows and
-    columns; NaN where fewer than two questions pair up, and on vanilla's row (its ratios are 1 by definition)."""
-    cells = _cell_variances(frame, per_question_means)
+def delta_half_widths(frame: pd.DataFrame, table: pd.DataFrame, per_question_means: bool = False,
+                      baseline: str = "vanilla") -> pd.DataFrame:
+    """Half-widths of the 95% intervals of `table` (rows = method names as in `frame`, one repeat; speedups over
+    `baseline`), same rows and columns; NaN where fewer than two questions pair up, and on vanilla's row and the
+    baseline's (vanilla's τ is 1 by definition, and so is the baseline's speedup)."""
+    cells = _cell_variances(frame, per_question_means, baseline)
     half = pd.DataFrame(np.nan, index=table.index, columns=table.columns)
     tasks = [c[0] for c in table.columns if c[1] == "Speedup" and c[0] != "Mean"]
     for method in table.index:
-        if method == "vanilla":
-            continue
         for stat in ("Speedup", "τ"):
+            if (stat == "τ" and method == "vanilla") or (stat == "Speedup" and method == baseline):
+                continue
             sds, dofs = [], []
             for task in tasks:
                 if (method, task) not in cells.index:

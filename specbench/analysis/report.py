@@ -8,6 +8,8 @@ Speedup, Spec-Bench style (speedup_specbench_*) = mean over questions of the met
 vanilla: a ratio of per-question means, which weighs short answers more.
 τ = total new tokens / total target forwards (bonus token included, so vanilla's τ is 1.00).
 The mean column averages the per-task values. Every file starts with the run's provenance.
+With the hf-compiled reference row (run --reference, specbench.run.reference): speedup_vs_hf_compiled_* (speedups
+over it instead of vanilla) and a "Speedup vs hf-compiled" column in the leaderboard.
 Runs with --batch-size B > 1 (or several sizes): the tables above are made per batch size (suffix _B<b>), and
 throughput tables compare tokens/s = total new tokens / total batch wall time of each method with vanilla's at the
 same B (throughput_T<t>: every B side by side over all tasks; throughput_T<t>_B<b>: per task), plus a plot of
@@ -39,12 +41,14 @@ from specbench.analysis.tables import (
     table_with_interval,
     throughput_table,
     to_markdown,
+    with_reference_column,
 )
 from specbench.analysis.verify import write_made_from
 from specbench.errors import SpecbenchError
 from specbench.run.load import describe as describe_load
 from specbench.run.lock import folder_lock
 from specbench.run.records import read_records
+from specbench.run.reference import COMPILED
 from specbench.run.run_info import RunInfo, read_run_info
 from specbench.run.timing_only import run_timing_only
 
@@ -118,11 +122,24 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
     table, half = table_with_interval(part, per_question_means=True)
     write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half, counts, notes, tag)
     printed.append(f"T={t}\n{markdown}")
-    caption = f"Leaderboard, T={t}, {target}: speedup over vanilla and τ over all tasks together"
+    reference = COMPILED in set(part["method"])
+    if reference:
+        caption = (f"Speedup over {COMPILED} (HF generate, static KV cache, torch.compile; tokens/s) and τ, T={t}, "
+                   f"{target}")
+        table, half = table_with_interval(part, baseline=COMPILED)
+        markdown = write_table(table, out_dir, f"speedup_vs_hf_compiled_T{t}", caption, origin, half, counts,
+                               notes.replace("vanilla's", f"{COMPILED}'s"), tag)
+        printed.append(f"T={t}, speedup over {COMPILED}\n{markdown}")
+    caption = f"Leaderboard, T={t}, {target}: speedup over vanilla" + (f" and over {COMPILED}" if reference else "") \
+        + " and τ over all tasks together"
     overall = part.assign(question_id=part["task"] + "/" + part["question_id"], task="Overall")
     board, board_half = leaderboard(*table_with_interval(overall))
+    board_notes = notes
+    if reference:
+        board, board_half = with_reference_column(board, board_half, *table_with_interval(overall, baseline=COMPILED))
+        board_notes = notes.replace("vanilla's", f"vanilla's (over {COMPILED}: with {COMPILED}'s)")
     board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half,
-                           question_counts(overall).loc[board.index], notes, tag)
+                           question_counts(overall).loc[board.index], board_notes, tag)
     printed.append(f"Leaderboard T={t}\n{board_md}")
     for task, rows in part.groupby("task", sort=False):
         if rows["category"].nunique() > 1:  # e.g. MT-bench's eight categories

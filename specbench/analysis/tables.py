@@ -10,6 +10,7 @@ from scipy.stats import t as student_t
 
 from specbench.analysis.intervals import delta_half_widths
 from specbench.run.record import Record
+from specbench.run.reference import COMPILED, REFERENCES
 from specbench.run.tasks import DEFAULT_SUITE, suites
 
 
@@ -49,10 +50,10 @@ def method_label(method: str, lossless: bool) -> str:
     return method if lossless else f"{method} (lossy)"
 
 
-def method_order(method: str) -> tuple[bool, str, str]:
-    """Sort key of the rows of a table and the bars of a plot: vanilla first, then by name (eagle before
-    eagle3@..., a method's variants together)."""
-    return method != "vanilla", method.partition("@")[0], method
+def method_order(method: str) -> tuple[bool, bool, str, str]:
+    """Sort key of the rows of a table and the bars of a plot: vanilla first, then the reference rows (hf-compiled,
+    hf-eager), then by name (eagle before eagle3@..., a method's variants together)."""
+    return method != "vanilla", method not in REFERENCES, method.partition("@")[0], method
 
 
 def labelled_rows(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
@@ -65,20 +66,21 @@ def labelled_rows(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def speedup_table(frame: pd.DataFrame, per_question_means: bool = False) -> pd.DataFrame:
-    """Rows = methods (labelled), columns = (task, Speedup | τ) then (Mean, ...), for one temperature."""
-    return labelled_rows(raw_speedup_table(frame, per_question_means), frame)
+def speedup_table(frame: pd.DataFrame, per_question_means: bool = False, baseline: str = "vanilla") -> pd.DataFrame:
+    """Rows = methods (labelled), columns = (task, Speedup | τ) then (Mean, ...), for one temperature; speedups over
+    `baseline`'s row (vanilla, or a reference row such as hf-compiled)."""
+    return labelled_rows(raw_speedup_table(frame, per_question_means, baseline), frame)
 
 
-def raw_speedup_table(frame: pd.DataFrame, per_question_means: bool = False) -> pd.DataFrame:
+def raw_speedup_table(frame: pd.DataFrame, per_question_means: bool = False, baseline: str = "vanilla") -> pd.DataFrame:
     """speedup_table with the method names as they are."""
     sums = frame.groupby(["method", "task"])[["new_tokens", "wall_time", "steps"]].sum()
     rate = sums["new_tokens"] / sums["wall_time"]
     if per_question_means:
         rate = (frame["new_tokens"] / frame["wall_time"]).groupby([frame["method"], frame["task"]]).mean()
     tau = sums["new_tokens"] / sums["steps"]
-    if "vanilla" in rate.index.get_level_values("method"):
-        speedup = rate / rate.xs("vanilla", level="method")
+    if baseline in rate.index.get_level_values("method"):
+        speedup = rate / rate.xs(baseline, level="method")
     else:
         speedup = rate * float("nan")
     table = pd.concat({"Speedup": speedup.unstack("task"), "τ": tau.unstack("task")}, axis=1)
@@ -87,6 +89,21 @@ def raw_speedup_table(frame: pd.DataFrame, per_question_means: bool = False) -> 
     for stat in ("Speedup", "τ"):
         table[("Mean", stat)] = table[[(t, stat) for t in tasks]].mean(axis=1)
     return table[[(t, s) for t in [*tasks, "Mean"] for s in ("Speedup", "τ")]]
+
+
+def with_reference_column(board: pd.DataFrame, half: pd.DataFrame | None, versus: pd.DataFrame,
+                          versus_half: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """A leaderboard with each row's speedup over hf-compiled beside its speedup over vanilla (`versus`: the same
+    rows' table with hf-compiled as the baseline), and that column's intervals."""
+    group = board.columns[0][0]
+    column = (group, f"Speedup vs {COMPILED}")
+    board = board.copy()
+    board[column] = versus.loc[board.index, (group, "Speedup")]
+    if half is None and versus_half is None:
+        return board, None
+    half = half.copy() if half is not None else pd.DataFrame(float("nan"), index=board.index, columns=board.columns[:-1])
+    half[column] = versus_half.loc[board.index, (group, "Speedup")] if versus_half is not None else float("nan")
+    return board, half
 
 
 def batch_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -142,15 +159,16 @@ def leaderboard(table: pd.DataFrame, half: pd.DataFrame | None) -> tuple[pd.Data
     return table.loc[order, keep], (half.loc[order, keep] if half is not None else None)
 
 
-def table_with_interval(frame: pd.DataFrame, per_question_means: bool = False) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+def table_with_interval(frame: pd.DataFrame, per_question_means: bool = False,
+                        baseline: str = "vanilla") -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The table (mean over repeats) and the half-widths of the 95% intervals: over repeats, or with a single
-    repeat over the questions paired with vanilla's (specbench.analysis.intervals); None where there are none."""
+    repeat over the questions paired with the baseline's (specbench.analysis.intervals); None where there are none."""
     repeats = sorted(frame["repeat"].unique()) if "repeat" in frame else [0]
     if len(repeats) < 2:
-        raw = raw_speedup_table(frame, per_question_means)
-        half = delta_half_widths(frame.assign(repeat=repeats[0]), raw, per_question_means)
+        raw = raw_speedup_table(frame, per_question_means, baseline)
+        half = delta_half_widths(frame.assign(repeat=repeats[0]), raw, per_question_means, baseline)
         return labelled_rows(raw, frame), None if half.isna().all().all() else labelled_rows(half, frame)
-    tables = [speedup_table(frame[frame["repeat"] == r], per_question_means) for r in repeats]
+    tables = [speedup_table(frame[frame["repeat"] == r], per_question_means, baseline) for r in repeats]
     stacked = pd.concat(tables, keys=range(len(tables)))
     grouped = stacked.groupby(level=1, sort=False)
     mean, spread = grouped.mean(), grouped.std(ddof=1)
@@ -165,12 +183,12 @@ def table_with_interval(frame: pd.DataFrame, per_question_means: bool = False) -
 def format_table(table: pd.DataFrame, bold: tuple[str, str] = ("**", "**"),
                  half_width: pd.DataFrame | None = None, interval_columns: set | None = None) -> pd.DataFrame:
     """Two decimals, × on speedups, ± the interval when there is one (in `interval_columns` only, when given), the
-    best of each column among the methods in bold (vanilla's row is the reference: it does not compete)."""
+    best of each column among the methods in bold (vanilla's row and the reference rows do not compete)."""
     text = table.copy().astype(object)
     for column in table.columns:
-        suffix = "×" if column[1] == "Speedup" else ""
+        suffix = "×" if column[1].startswith("Speedup") else ""
         digits = 1 if column[1] in ("tok/s", "forward ms", "draft ms") else 2
-        rivals = table.loc[[m for m in table.index if m != "vanilla"], column].dropna()
+        rivals = table.loc[[m for m in table.index if m != "vanilla" and m not in REFERENCES], column].dropna()
         best = None if column[1].endswith(" ms") or len(rivals) < 2 else rivals.max()  # times: no "best"
         show = half_width is not None and (interval_columns is None or column in interval_columns)
         cells = []
@@ -181,7 +199,7 @@ def format_table(table: pd.DataFrame, bold: tuple[str, str] = ("**", "**"),
             cell = f"{v:.{digits}f}{suffix}"
             if show and not pd.isna(half_width.loc[method, column]):
                 cell += f" ± {half_width.loc[method, column]:.2f}"
-            cells.append(f"{bold[0]}{cell}{bold[1]}" if method != "vanilla" and v == best else cell)
+            cells.append(f"{bold[0]}{cell}{bold[1]}" if v == best and method in rivals.index else cell)
         text[column] = cells
     return text
 

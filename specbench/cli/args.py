@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specbench.decode.runtime import RUNTIMES
 from specbench.decode.target import DEFAULT_TARGET
 from specbench.errors import SpecbenchError
 from specbench.method import key_values
@@ -44,9 +45,12 @@ def parse_options(pairs: list[str]) -> dict[str, str]:
 
 def add_question_args(p: argparse.ArgumentParser, max_new_tokens: bool = True, limit: bool = True) -> None:
     p.add_argument("--tasks", type=csv_list, default=["all"], help="comma-separated task names, or all (default)")
-    p.add_argument("--suite", help="built-in task set: eagle (the EAGLE paper's six; the default) or spec-bench "
+    p.add_argument("--suite", help="built-in task set: eagle (the EAGLE paper's six; the default), spec-bench "
                                    "(Spec-Bench's six, over its question file given as --question-file or "
-                                   "--question-dir DIR holding spec_bench/question.jsonl)")
+                                   "--question-dir DIR holding spec_bench/question.jsonl), speed-bench (SPEED-Bench's "
+                                   "qualitative split, a task per category) or speed-bench-throughput (its throughput "
+                                   "split, a task per input length); SPEED-Bench is read from the HF dataset "
+                                   "nvidia/SPEED-Bench, or from --question-dir DIR holding speed_bench/<config>.jsonl")
     p.add_argument("--question-file", dest="question_files", type=Path, action="append", default=[],
                    metavar="FILE", help="a JSONL question file in the EAGLE/Spec-Bench format (repeatable); its "
                                         "`category` values become the tasks, grouped by --suite or --category-map")
@@ -63,10 +67,11 @@ def add_question_args(p: argparse.ArgumentParser, max_new_tokens: bool = True, l
     p.add_argument("--question-end", type=int, help="as Spec-Bench: stop before this line (applied before --limit)")
     if max_new_tokens:
         p.add_argument("--max-new-tokens", type=int, help="new tokens per turn (default: each task's own)")
-    p.add_argument("--question-dir", type=Path, help="a directory of <task>/question.jsonl files")
+    p.add_argument("--question-dir", type=Path, help="a directory of the tasks' question files (<task>/question.jsonl; "
+                                                     "spec_bench/question.jsonl; speed_bench/<config>.jsonl)")
     p.add_argument("--source", choices=SOURCES, default="auto",
                    help="where questions come from; auto = --question-file or --question-dir if given, else the "
-                        "embedded sample")
+                        "embedded sample, else (SPEED-Bench) the task's HF dataset")
 
 
 def question_selection(args: argparse.Namespace) -> QuestionSelection:
@@ -86,9 +91,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET, help="HF model id, local folder, .gguf, or a short name")
     p.add_argument("--device", default="auto", help="auto (GPU when present), cpu, cuda, cuda:1 ...")
     p.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16/fp16 on GPU), float32, bfloat16 ...")
-    p.add_argument("--runtime", choices=["fast", "stock"], default="fast",
-                   help="the target's runtime for every method, vanilla included: fast (default; specbench.decode.runtime) "
-                        "or stock (transformers' modules as they are)")
+    p.add_argument("--runtime", choices=RUNTIMES, default="auto",
+                   help="the target's runtime for every method, vanilla included: auto (compiled on CUDA, fast "
+                        "elsewhere), fast (CPU kernels for few-token forwards), stock (transformers' modules), "
+                        "compiled (static cache, fixed shapes, CUDA graphs on CUDA) or eager (transformers' modules "
+                        "and a growing cache: the EAGLE and Spec-Bench code's GPU protocol); docs/runtimes.md")
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -22,6 +22,7 @@ def add_list_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from specbench.decode.shapes import shape_names
+    from specbench.run.reference import REFERENCES
     from specbench.run.registry import available_methods, select_methods
     from specbench.run.tasks import DEFAULT_SUITE, suites
 
@@ -41,6 +42,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"  {'':<16} {'':<9} options: {', '.join(o.name for o in m.options)} (list {m.name}: what they do)")
         if m.tuning:
             print(f"  {'':<16} {'':<9} tune tries: {', '.join(o or '(defaults)' for o in m.tuning)}")
+    print("reference rows (run --reference NAME[,NAME]; not methods: the decoders the methods are compared with):")
+    for name, description in REFERENCES.items():
+        print(f"  {name:<16} {description}")
     for suite, tasks in suites().items():
         print(f"tasks of --suite {suite}{' (the default)' if suite == DEFAULT_SUITE else ''}:")
         for t in tasks:

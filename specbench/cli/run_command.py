@@ -25,6 +25,10 @@ def add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--methods", type=csv_list, default=["vanilla", "pld"],
                      help="comma-separated method names, each optionally with its own options, as in "
                           "eagle@total_tokens=8:top_k=3 (one row per variant: a sweep)")
+    run.add_argument("--reference", type=csv_list, default=[], metavar="NAME[,NAME]",
+                     help="reference rows beside the methods, timed alike on the same target: hf-compiled (HF "
+                          "generate, static cache, torch.compile) and/or hf-eager (HF generate, dynamic cache); "
+                          "batch size 1 only; the tables add each method's speedup over hf-compiled")
     add_question_args(run)
     run.add_argument("--temperatures", type=temperature_list, default=[0.0, 1.0], help="comma-separated, default 0,1")
     run.add_argument("--top-p", type=float, default=1.0)
@@ -86,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         methods = apply_settings(methods, args.temperatures, read_settings(args.settings), args.settings)
     cfg = RunConfig(
-        out=out, methods=methods, settings_file=args.settings, method_files=args.method_files, questions=question_selection(args), baseline=not args.no_baseline,
+        out=out, methods=methods, references=args.reference, settings_file=args.settings, method_files=args.method_files, questions=question_selection(args), baseline=not args.no_baseline,
         temperatures=args.temperatures, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
         target=args.target, draft=args.draft, options=parse_options(args.opt),
         seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=args.runtime,

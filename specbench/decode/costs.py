@@ -9,7 +9,7 @@ from transformers import PreTrainedModel
 
 from specbench.decode.cost_model import CostCurve, CostModel
 from specbench.decode.draft import Draft
-from specbench.decode.engine import tree_inputs
+from specbench.decode.inputs import tree_inputs
 from specbench.decode.kv import new_cache, truncate_cache
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runtime import fastest_seconds

@@ -21,15 +21,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
-import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.inputs import batch_inputs, row_block
 from specbench.decode.kv import keep_rows, keep_slots, new_cache
-from specbench.decode.layout import FULL_ONLY, AttentionLayout
+from specbench.decode.layout import AttentionLayout
 from specbench.decode.runtime import synchronize
 from specbench.decode.sampling import Sampling
+from specbench.decode.static import BATCH_SIZES, BLOCK_SIZES, StaticTarget, bucket
 from specbench.decode.verify import Verdict, VerifyFn, verify_greedy_batch, verify_lossless, verify_rejection_batch
 
 T = TypeVar("T")
@@ -49,90 +50,6 @@ class Generation:
     full_paths: list[bool] = field(default_factory=list)
     # Per step: seconds from the batch's start to the end of its verification (its tokens' time; never read to decide)
     step_ends: list[float] = field(default_factory=list)
-
-
-@dataclass
-class Block:
-    """One row's new tokens in a step: pending (causal), its draft tree, then the draft's extra branch."""
-    tokens: list[int]
-    positions: torch.Tensor  # [n] absolute positions
-    allowed: torch.Tensor  # [n, n] bool: which of the block's tokens each one attends to (besides the context)
-    chain: bool  # a plain causal continuation
-
-
-def row_block(pending: list[int], draft: Draft, cache_len: int) -> Block:
-    """Built in numpy (a few microseconds per small op, where torch takes several): this runs every step."""
-    n_pending, n = len(pending), len(draft)
-    extra = draft.extra
-    m = len(extra.tokens) if extra else 0
-    tokens = pending + draft.tokens + (extra.tokens if extra else [])
-    total = n_pending + n + m
-    if draft.is_chain() and not extra:
-        positions = torch.arange(cache_len, cache_len + total)
-        return Block(tokens, positions, torch.ones(total, total, dtype=torch.bool).tril(), True)
-    root = cache_len + n_pending - 1
-    positions = np.concatenate([np.arange(cache_len, cache_len + n_pending), root + np.asarray(draft.depths()),
-                                root + np.asarray(extra.offsets if extra else [], dtype=np.int64)])
-    allowed = np.zeros((total, total), dtype=bool)
-    allowed[:n_pending, :n_pending] = np.tri(n_pending, dtype=bool)
-    allowed[n_pending:, :n_pending] = True
-    allowed[n_pending : n_pending + n, n_pending : n_pending + n] = ancestors(draft.parents).numpy()
-    if extra:
-        allowed[n_pending + n :, n_pending + n :] = extra.allowed.cpu().numpy()
-    return Block(tokens, torch.from_numpy(positions.astype(np.int64)), torch.from_numpy(allowed), False)
-
-
-def ancestors(parents: list[int]) -> torch.Tensor:
-    """[n, n] bool: node i's row holds i and every ancestor of i. By pointer jumping (each round doubles the levels
-    covered), so a deep tree costs a few array ops rather than one per node."""
-    n = len(parents)
-    jump = np.array([p if p >= 0 else i for i, p in enumerate(parents)], dtype=np.int64)
-    ancestor = np.eye(n, dtype=bool)
-    while True:
-        ancestor |= ancestor[jump]
-        further = jump[jump]
-        if np.array_equal(further, jump):
-            return torch.from_numpy(ancestor)
-        jump = further
-
-
-@dataclass
-class TreeInputs:
-    input_ids: torch.Tensor  # [B, N]
-    position_ids: torch.Tensor  # [B, N]
-    # [B, 1, N, width + N] additive (one per layer kind for sliding-window models), or None: a plain causal forward
-    attention_mask: torch.Tensor | dict[str, torch.Tensor] | None
-    pads: list[int]  # left padding of each row's block
-
-
-def batch_inputs(blocks: list[Block], cache_lens: list[int], width: int, dtype: torch.dtype,
-                 device: torch.device, layout: AttentionLayout = FULL_ONLY) -> TreeInputs:
-    """Inputs for one forward over every row's block, left-padded to the longest; the cache holds `width` slots per
-    row of which row b's first cache_lens[b] are real (slot s holds position s)."""
-    size = max(len(b.tokens) for b in blocks)
-    pads = [size - len(b.tokens) for b in blocks]
-    input_ids = torch.tensor([[0] * pad + b.tokens for b, pad in zip(blocks, pads)], dtype=torch.long)
-    positions = torch.from_numpy(np.stack([np.concatenate([np.full(pad, length, dtype=np.int64), b.positions.numpy()])
-                                           for b, pad, length in zip(blocks, pads, cache_lens)]))
-    if all(b.chain for b in blocks) and not any(pads) and all(length == width for length in cache_lens):
-        # Ordinary causal continuations of equal length: let the model build its own (fast) masks.
-        return TreeInputs(input_ids.to(device), positions.to(device), None, pads)
-    seen = np.zeros((len(blocks), size, width + size), dtype=bool)  # in numpy: small ops, every step
-    for row, (block, pad, length) in enumerate(zip(blocks, pads, cache_lens)):
-        seen[row, pad:, :length] = True
-        seen[row, pad:, width + pad :] = block.allowed.numpy()
-        seen[row, range(pad), range(width, width + pad)] = True  # a pad query sees itself only
-    allowed = torch.from_numpy(seen)
-    keys = torch.cat([torch.arange(width).expand(len(blocks), -1), positions], dim=1) if layout.windows else None
-    masks = layout.masks(allowed, positions, keys, dtype)
-    masks = {k: m.to(device) for k, m in masks.items()} if isinstance(masks, dict) else masks.to(device)
-    return TreeInputs(input_ids.to(device), positions.to(device), masks, pads)
-
-
-def tree_inputs(pending: list[int], draft: Draft, cache_len: int, dtype: torch.dtype,
-                device: torch.device, layout: AttentionLayout = FULL_ONLY) -> TreeInputs:
-    """The one-row case: inputs for scoring `pending`, then the draft tree, then its extra branch."""
-    return batch_inputs([row_block(pending, draft, cache_len)], [cache_len], cache_len, dtype, device, layout)
 
 
 def context_limit(model: PreTrainedModel) -> int:
@@ -185,9 +102,11 @@ def generate(
     stop_ids: set[int],
     generator: torch.Generator | None = None,
     verify: VerifyFn | None = None,
+    static: StaticTarget | None = None,
 ) -> Generation:
     """Decode up to max_new_tokens after prompt_ids with the drafter's proposals (one row of generate_batch)."""
-    return generate_batch(model, [prompt_ids], [drafter], sampling, max_new_tokens, stop_ids, [generator], verify)[0]
+    return generate_batch(model, [prompt_ids], [drafter], sampling, max_new_tokens, stop_ids, [generator], verify,
+                          static=static)[0]
 
 
 @torch.inference_mode()
@@ -202,6 +121,7 @@ def generate_batch(
     verify: VerifyFn | None = None,
     feed_last: bool = False,
     on_step: Callable[[int], None] | None = None,
+    static: StaticTarget | None = None,
 ) -> list[Generation]:
     """Decode every prompt at once, row b with drafters[b] (one drafter object per row: drafters keep per-sequence
     state) and generators[b]; losslessly unless the drafters bring their own verifier (the same for every row).
@@ -211,7 +131,8 @@ def generate_batch(
     batch's start to the step that finished it; its verify_times are the batch's (shared) forwards. feed_last: a
     finished row stays for one more forward over its last tokens (not a step of its record) and its drafter is told
     their hidden states with nothing emitted. on_step (a progress display): told after each step how many tokens
-    it emitted; it sees nothing the drafters see and decides nothing."""
+    it emitted; it sees nothing the drafters see and decides nothing. static: the target's static runtime
+    (specbench.decode.static; None: the dynamic cache)."""
     if not prompts or any(not p for p in prompts):
         raise ValueError("empty prompt")
     if len(drafters) != len(prompts) or len({id(d) for d in drafters}) != len(drafters):
@@ -226,11 +147,12 @@ def generate_batch(
     active = [row for row in rows if row.budget > 0]
     for row in active:
         row.drafting(lambda: row.drafter.begin(row.ctx))
-    layout, cache, width = AttentionLayout.of(model.config), new_cache(), 0  # width: cache slots per row
+    layout, width = AttentionLayout.of(model.config), 0  # width: cache slots per row
+    cache = static.new_cache(len(rows), max(map(len, prompts)) + max_new_tokens) if static else new_cache()
     while active:
         drafts = [Draft() if row.flushing else propose(row) for row in active]
         t1 = time.perf_counter()
-        out, pads = forward(model, active, drafts, cache, width, layout)
+        out, pads = forward(model, active, drafts, cache, width, layout, static)
         scores = [row_logits(out, b, draft) for b, draft in enumerate(drafts)]
         verdicts = verify_rows(verify, active, drafts, [logits for logits, _ in scores], model.device)
         kept, steps = [], []
@@ -283,16 +205,29 @@ def propose(row: Row) -> Draft:
 
 
 def forward(model: PreTrainedModel, rows: list[Row], drafts: list[Draft], cache: DynamicCache, width: int,
-            layout: AttentionLayout) -> tuple[Any, list[int]]:
+            layout: AttentionLayout, static: StaticTarget | None) -> tuple[Any, list[int]]:
     """ONE target forward over every row's uncached tokens and draft tree; the logits of each row's last
-    len(draft) + 1 (+ extra branch) positions are kept. Returns the output and each row's left padding."""
+    len(draft) + 1 (+ extra branch) positions are kept (on the static runtime, of every position of its fixed
+    shape). Returns the output and each row's left padding."""
     blocks = [row_block(row.ctx.token_ids[row.cache_len:], d, row.cache_len) for row, d in zip(rows, drafts)]
-    inputs = batch_inputs(blocks, [row.cache_len for row in rows], width, model.dtype, model.device, layout)
+    cache_lens = [row.cache_len for row in rows]
     keep = max(scored(d) for d in drafts)
-    out = model(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask,
-                cache=cache, use_cache=True, logits_to_keep=keep,
-                output_hidden_states=any(row.drafter.hidden_layers for row in rows))
-    return out, inputs.pads
+    hidden = any(row.drafter.hidden_layers for row in rows)
+    if static is None:
+        inputs = batch_inputs(blocks, cache_lens, width, model.dtype, model.device, layout)
+        out = model(input_ids=inputs.input_ids, position_ids=inputs.position_ids,
+                    attention_mask=inputs.attention_mask, cache=cache, use_cache=True, logits_to_keep=keep,
+                    output_hidden_states=hidden)
+        return out, inputs.pads
+    size = bucket(max(len(b.tokens) for b in blocks), BLOCK_SIZES)
+    if width + size > static.capacity:
+        raise ValueError(f"a step of {size} tokens after {width} cached ones overflows the static cache "
+                         f"({static.capacity} slots): use --runtime eager")
+    inputs = batch_inputs(blocks, cache_lens, width, model.dtype, model.device, layout,
+                          (bucket(len(blocks), BATCH_SIZES), size, static.capacity))
+    named = {"input_ids": inputs.input_ids, "position_ids": inputs.position_ids,
+             "attention_mask": inputs.attention_mask}
+    return static.forward(named, width, size if size <= BLOCK_SIZES[-1] else keep, hidden), inputs.pads
 
 
 def scored(draft: Draft) -> int:

@@ -93,15 +93,25 @@ class SlotCache(DynamicCache):
     def __init__(self) -> None:
         Cache.__init__(self, layer_class_to_replicate=SlotLayer)
 
+    def copy_rows(self, holes: torch.Tensor, movers: torch.Tensor, rows: int) -> None:
+        """Every layer: batch rows `movers` into rows `holes`, then the first `rows` rows kept."""
+        for layer in _layers(self):
+            layer.keep_rows(holes, movers, rows)
 
-def new_cache() -> DynamicCache:
+    def move_slots(self, source: torch.Tensor, target: torch.Tensor) -> None:
+        """Every layer: per batch row b, slot source[b, j] -> slot target[b, j]."""
+        for layer in _layers(self):
+            layer.move_slots(source, target)
+
+
+def new_cache() -> SlotCache:
     """An empty cache written in place, whatever the model's layer kinds (every layer keeps the whole context)."""
     return SlotCache()
 
 
 def _layers(cache: DynamicCache) -> list[DynamicLayer]:
     for layer in cache.layers:
-        if type(layer) not in (SlotLayer, DynamicLayer):
+        if type(layer) is not DynamicLayer and not isinstance(layer, SlotLayer):
             raise NotImplementedError(
                 f"KV compaction supports full-attention caches only, not {type(layer).__name__} "
                 "(sliding-window or linear-attention layers)"
@@ -118,7 +128,7 @@ def truncate_cache(cache: DynamicCache, length: int) -> None:
             layer.keys, layer.values = layer.keys[..., :length, :], layer.values[..., :length, :]
 
 
-def keep_rows(cache: DynamicCache, live: list[int]) -> list[int]:
+def keep_rows(cache: SlotCache, live: list[int]) -> list[int]:
     """Keep the batch rows `live` (ascending) of a new_cache(): each dropped row below len(live) is filled with a
     live row from above, so only those rows are copied. Returns the old row each kept row now holds, in order."""
     n, staying = len(live), set(live)
@@ -130,13 +140,11 @@ def keep_rows(cache: DynamicCache, live: list[int]) -> list[int]:
     layers = _layers(cache)
     if layers:
         device = layers[0].key_buffer.device
-        holes_t, movers_t = torch.tensor(holes, device=device), torch.tensor(movers, device=device)
-        for layer in layers:
-            layer.keep_rows(holes_t, movers_t, n)
+        cache.copy_rows(torch.tensor(holes, device=device), torch.tensor(movers, device=device), n)
     return order
 
 
-def keep_slots(cache: DynamicCache, kept: list[tuple[int, list[int]]]) -> int:
+def keep_slots(cache: SlotCache, kept: list[tuple[int, list[int]]]) -> int:
     """Compaction of a new_cache(): row b keeps its first kept[b][0] slots and then the slots kept[b][1] (ascending,
     each at or past kept[b][0]), moved down to follow them. Returns the new width (slots per row); a row's slots
     past its own length hold stale values that the engine masks out."""
@@ -149,9 +157,7 @@ def keep_slots(cache: DynamicCache, kept: list[tuple[int, list[int]]]) -> int:
         padded = [m + [m[-1] if m else (0, 0)] * (longest - len(m)) for m in moves]
         device = layers[0].key_buffer.device
         source = torch.tensor([[s for s, _ in m] for m in padded], device=device)
-        target = torch.tensor([[t for _, t in m] for m in padded], device=device)
-        for layer in layers:
-            layer.move_slots(source, target)
+        cache.move_slots(source, torch.tensor([[t for _, t in m] for m in padded], device=device))
     for layer in layers:
         layer.set_length(width)
     return width

@@ -22,6 +22,12 @@ hole).
 
 Swapping modules goes through the model's public module tree (`set_submodule`); the model's own forward, masks
 and caches are untouched.
+
+The runtimes (`--runtime`): "fast" (the kernels above, a cache that grows; the CPU's default), "stock"
+(transformers' modules as they are), "compiled" (a static cache, fixed shapes and, on CUDA, CUDA graphs:
+specbench.decode.static; the GPU's default; on the CPU with the kernels above, uncaptured) and "eager"
+(transformers' modules and a growing cache, no graphs: the EAGLE and Spec-Bench repositories' GPU protocol, for
+comparison with published numbers; on the CPU the same as "stock").
 """
 from __future__ import annotations
 
@@ -34,7 +40,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 
-RUNTIMES = ("fast", "stock")
+RUNTIMES = ("auto", "fast", "stock", "compiled", "eager")
 
 FEW_TOKENS = 32  # above this many rows (prefills) F.linear is as fast as anything else
 WXT_MAX_ROWS = 4  # W @ xT up to here, oneDNN-packed weights above (table in the module docstring)
@@ -123,10 +129,12 @@ class FewTokenLinear(nn.Module):
 
 @dataclass(frozen=True)
 class RuntimeInfo:
-    name: str  # "fast" or "stock"
+    name: str  # one of RUNTIMES but "auto"
     swapped_linears: int
     max_tokens: int
     packed_linears: int = 0  # of the swapped ones, with oneDNN-packed weights
+    static: bool = False  # a static cache and fixed shapes (specbench.decode.static)
+    captured: bool = False  # ... replayed from CUDA graphs
 
 
 def swap_linears(model: PreTrainedModel, max_tokens: int = FEW_TOKENS) -> list[tuple[str, nn.Module]]:
@@ -173,12 +181,24 @@ def frozen_linear(weight: torch.Tensor, runtime: RuntimeInfo | None) -> nn.Modul
     return FewTokenLinear(linear, FEW_TOKENS) if drafter_kernels(runtime, weight.device) else linear
 
 
-def prepare(model: PreTrainedModel, runtime: str = "fast", max_tokens: int = FEW_TOKENS) -> RuntimeInfo:
-    """Set up the target's runtime in place. "stock" leaves the model as transformers built it."""
+def chosen(runtime: str, device: torch.device) -> str:
+    """The runtime "auto" stands for on a device: compiled on CUDA, fast elsewhere."""
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {runtime!r}; valid: {', '.join(RUNTIMES)}")
-    if runtime == "stock" or model.device.type != "cpu":
-        return RuntimeInfo("stock" if runtime == "stock" else "fast (GPU: stock kernels)", 0, 0)
+    if runtime == "auto":
+        return "compiled" if device.type == "cuda" else "fast"
+    return runtime
+
+
+def prepare(model: PreTrainedModel, runtime: str = "auto", max_tokens: int = FEW_TOKENS) -> RuntimeInfo:
+    """Set up the target's runtime in place. "stock" and "eager" leave the model as transformers built it."""
+    name = chosen(runtime, model.device)
+    static = name == "compiled"
+    if name in ("stock", "eager"):
+        return RuntimeInfo(name, 0, 0)
+    if model.device.type != "cpu":
+        return RuntimeInfo(name if static else "fast (GPU: stock kernels)", 0, 0, static=static,
+                           captured=static and model.device.type == "cuda")
     swap_linears(model, max_tokens)
     swapped = [m for m in model.modules() if isinstance(m, FewTokenLinear)]
-    return RuntimeInfo(runtime, len(swapped), max_tokens, sum(m.packed is not None for m in swapped))
+    return RuntimeInfo(name, len(swapped), max_tokens, sum(m.packed is not None for m in swapped), static=static)

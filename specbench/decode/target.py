@@ -8,11 +8,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GgufConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runtime import RuntimeInfo, prepare
 from specbench.decode.shapes import is_shape, shape_model
+from specbench.decode.static import StaticTarget
 from specbench.errors import SpecbenchError
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
@@ -41,6 +49,7 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     runtime: RuntimeInfo | None = None
+    static: StaticTarget | None = None  # the static runtime's cache and graphs (runtime "compiled")
 
     @property
     def stop_ids(self) -> set[int]:
@@ -146,21 +155,25 @@ def mla_heads(config: Any) -> dict[str, int]:
     return {}
 
 
-def load_model(name: str, device: str | None = None, dtype: str | None = None, runtime: str = "fast") -> LoadedModel:
-    """A model ready to decode, with its runtime set up (specbench.decode.runtime; "stock" leaves transformers' modules)."""
+def load_model(name: str, device: str | None = None, dtype: str | None = None, runtime: str = "auto") -> LoadedModel:
+    """A model ready to decode, with its runtime set up (specbench.decode.runtime; "stock" and "eager" leave
+    transformers' modules). A GGUF file loads as plain weights in the run's dtype, unpacked once (transformers
+    would otherwise keep its quantized blocks and cast them at every product)."""
     where, extra = resolve(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
+    unpacked = {"quantization_config": GgufConfig(dequantize=True)} if "gguf_file" in extra else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, **extra)
         heads = mla_heads(AutoConfig.from_pretrained(where, **extra))
         model = (shape_model(name, dev, dt) if is_shape(name)
-                 else AutoModelForCausalLM.from_pretrained(where, dtype=dt, **extra, **heads))
+                 else AutoModelForCausalLM.from_pretrained(where, dtype=dt, **extra, **heads, **unpacked))
     except (OSError, ValueError) as exc:
         raise _load_error(name, exc) from None
     AttentionLayout.of(model.config)  # a recurrent or hybrid family is refused here, before anything is decoded
     model.to(dev).eval()
-    return LoadedModel(name, model, tokenizer, prepare(model, runtime))
+    info = prepare(model, runtime)
+    return LoadedModel(name, model, tokenizer, info, StaticTarget(model, info.captured) if info.static else None)
 
 
 def chat_tokens(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]],

@@ -19,6 +19,7 @@ import torch
 from specbench.errors import SpecbenchError
 from specbench.run.record import Record
 from specbench.run.records import read_records
+from specbench.run.reference import REFERENCES
 from specbench.run.run_info import read_run_info
 from specbench.run.timing_only import timing_only
 
@@ -109,7 +110,7 @@ def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
     if not todo:
         return
     settings = read_run_info(run_dir).settings
-    target = load_model(settings["target"], settings.get("device"), settings.get("dtype"), settings.get("runtime", "fast"))
+    target = load_model(settings["target"], settings.get("device"), settings.get("dtype"), settings.get("runtime", "auto"))
     records = [r for r in read_records(run_dir) if r.method == "vanilla" and r.temperature == 0.0]
     reference = min(r.batch_size for r in records)
     vanilla = {(_key(r)[:2]): r.choice for r in records if r.batch_size == reference}
@@ -147,7 +148,7 @@ def check_run(run_dir: Path, margins: bool = True) -> tuple[str, bool]:
     dtype = read_run_info(run_dir).environment.get("dtype", "float32")
     lines, ok = [], True
     for method, (same, total) in sorted(counts.items()):
-        kind = "lossless" if lossless[method] else "lossy"
+        kind = "reference" if method in REFERENCES else "lossless" if lossless[method] else "lossy"
         verdict = "OK" if same == total else ("MISMATCH" if lossless[method] else "differs (expected: lossy)")
         drift = "" if lossless[method] else _drift([m for m in mismatches if m.method == method], same, total)
         lines.append(f"{method:<20} {kind:<8} identical to vanilla in {same}/{total} turns  {verdict}{drift}")

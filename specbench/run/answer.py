@@ -18,6 +18,9 @@ from specbench.errors import SpecbenchError
 from specbench.run.record import Choice
 from specbench.run.tasks import Question
 
+CAPACITY_STEP = 64  # conversation_capacity rounds up to a multiple of this
+TURN_SLACK = 16  # tokens per turn beyond the answer's budget (template, re-tokenised answers)
+
 
 def question_seed(seed: int, task: str, question_id: Any, turn: int, repeat: int = 0) -> int:
     """The same per-turn seed for every method, independent of run order and process; each repeat draws anew."""
@@ -49,7 +52,7 @@ def answer_questions(
             generators.append(generator)
         started = time.perf_counter()
         results = generate_batch(target.model, prompts, [drafters[i] for i in rows], sampling, max_new_tokens,
-                                 target.stop_ids, generators, verify=verify, on_step=on_step)
+                                 target.stop_ids, generators, verify=verify, on_step=on_step, static=target.static)
         batch_wall = time.perf_counter() - started  # generate_batch synchronises the device before it returns
         for i, result in zip(rows, results):
             choice = choices[i]
@@ -78,6 +81,18 @@ def answer_question(
     return answer_questions(target, [drafter], [question], task, sampling, max_new_tokens, seed, repeat)[0]
 
 
+def conversation_capacity(target: LoadedModel, questions: list[Question], budget: int) -> int:
+    """Cache slots the longest conversation can need: every user turn, and each answer at its full budget (plus
+    slack), rounded up to CAPACITY_STEP and cut to the model's context."""
+    longest = 0
+    for q in questions:
+        messages = [m for turn in q.turns for m in ({"role": "user", "content": turn},
+                                                    {"role": "assistant", "content": ""})]
+        longest = max(longest, len(chat_prompt(target.tokenizer, messages)) + len(q.turns) * (budget + TURN_SLACK))
+    rounded = -(-longest // CAPACITY_STEP) * CAPACITY_STEP
+    return min(rounded, context_limit(target.model))
+
+
 def check_prompts_fit(target: LoadedModel, questions: dict[str, list[Question]], budgets: dict[str, int]) -> None:
     limit = context_limit(target.model)
     for task, qs in questions.items():
@@ -100,4 +115,5 @@ def warm_up(target: LoadedModel, drafters: dict[str, Drafter], question: Questio
     for drafter in drafters.values():
         for size in sorted(set(batch_sizes)):
             rows = [drafter] + [drafter.fork() for _ in range(size - 1)]
-            generate_batch(target.model, [prompt] * size, rows, Sampling(), tokens, target.stop_ids)
+            generate_batch(target.model, [prompt] * size, rows, Sampling(), tokens, target.stop_ids,
+                           static=target.static)

@@ -17,13 +17,14 @@ from specbench.decode.sampling import Sampling
 from specbench.decode.synthetic import SyntheticAcceptance
 from specbench.decode.target import load_model
 from specbench.method import BuildContext, MethodInfo
-from specbench.run.answer import answer_questions, check_prompts_fit, warm_up
+from specbench.run.answer import answer_questions, check_prompts_fit, conversation_capacity, warm_up
 from specbench.run.cost_store import Machine, read_stored_costs, store_costs
 from specbench.run.failures import target_step
 from specbench.run.plan import Job, RunConfig
 from specbench.run.progress import TokenProgress
 from specbench.run.record import BatchPlace, Record, Worker
 from specbench.run.records import environment
+from specbench.run.reference import ReferenceDecoder
 from specbench.run.registry import available_methods
 from specbench.run.tasks import Question
 
@@ -56,6 +57,7 @@ class Decoder:
         self.info = WorkerInfo(worker, socket.gethostname(), kind, env)
         self.drafters: dict[str, Drafter] = {}
         self.methods: dict[str, MethodInfo] = {}
+        self.references: dict[str, ReferenceDecoder] = {}
 
     def machine(self) -> Machine:
         env = self.info.environment
@@ -90,9 +92,18 @@ class Decoder:
         self.methods = {m.name: m for m in methods}
         self.drafters = {m.name: m.drafter(build) for m in methods}
         self.info.trained_from = {name: d.trained_from for name, d in self.drafters.items() if d.trained_from}
+        # One static cache length for the run (the static runtime's, the hf-compiled row's): the longest conversation's
+        capacity = max((conversation_capacity(self.target, qs, self.budgets[task]) for task, qs in questions.items()),
+                       default=0)
+        if self.target.static is not None:
+            self.target.static.reserve(max(self.cfg.batch_sizes), capacity)
+        if self.cfg.references:
+            self.references = {name: ReferenceDecoder(self.target, name, capacity) for name in self.cfg.references}
+        first = next((qs[0] for qs in questions.values() if qs), None)
         with target_step(self.target, "the warm-up"):
-            warm_up(self.target, self.drafters, next((qs[0] for qs in questions.values() if qs), None),
-                    self.cfg.warmup_tokens, tuple(self.cfg.batch_sizes))
+            warm_up(self.target, self.drafters, first, self.cfg.warmup_tokens, tuple(self.cfg.batch_sizes))
+            for reference in self.references.values():
+                reference.warm_up(first, self.cfg.warmup_tokens)
 
     def decode(self, job: Job, progress: TokenProgress | None = None) -> Iterator[Record]:
         """Each method's records for the job (one per question), as soon as that method has answered every turn
@@ -101,6 +112,9 @@ class Decoder:
         cfg = self.cfg
         sampling = Sampling(job.temperature, cfg.top_p, cfg.top_k)
         for name in job.methods:
+            if name in self.references:
+                yield self.reference_record(job, name, sampling, progress)
+                continue
             method, drafter = self.methods[name], self.drafters[name]
             drafters = [drafter] + [drafter.fork() for _ in job.questions[1:]]
             on_step = progress.method(name, job, self.budgets[job.task]) if progress else None
@@ -119,3 +133,16 @@ class Decoder:
                     batch=BatchPlace(job.batch_index, len(job.questions)) if job.batch_size > 1 else None,
                     tstamp=finished, worker=Worker(self.info.worker, self.info.host, self.info.device),
                     synthetic=cfg.synthetic)
+
+    def reference_record(self, job: Job, name: str, sampling: Sampling, progress: TokenProgress | None) -> Record:
+        """A reference row's record for a one-question job (specbench.run.reference), in the methods' schema."""
+        cfg, reference, question = self.cfg, self.references[name], job.questions[0]
+        on_step = progress.method(name, job, self.budgets[job.task]) if progress else None
+        with target_step(self.target, f"decoding {job.describe()} with {name}"):
+            choice = reference.answer(question, job.task, sampling, self.budgets[job.task], cfg.seed, job.repeat,
+                                      on_step)
+        return Record(
+            method=name, task=job.task, temperature=job.temperature, question_id=question.question_id, choice=choice,
+            top_p=cfg.top_p, top_k=cfg.top_k, category=question.category, target=cfg.target, seed=cfg.seed,
+            max_new_tokens=self.budgets[job.task], repeat=job.repeat, options=reference.options(), tstamp=time.time(),
+            worker=Worker(self.info.worker, self.info.host, self.info.device))

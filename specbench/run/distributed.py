@@ -21,7 +21,7 @@ from specbench.decode.cost_model import CostModel
 from specbench.errors import SpecbenchError
 from specbench.run.decoder import Decoder
 from specbench.run.load import LoadLog, decoding_threads
-from specbench.run.plan import Job, RunConfig, RunPlan
+from specbench.run.plan import Job, RunConfig, RunPlan, row_options
 from specbench.run.record import Record
 from specbench.run.writer import RunWriter
 
@@ -122,7 +122,7 @@ def _decode(cfg: RunConfig, plan: RunPlan, actors: list[Any], infos: list[dict[s
             log: LoadLog) -> Path:
     ray = _ray()
     writer = RunWriter(cfg.out, cfg.settings(), infos[0]["environment"], costs, infos,
-                       {m.name: m.effective() for m in plan.methods})
+                       row_options(cfg, plan.methods))
     writer.write_load(log)
     pending: deque[Job] = deque(plan.jobs)
     idle = list(actors)

@@ -14,6 +14,7 @@ from specbench.errors import SpecbenchError
 from specbench.method import MethodInfo
 from specbench.run.record import record_key
 from specbench.run.records import RECORDS, read_records
+from specbench.run.reference import check_references, reference_options
 from specbench.run.registry import select_methods
 from specbench.run.run_info import check_resumable, read_run_info
 from specbench.run.settings import check_disjoint, read_settings
@@ -24,6 +25,7 @@ from specbench.run.tasks import Question, QuestionSelection, Task, resolve_quest
 class RunConfig:
     out: Path
     methods: list[str] = field(default_factory=lambda: ["vanilla", "pld"])
+    references: list[str] = field(default_factory=list)  # reference rows (specbench.run.reference), not methods
     questions: QuestionSelection = field(default_factory=QuestionSelection)
     baseline: bool = True  # add vanilla when it is not among the methods: speedups need it
     temperatures: list[float] = field(default_factory=lambda: [0.0, 1.0])
@@ -37,7 +39,7 @@ class RunConfig:
     seed: int = 0
     device: str | None = None
     dtype: str | None = None
-    runtime: str = "fast"
+    runtime: str = "auto"
     # TIMING ONLY: accept along each draft's best path at these conditional per-position rates instead of verifying
     # (specbench.decode.synthetic); None: lossless verification
     synthetic: list[float] | None = None
@@ -68,6 +70,8 @@ class RunConfig:
             values.pop("synthetic")
         if values["batch_sizes"] == [1]:  # runs from before batching resume unchanged
             values.pop("batch_sizes")
+        if not values["references"]:  # runs from before reference rows resume unchanged
+            values.pop("references")
         return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
 
     def method_names(self) -> list[str]:
@@ -79,6 +83,7 @@ class RunConfig:
 def validate(cfg: RunConfig) -> "Checked":
     """Everything that can be checked before loading a model, and the questions."""
     methods = select_methods(cfg.method_names(), cfg.method_files, cfg.options)
+    check_references(cfg.references, cfg.batch_sizes)
     if cfg.max_new_tokens is not None and cfg.max_new_tokens <= 0:
         raise SpecbenchError(f"--max-new-tokens must be > 0, got {cfg.max_new_tokens}")
     if cfg.repeats <= 0:
@@ -135,7 +140,9 @@ class Job:
 def plan_jobs(cfg: RunConfig, methods: list[MethodInfo], tasks: list[Task], questions: dict[str, list[Question]],
               done: set[tuple]) -> list[Job]:
     """Repeats of a question (or batch) run back to back and methods alternate within each, so drift hits all
-    methods alike. A batch of size B takes the task's next B questions in order (the last may be smaller)."""
+    methods alike. A batch of size B takes the task's next B questions in order (the last may be smaller). The
+    reference rows (cfg.references) take their turn among the methods."""
+    names = [m.name for m in methods] + list(cfg.references)
     jobs = []
     every = []
     for t in cfg.temperatures:
@@ -145,13 +152,18 @@ def plan_jobs(cfg: RunConfig, methods: list[MethodInfo], tasks: list[Task], ques
                 for index, first in enumerate(range(0, len(qs), size)):
                     every.extend((t, task, qs[first:first + size], r, size, index) for r in range(cfg.repeats))
     for index, (temperature, task, batch, repeat, size, batch_index) in enumerate(every):
-        shift = index % len(methods)
-        order = [m.name for m in methods[shift:] + methods[:shift]]
+        shift = index % len(names)
+        order = names[shift:] + names[:shift]
         todo = [m for m in order if any(
             record_key(m, task.name, temperature, q.question_id, repeat, size) not in done for q in batch)]
         if todo:
             jobs.append(Job(temperature, task.name, batch, repeat, todo, size, batch_index))
     return jobs
+
+
+def row_options(cfg: RunConfig, methods: list[MethodInfo]) -> dict[str, dict[str, Any]]:
+    """Every row's options as it runs, defaults included (the methods, then the reference rows), for run.json."""
+    return {**{m.name: m.effective() for m in methods}, **{r: reference_options(r) for r in cfg.references}}
 
 
 @dataclass

@@ -14,7 +14,7 @@ from specbench.run.decoder import Decoder
 from specbench.run.distributed import run_distributed
 from specbench.run.load import LoadLog, LoadMeter, decoding_threads, threads_note, warning
 from specbench.run.lock import folder_lock
-from specbench.run.plan import RunConfig, RunPlan, plan_run, validate
+from specbench.run.plan import RunConfig, RunPlan, plan_run, row_options, validate
 from specbench.run.progress import TokenProgress
 from specbench.run.records import utc_now
 from specbench.run.writer import RunWriter
@@ -46,7 +46,7 @@ def _run_here(cfg: RunConfig, plan: RunPlan, meter: LoadMeter, log: LoadLog) -> 
     if plan.costs is None and not log.busy:
         decoder.store_costs(costs)  # once, with the drafting costs the methods measured while being built
     writer = RunWriter(cfg.out, cfg.settings(), decoder.info.environment, costs, [asdict(decoder.info)],
-                       {m.name: m.effective() for m in plan.methods})
+                       row_options(cfg, plan.methods))
     meter.other_share(wait=True)  # the per-question windows start here, after loading and warm-up
     unread, warned = 0, log.busy  # one warning line per session
     bar = tqdm(plan.jobs, desc="questions" if cfg.batch_sizes == [1] else "batches",

@@ -3,9 +3,12 @@
 Questions come from a question-file directory in the EAGLE/Spec-Bench format, from one or more question files whose
 `category` field makes the tasks (--question-file, as Spec-Bench ships its benchmark), from an HF dataset through
 the task's field mapping, or from the task's embedded sample. Built-in tasks belong to a suite: `eagle` (the EAGLE
-paper's six, the default) or `spec-bench` (Spec-Bench's six over its one question file)."""
+paper's six, the default), `spec-bench` (Spec-Bench's six over its one question file), `speed-bench` (SPEED-Bench's
+qualitative split, one task per category) or `speed-bench-throughput` (its throughput split, one task per input
+length)."""
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -14,19 +17,17 @@ from typing import Any, Iterable
 import yaml
 
 from specbench.errors import SpecbenchError
-from specbench.jsonl import json_lines
+from specbench.run.questions import (
+    Question,
+    question_from_raw,
+    questions_from_rows,
+    read_question_file,
+    without_placeholders,
+)
 
 SOURCES = ("auto", "embedded", "files", "hf")
 DEFAULT_SUITE = "eagle"
 FILE_TASK_MAX_NEW_TOKENS = 1024  # a category of a question file with no definition of its own: Spec-Bench's default
-
-
-@dataclass
-class Question:
-    question_id: int | str
-    category: str
-    turns: list[str]
-    reference: list[str] | None = None
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Task:
     categories: list[str] = field(default_factory=list)  # keep only these categories of the question file
     hf: dict[str, Any] = field(default_factory=dict)
     embedded: list[dict[str, Any]] = field(default_factory=list)
+    placeholder: str = ""  # a first turn starting with this is no prompt (a row published without its text): skipped
     origin: str | None = None  # the YAML file of a user-defined task
 
 
@@ -87,10 +89,13 @@ def _task_from_spec(spec: Any, where: str, origin: str | None = None) -> Task:
 
 
 def builtin_tasks() -> list[Task]:
+    """Every tasks/*.yaml: one task definition, or a list of them (a suite's tasks that share their source)."""
     found = []
     for entry in sorted(resources.files("specbench.builtin_tasks").iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".yaml"):
-            found.append(_task_from_spec(yaml.safe_load(entry.read_text(encoding="utf-8")), f"tasks/{entry.name}"))
+            spec = yaml.safe_load(entry.read_text(encoding="utf-8"))
+            specs = spec if isinstance(spec, list) else [spec]
+            found.extend(_task_from_spec(one, f"tasks/{entry.name}") for one in specs)
     return found
 
 
@@ -137,69 +142,26 @@ def select_tasks(names: list[str], suite: str = DEFAULT_SUITE, task_files: Itera
     return [known[n] for n in names]
 
 
-def _question(raw: Any, where: str) -> Question:
-    if not isinstance(raw, dict):
-        raise SpecbenchError(f"{where}: a question must be a JSON object")
-    turns = raw.get("turns")
-    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
-        raise SpecbenchError(f"{where}: 'turns' must be a non-empty list of strings")
-    if any(not t.strip() for t in turns):
-        raise SpecbenchError(f"{where}: empty prompt in 'turns'")
-    if "question_id" not in raw:
-        raise SpecbenchError(f"{where}: missing 'question_id'")
-    reference = raw.get("reference")
-    return Question(raw["question_id"], str(raw.get("category", "")), list(turns), reference)
-
-
-def read_question_file(path: Path, need_category: bool = False) -> list[Question]:
-    if not path.is_file():
-        raise SpecbenchError(f"{path}: no such question file")
-    questions = []
-    for number, raw in json_lines(path):
-        if need_category and (not isinstance(raw, dict) or not str(raw.get("category") or "").strip()):
-            raise SpecbenchError(f"{path}:{number}: no 'category' (a question file's categories make its tasks)")
-        questions.append(_question(raw, f"{path}:{number}"))
-    if not questions:
-        raise SpecbenchError(f"{path}: no questions")
-    ids = [q.question_id for q in questions]
-    if len(set(map(str, ids))) != len(ids):
-        raise SpecbenchError(f"{path}: duplicate question_id")
-    return questions
-
-
-def questions_from_rows(rows: Iterable[dict[str, Any]], mapping: dict[str, Any], task: str) -> list[Question]:
-    """Apply a task's HF field mapping: id_field (else the row index), category or category_field, and either
-    turns_field (a list of user turns) or turns (format strings over the row's fields)."""
-    questions = []
-    for index, row in enumerate(rows):
-        where = f"{task} row {index}"
-        if "turns_field" in mapping:
-            turns = row[mapping["turns_field"]]
-            turns = [turns] if isinstance(turns, str) else list(turns)
-        else:
-            try:
-                turns = [template.format(**row).strip() for template in mapping["turns"]]
-            except KeyError as exc:
-                raise SpecbenchError(f"{where}: the dataset has no field {exc} named in the task's mapping") from None
-        category = row[mapping["category_field"]] if "category_field" in mapping else mapping.get("category", task)
-        question_id = row[mapping["id_field"]] if mapping.get("id_field") else index
-        questions.append(_question({"question_id": question_id, "category": category, "turns": turns}, where))
-    return questions
-
-
 def load_hf_questions(task: Task, limit: int | None, path: str | None = None) -> list[Question]:
     """Questions from the task's HF dataset (or `path`, a local dataset folder with the same fields)."""
-    import datasets
-
     mapping = task.hf
     if not mapping:
         raise SpecbenchError(f"task {task.name} has no HF dataset mapping")
     split = mapping["split"] if limit is None else f"{mapping['split']}[:{limit}]"
+    name = path or mapping["path"] + (f" (config {mapping['name']})" if mapping.get("name") else "")
+    files = "give its questions as files" + (f": --question-dir DIR with DIR/{task.question_file}"
+                                             if task.question_file else "")
+    try:
+        import datasets
+    except ImportError:
+        raise SpecbenchError(f"task {task.name} reads the HF dataset {name}, which needs the datasets package: "
+                             f"pip install datasets; or {files}") from None
     try:
         rows = datasets.load_dataset(path or mapping["path"], mapping.get("name"), split=split)
     except Exception as exc:  # datasets raises many types for offline / missing data
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpecbenchError(f"cannot load HF dataset {path or mapping['path']} for {task.name}: {first}") from None
+        raise SpecbenchError(f"cannot load HF dataset {name} for task {task.name}: {first}; without the network, "
+                             f"{files}") from None
     return questions_from_rows(rows, mapping, task.name)
 
 
@@ -227,14 +189,28 @@ def load_questions(task: Task, source: str, question_dir: Path | None, limit: in
         questions = _slice(read_question_file(_task_question_path(task, question_dir)), begin, end)
         if task.categories:
             questions = [q for q in questions if q.category in task.categories]
-    elif source == "hf":
-        questions = _slice(load_hf_questions(task, None if begin or end else limit), begin, end)
+    elif source == "hf":  # a task that takes some categories of the dataset takes them before the first `limit`
+        rows_limit = None if begin or end or task.categories or task.placeholder else limit
+        questions = _slice(load_hf_questions(task, rows_limit), begin, end)
+        if task.categories:
+            questions = [q for q in questions if q.category in task.categories]
     elif source == "embedded":
-        questions = [_question(raw, f"task {task.name} embedded[{i}]") for i, raw in enumerate(task.embedded)]
+        questions = [question_from_raw(raw, f"task {task.name} embedded[{i}]") for i, raw in enumerate(task.embedded)]
         questions = _slice(questions, begin, end)
     else:
         raise SpecbenchError(f"unknown question source {source!r}; valid: {', '.join(SOURCES)}")
+    questions = _skip_placeholders(questions, {task.placeholder}, f"task {task.name}")
     return questions[:limit] if limit else questions
+
+
+def _skip_placeholders(questions: list[Question], placeholders: set[str], where: str) -> list[Question]:
+    """Rows published without their prompt are left out, and the user told how many and how to get them."""
+    kept = without_placeholders(questions, placeholders)
+    if len(kept) < len(questions):
+        print(f"specbench: note: {where}: {len(questions) - len(kept)} of {len(questions)} questions skipped: the "
+              "dataset publishes them with a placeholder in place of the prompt; docs/speed-bench.md says how to "
+              "make the full files for --question-dir", file=sys.stderr)
+    return kept
 
 
 def _tasks_of_question_files(sel: QuestionSelection) -> list[tuple[Task, list[Question]]]:
@@ -242,11 +218,13 @@ def _tasks_of_question_files(sel: QuestionSelection) -> list[tuple[Task, list[Qu
     rows: list[Question] = []
     for path in sel.question_files:
         rows.extend(read_question_file(path, need_category=True))
+    definitions = {t.name: t for t in (suites()[sel.suite] if sel.suite else [])}
+    placeholders = {t.placeholder for t in definitions.values() if t.placeholder}
+    rows = _skip_placeholders(rows, placeholders, ", ".join(map(str, sel.question_files)))
     if len({str(q.question_id) for q in rows}) != len(rows):
         raise SpecbenchError("--question-file: the same question_id appears twice across the files")
     present = list(dict.fromkeys(q.category for q in rows))
     where = ", ".join(map(str, sel.question_files))
-    definitions = {t.name: t for t in (suites()[sel.suite] if sel.suite else [])}
     for path in sel.task_files:
         task = read_task_file(path)
         definitions[task.name] = task

@@ -1,0 +1,224 @@
+"""The static runtime (`--runtime compiled`): the target's KV cache allocated once at a fixed capacity and written at
+explicit slots, every forward padded to one of a few shapes, and on CUDA each shape captured once as a CUDA graph
+and replayed (gpt-fast's and the serving engines' way of taking the host out of a decoding step).
+
+- The cache: every layer's keys and values in buffers [rows, heads, capacity, dim] allocated on the first write and
+  kept for the run (a later generation reuses them; they grow, dropping the captured graphs, only when a generation
+  needs more rows or slots than they have). A forward writes its block at slots [start, start + n), `start` a device
+  tensor the engine sets before the forward, so a replayed graph writes where the step asks. Attention reads all
+  `capacity` slots; the mask hides the ones past a row's context. Accepted-path compaction and row eviction are the
+  same device-side gathers as the dynamic cache's (specbench.decode.kv).
+- The shapes: a step's block of tokens per row is padded to the next of BLOCK_SIZES and the batch to the next of
+  BATCH_SIZES (pad tokens and pad rows see only themselves); a block longer than the largest (a prefill) runs
+  uncaptured at its own length.
+- Capture (CUDA only): per (rows, tokens, hidden states asked) one graph, captured the first time the shape occurs
+  and replayed after copying the step's inputs into its static inputs. A capture that fails (a model whose forward
+  synchronises with the host, e.g. a mixture of experts routing on the host) is reported once and that runtime runs
+  uncaptured from then on. On the CPU the same code runs uncaptured (the tests run it there).
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+from transformers.cache_utils import Cache
+
+from specbench.decode.kv import SlotCache, SlotLayer
+
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64)  # tokens per row of a captured forward
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)  # rows of a captured forward
+CAPACITY_STEP = 512  # slots are allocated in multiples of this
+HEADROOM = 2 * BLOCK_SIZES[-1]  # slots past the longest context a step may write (its block, its padding)
+
+
+def bucket(n: int, sizes: tuple[int, ...]) -> int:
+    """The smallest size that holds n, or n itself past the largest (run at its own shape, uncaptured)."""
+    return next((s for s in sizes if s >= n), n)
+
+
+@dataclass
+class SlotPlan:
+    """What every static layer shares: its size, where the current forward writes, and the storage of all layers'
+    keys and values (one tensor each, [layers, rows, heads, capacity, dim], so that a compaction moves every
+    layer's slots in one gather rather than one per layer)."""
+    rows: int
+    capacity: int
+    layers: int
+    start: torch.Tensor  # 0-dim long on the device: the first slot the current forward writes
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+
+    def views(self, index: int, key_states: torch.Tensor, value_states: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer `index`'s buffers [rows, heads, capacity, dim] (the storage is allocated at the first layer's)."""
+        if self.keys is None:
+            self.keys = key_states.new_zeros(self.layers, self.rows, key_states.shape[1], self.capacity,
+                                             key_states.shape[3])
+            self.values = value_states.new_zeros(self.layers, self.rows, value_states.shape[1], self.capacity,
+                                                 value_states.shape[3])
+        if self.keys.shape[2::2] != key_states.shape[1::2] or self.values.shape[2::2] != value_states.shape[1::2]:
+            raise ValueError("the static runtime needs every layer's keys and values of one shape")
+        return self.keys[index], self.values[index]
+
+
+class StaticSlotLayer(SlotLayer):
+    """A cache layer whose buffers have a fixed size, written at the slots its plan names and read whole."""
+
+    def __init__(self, plan: SlotPlan, index: int) -> None:
+        super().__init__()
+        self.plan, self.index = plan, index
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device = key_states.device
+        self.key_buffer, self.value_buffer = self.plan.views(self.index, key_states, value_states)
+        self.is_initialized = True
+        self.set_length(0)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        rows, n = key_states.shape[0], key_states.shape[-2]
+        slots = torch.arange(n, device=self.device) + self.plan.start
+        self.key_buffer[:rows].index_copy_(2, slots, key_states)
+        self.value_buffer[:rows].index_copy_(2, slots, value_states)
+        return self.key_buffer[:rows], self.value_buffer[:rows]
+
+
+class StaticSlotCache(SlotCache):
+    """One StaticSlotLayer per decoder layer, all sharing one plan and its storage."""
+
+    def __init__(self, plan: SlotPlan) -> None:
+        Cache.__init__(self, layers=[StaticSlotLayer(plan, i) for i in range(plan.layers)])
+        self.plan = plan
+
+    def reset(self) -> None:
+        """A new generation: nothing written (the buffers stay; stale slots are masked until overwritten)."""
+        for layer in self.layers:
+            if layer.is_initialized:
+                layer.set_length(0)
+
+    def copy_rows(self, holes: torch.Tensor, movers: torch.Tensor, rows: int) -> None:
+        """Batch rows `movers` into rows `holes` in every layer at once; every row stays (graphs read them)."""
+        if len(holes) and self.plan.keys is not None:
+            for storage in (self.plan.keys, self.plan.values):
+                storage[:, holes] = storage[:, movers]
+
+    def move_slots(self, source: torch.Tensor, target: torch.Tensor) -> None:
+        """Per batch row b, slot source[b, j] -> slot target[b, j], in every layer at once."""
+        if self.plan.keys is None:
+            return
+        for storage in (self.plan.keys, self.plan.values):
+            layers, _, heads, _, dim = storage.shape
+            rows = source.shape[0]
+            index = source[None, :, None, :, None].expand(layers, rows, heads, -1, dim)
+            moved = storage[:, :rows].gather(3, index)
+            storage[:, :rows].scatter_(3, target[None, :, None, :, None].expand(layers, rows, heads, -1, dim), moved)
+
+
+@dataclass
+class Captured:
+    """One captured forward: the graph, the static inputs it reads and the output it writes."""
+    graph: Any  # torch.cuda.CUDAGraph
+    inputs: dict[str, Any]
+    output: Any
+
+
+@dataclass
+class StaticStats:
+    captures: int = 0
+    uncaptured: str = ""  # why this runtime stopped capturing ("" while it captures, or on the CPU)
+
+
+@dataclass
+class StaticTarget:
+    """The target's forward on a static cache, captured per shape on CUDA. One per loaded target, kept for the run."""
+    model: PreTrainedModel
+    capture: bool  # CUDA graphs (CUDA only)
+    cache: StaticSlotCache | None = None
+    graphs: dict[tuple, Captured] = field(default_factory=dict)
+    pool: Any = None  # the memory pool the graphs share
+    stats: StaticStats = field(default_factory=StaticStats)
+
+    def reserve(self, rows: int, slots: int) -> StaticSlotCache:
+        """A cache for at least `rows` sequences of `slots` slots each (a run sizes it once, before its warm-up),
+        allocated anew when the one it has is smaller, which drops the captured graphs."""
+        rows, slots = bucket(rows, BATCH_SIZES), slots + HEADROOM
+        plan = self.cache.plan if self.cache is not None else None
+        if plan is None or rows > plan.rows or slots > plan.capacity:
+            capacity = -(-slots // CAPACITY_STEP) * CAPACITY_STEP
+            start = torch.zeros((), dtype=torch.long, device=self.model.device)
+            self.cache = StaticSlotCache(SlotPlan(max(rows, plan.rows if plan else 0), capacity,
+                                                  self.model.config.num_hidden_layers, start))
+            self.graphs.clear()
+        return self.cache
+
+    def new_cache(self, rows: int, slots: int) -> StaticSlotCache:
+        """The run's cache, emptied for a generation of `rows` sequences up to `slots` slots each."""
+        cache = self.reserve(rows, slots)
+        cache.reset()
+        return cache
+
+    @property
+    def capacity(self) -> int:
+        return self.cache.plan.capacity if self.cache is not None else 0
+
+    def forward(self, inputs: dict[str, Any], start: int, keep: int, hidden: bool) -> Any:
+        """The target's outputs for one step whose block is written from slot `start`: replayed from a captured
+        graph where the shape allows, else run directly."""
+        assert self.cache is not None, "new_cache() first"
+        self.cache.plan.start.fill_(start)
+        rows, tokens = inputs["input_ids"].shape
+        if not self.capture or tokens > BLOCK_SIZES[-1] or rows > BATCH_SIZES[-1]:
+            return self.run(inputs, keep, hidden)
+        key = (rows, tokens, keep, hidden)
+        captured = self.graphs.get(key) or self.record(key, inputs, keep, hidden)
+        if captured is None:
+            return self.run(inputs, keep, hidden)
+        copy_into(captured.inputs, inputs)
+        captured.graph.replay()
+        return captured.output
+
+    def run(self, inputs: dict[str, Any], keep: int, hidden: bool) -> Any:
+        return self.model(**inputs, cache=self.cache, use_cache=True, logits_to_keep=keep,
+                          output_hidden_states=hidden)
+
+    def record(self, key: tuple, inputs: dict[str, Any], keep: int, hidden: bool) -> Captured | None:
+        """Capture one shape (after two warm-up runs on a side stream, as CUDA graphs need); None when it fails."""
+        static = {name: clone(value) for name, value in inputs.items()}
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):  # writes the step's own slots, which the replay writes again
+                    self.run(static, keep, hidden)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                output = self.run(static, keep, hidden)
+        except RuntimeError as exc:
+            self.capture = False
+            self.stats.uncaptured = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            warnings.warn(f"CUDA graph capture failed, the static runtime runs uncaptured: {self.stats.uncaptured}",
+                          stacklevel=2)
+            return None
+        self.pool = graph.pool()
+        self.graphs[key] = Captured(graph, static, output)
+        self.stats.captures += 1
+        return self.graphs[key]
+
+
+def clone(value: Any) -> Any:
+    return {k: v.clone() for k, v in value.items()} if isinstance(value, dict) else value.clone()
+
+
+def copy_into(static: dict[str, Any], inputs: dict[str, Any]) -> None:
+    for name, value in inputs.items():
+        if isinstance(value, dict):
+            for kind, tensor in value.items():
+                static[name][kind].copy_(tensor, non_blocking=True)
+        else:
+            static[name].copy_(value, non_blocking=True)

@@ -1,0 +1,119 @@
+"""The static runtime (`--runtime compiled`, specbench.decode.static) on the CPU, where it runs uncaptured: the same
+code as on CUDA but for the graph replay. Every lossless method emits exactly the dynamic cache's token ids at T=0
+(fp32), samples vanilla's distribution at T>0 with the distribution tests' power floors, and decodes a batch of
+four as it decodes each row alone."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from specbench.decode.engine import generate, generate_batch
+from specbench.decode.sampling import Sampling
+from specbench.decode.static import BLOCK_SIZES, StaticTarget, bucket
+from specbench.decode.target import load_model
+from specbench.methods.vanilla import VanillaDrafter
+from tests.conftest import tiny_llama
+from tests.drafters import RandomTreeDrafter
+from tests.stats import goodness_of_fit
+from tests.test_distribution import (  # noqa: F401 (fixtures)
+    LOSSLESS,
+    PASS_P,
+    draft_model,
+    exact_joint,
+    prompt,
+    sample_method,
+    target,
+)
+
+PROMPTS = [[3, 7, 1, 5, 2, 2], [9, 4], [1, 2, 3, 1, 2, 3, 1, 2]]
+
+
+def test_bucket_pads_to_the_next_size_and_runs_past_the_largest_as_is():
+    assert [bucket(n, BLOCK_SIZES) for n in (1, 3, 9, 64, 65)] == [1, 4, 16, 64, 65]
+
+
+@pytest.mark.parametrize("name", list(LOSSLESS))
+def test_static_runtime_emits_the_dynamic_caches_tokens_at_t0(target, draft_model, prompt, name):
+    built = LOSSLESS[name].build(target, draft_model, prompt)  # once (some train a head); each runtime its own copy
+    dynamic_drafter, static_drafter = copy.deepcopy(built), copy.deepcopy(built)
+    static = StaticTarget(target, capture=False)
+    drafted = 0
+    for base in PROMPTS + [prompt]:
+        dynamic = generate(target, base, dynamic_drafter, Sampling(), 24, set())
+        fixed = generate(target, base, static_drafter, Sampling(), 24, set(), static=static)
+        assert fixed.token_ids == dynamic.token_ids, base
+        assert fixed.accept_lengths == dynamic.accept_lengths, base
+        drafted += sum(fixed.tree_sizes)
+    if LOSSLESS[name].min_deep:  # a drafting method: its drafts were verified on the static runtime
+        assert drafted > 0, "nothing was drafted"
+
+
+def test_static_runtime_accepts_deep_trees_with_gaps_as_the_dynamic_cache_does(target, prompt):
+    """Trees that hide vanilla's continuation on a random branch: long accepted paths through non-first children,
+    so the static cache's compaction moves slots across gaps."""
+    static = StaticTarget(target, capture=False)
+    deep = 0
+    for seed, base in enumerate(PROMPTS + [prompt]):
+        reference = generate(target, base, VanillaDrafter(), Sampling(), 24, set()).token_ids
+        fixed = generate(target, base, RandomTreeDrafter(12, seed, reference), Sampling(), 24, set(), static=static)
+        assert fixed.token_ids == reference
+        deep += sum(a >= 3 for a in fixed.accept_lengths)
+    assert deep >= 8, f"only {deep} steps accepted two draft tokens or more"
+
+
+# The methods whose T>0 walk differs (chains with q, one-hot and sampled trees, feature trees, retrieval): the whole
+# list runs in test_distribution.py on the dynamic cache; here, what the static cache changes (fixed shapes, pads,
+# the whole-capacity mask) under each kind of walk.
+SAMPLED = ["sps (chain with q)", "tree, candidates sampled from q", "eagle (dynamic tree)",
+           "rest (datastore of the target's samples)"]
+
+
+@pytest.mark.parametrize("name", SAMPLED)
+def test_static_runtime_samples_vanillas_joint(target, draft_model, prompt, exact_joint, name):
+    case = LOSSLESS[name]
+    result = sample_method(target, prompt, case.build(target, draft_model, prompt),
+                           static=StaticTarget(target, capture=False))
+    assert result.deep_accepts >= case.min_deep, f"only {result.deep_accepts} draft tokens accepted at depth >= 2"
+    assert result.full_paths >= case.min_full, f"only {result.full_paths} fully accepted paths"
+    assert goodness_of_fit(result.counts, exact_joint) > PASS_P
+
+
+def test_static_batch_of_four_equals_each_row_alone():
+    model = tiny_llama(64, seed=3, layers=2, hidden=32).eval()
+    static = StaticTarget(model, capture=False)
+    prompts = [[3, 9, 14, 2], [1, 2, 3], [20, 21, 5, 5, 7, 9, 9], [4]]
+    refs = [generate(model, p, VanillaDrafter(), Sampling(), 30, set()).token_ids for p in prompts]
+    alone = [generate(model, p, RandomTreeDrafter(64, i, r), Sampling(), 30, {7}, static=static)
+             for i, (p, r) in enumerate(zip(prompts, refs))]
+    together = generate_batch(model, prompts, [RandomTreeDrafter(64, i, r) for i, (p, r) in enumerate(zip(prompts, refs))],
+                              Sampling(), 30, {7}, static=static)
+    for one, batched, ref in zip(alone, together, refs):
+        assert batched.token_ids == one.token_ids == (ref[: ref.index(7) + 1] if 7 in ref else ref)
+        assert batched.accept_lengths == one.accept_lengths
+    assert max(a for g in together for a in g.accept_lengths) >= 3  # trees accepted deep, compaction with gaps
+    assert static.cache is not None and static.cache.plan.rows == 4  # one cache for the run, sized once
+
+
+def test_static_cache_is_kept_across_generations_and_grows_when_needed():
+    model = tiny_llama(64, seed=3, layers=2, hidden=32).eval()
+    static = StaticTarget(model, capture=False)
+    generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 8, set(), static=static)
+    first = static.cache
+    generate(model, [4, 5], VanillaDrafter(), Sampling(), 8, set(), static=static)
+    assert static.cache is first
+    long = list(np.arange(600) % 60)
+    out = generate(model, long, VanillaDrafter(), Sampling(), 8, set(), static=static)
+    assert static.cache is not first and static.capacity >= 600 + 8
+    assert out.token_ids == generate(model, long, VanillaDrafter(), Sampling(), 8, set()).token_ids
+
+
+def test_compiled_runtime_on_the_cpu_is_static_and_uncaptured(tiny_target_dir):
+    loaded = load_model(str(tiny_target_dir), "cpu", "float32", "compiled")
+    assert loaded.runtime.static and not loaded.runtime.captured and loaded.static is not None
+    eager = load_model(str(tiny_target_dir), "cpu", "float32", "eager")
+    assert eager.static is None and eager.runtime.swapped_linears == 0
+    with torch.inference_mode():
+        assert load_model(str(tiny_target_dir), "cpu", "float32").runtime.name == "fast"  # auto on the CPU
