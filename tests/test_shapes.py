@@ -29,6 +29,8 @@ def test_every_shipped_shape_builds_and_an_unknown_one_is_refused():
     assert [round(b, 2) for b in billions.values()] == [8.03, 7.62, 46.7]
     with pytest.raises(SpecbenchError, match="unknown shape"):
         shape_config("shape:llama-9")
+    with pytest.raises(SpecbenchError, match="GB free on cpu"):  # 187 GB of fp32 weights: refused before allocating
+        shape_model("shape:mixtral-8x7b", torch.device("cpu"), torch.float32)
 
 
 def test_shape_weights_are_seeded_and_leave_the_callers_random_state_alone():

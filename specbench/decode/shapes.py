@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 
+import psutil
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
@@ -46,11 +47,27 @@ def shape_model(name: str, device: torch.device, dtype: torch.dtype) -> PreTrain
     """The shape with random weights (seed SHAPE_SEED), allocated on `device` in `dtype` (never on the CPU first).
     The draw does not touch the process's own random state."""
     config = shape_config(name)
+    check_fits(name, device, dtype)
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices), torch.device(device):
         torch.manual_seed(SHAPE_SEED)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     return model.eval()
+
+
+def check_fits(name: str, device: torch.device, dtype: torch.dtype) -> None:
+    """One error line, before anything is allocated, when the shape's weights alone exceed the memory free on the
+    device (Mixtral-8x7B needs about 94 GB in bf16)."""
+    need = parameter_count(name) * torch.finfo(dtype).bits // 8
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    elif device.type == "cpu":
+        free = psutil.virtual_memory().available
+    else:
+        return
+    if need > free:
+        raise SpecbenchError(f"{name}: its weights take {need / 1e9:.1f} GB in {str(dtype).removeprefix('torch.')}, "
+                             f"more than the {free / 1e9:.1f} GB free on {device}")
 
 
 def parameter_count(name: str) -> int:
