@@ -21,6 +21,7 @@ import torch
 from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate_batch
 from specbench.decode.sampling import Sampling
+from specbench.decode.synthetic import SyntheticAcceptance
 from specbench.decode.target import LoadedModel, chat_prompt, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
@@ -58,8 +59,11 @@ def load_method(name: str, target: LoadedModel, draft: str | None = None,
 
 
 def generate(target: LoadedModel, method: Drafter, prompt: Prompt | list[Prompt], max_new_tokens: int = 256,
-             temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0) -> Result | list[Result]:
-    """Decode one prompt (a Result) or a list of prompts as one batch (a list of Results, row i seeded seed + i)."""
+             temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0,
+             synthetic: list[float] | None = None) -> Result | list[Result]:
+    """Decode one prompt (a Result) or a list of prompts as one batch (a list of Results, row i seeded seed + i).
+    synthetic: TIMING ONLY, accept drafts at these per-position rates instead of verifying them (as run
+    --synthetic-acceptance; specbench.decode.synthetic)."""
     single = isinstance(prompt, str) or (len(prompt) > 0 and isinstance(prompt[0], int))
     prompts = [prompt] if single else list(prompt)
     if not prompts:
@@ -70,11 +74,12 @@ def generate(target: LoadedModel, method: Drafter, prompt: Prompt | list[Prompt]
         sampling = Sampling(temperature, top_p, top_k)
     except ValueError as exc:
         raise SpecbenchError(str(exc)) from None
+    verify = SyntheticAcceptance(tuple(synthetic)) if synthetic else None
     generators = None
-    if not sampling.greedy:
+    if not sampling.greedy or verify is not None:
         generators = [torch.Generator(device=target.model.device).manual_seed(seed + i) for i in range(len(ids))]
     rows = [method] + [method.fork() for _ in ids[1:]]
-    out = generate_batch(target.model, ids, rows, sampling, max_new_tokens, target.stop_ids, generators,
+    out = generate_batch(target.model, ids, rows, sampling, max_new_tokens, target.stop_ids, generators, verify,
                          static=target.static)
     results = [Result(target.tokenizer.decode(g.token_ids, skip_special_tokens=True), g.token_ids, g.accept_lengths,
                       g.wall_time, sum(g.draft_times), sum(g.verify_times), g.stop_reason) for g in out]

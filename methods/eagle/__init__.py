@@ -35,9 +35,10 @@ from specbench.methods.common.feature_tree import (
     tree_options,
 )
 from specbench.methods.common.official import target_embedding
+from specbench.methods.common.random_drafter import RANDOM_FROM, seeded, wants_random
 from specbench.methods.common.shipped import HEAD
 from specbench.methods.eagle.checkpoint import find_head, load_head
-from specbench.methods.eagle.head import EagleHead
+from specbench.methods.eagle.head import EagleHead, head_config
 from specbench.methods.eagle.training import train
 
 # Our CPU-sized default for eagle1: 25 nodes, depth 5 (the shape of EAGLE-1's default, our own choice of paths).
@@ -83,8 +84,13 @@ def _build(ctx: BuildContext, static: bool, ablation_inputs: str | None = None) 
     target = ctx.target.model
     # head=FOLDER (e.g. eagle@head=...) compares heads side by side in one run; --draft sets it for every method.
     chosen = ctx.option("head") or ctx.draft
-    folder = Path(chosen) if chosen else find_head(ctx.target.name, ablation_inputs)
-    head, draft_vocab = load_head(folder, target_embedding(target))
+    if wants_random(ctx):  # a shape target: a random head of its shape, the target's own embedding
+        with seeded("eagle", target.device):
+            head = EagleHead(head_config(target.config, ablation_inputs or "shifted"))
+        head.embed_tokens.weight.data, draft_vocab, folder = target_embedding(target), None, RANDOM_FROM
+    else:
+        folder = Path(chosen) if chosen else find_head(ctx.target.name, ablation_inputs)
+        head, draft_vocab = load_head(folder, target_embedding(target))
     lm_head = target.get_output_embeddings().weight
     if head.config.hidden_size != lm_head.shape[1] or head.embed_tokens.weight.shape[0] != lm_head.shape[0]:
         raise SpecbenchError(f"EAGLE head {folder} does not fit target {ctx.target.name} (hidden or vocab size)")

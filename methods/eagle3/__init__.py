@@ -17,10 +17,13 @@ from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo
 from specbench.methods.common.feature_tree import FeatureTreeDrafter, dynamic_tree, measure_level_seconds, tree_options
 from specbench.methods.common.official import target_embedding
+from specbench.methods.common.random_drafter import RANDOM_FROM, seeded, wants_random
 from specbench.methods.common.shipped import HEAD, shipped_folder
-from specbench.methods.eagle3.checkpoint import load_head
+from specbench.methods.eagle3.checkpoint import head_config, load_head
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
 from specbench.methods.eagle3.training import train
+
+RANDOM_DRAFT_VOCAB = 32000  # the draft vocabulary of the official EAGLE-3 heads for Llama 3.1 8B
 
 
 class Eagle3FeatureHead:
@@ -54,11 +57,24 @@ def find_head(target_name: str) -> Path:
     return folder
 
 
+def random_head(target) -> Eagle3Head:
+    """A shape target's head: random weights, the official heads' 32k draft vocabulary (the target's first ids)."""
+    vocab = target.get_output_embeddings().weight.shape[0]
+    with seeded("eagle3", target.device):
+        head = Eagle3Head(head_config(target.config, min(RANDOM_DRAFT_VOCAB, vocab)))
+    head.embed_tokens.weight.data = target_embedding(target)
+    head.t2d[: head.config.draft_vocab_size] = True  # d2t stays 0: draft id i is target id i
+    return head
+
+
 def build(ctx: BuildContext) -> Drafter:
     target = ctx.target.model
     chosen = ctx.option("head") or ctx.draft
-    folder = Path(chosen) if chosen else find_head(ctx.target.name)
-    head = load_head(folder, target_embedding(target))
+    if wants_random(ctx):
+        head, folder = random_head(target), RANDOM_FROM
+    else:
+        folder = Path(chosen) if chosen else find_head(ctx.target.name)
+        head = load_head(folder, target_embedding(target))
     config = target.config
     if head.config.vocab_size != target.get_output_embeddings().weight.shape[0] or \
             head.fc.in_features != 3 * config.hidden_size:

@@ -16,6 +16,7 @@ from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResu
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo
+from specbench.methods.common.random_drafter import RANDOM_FROM, seeded, wants_random
 from specbench.methods.common.shipped import HEAD, trained_folder
 from specbench.methods.common.static_tree import OPTIONS as TREE_OPTIONS
 from specbench.methods.common.static_tree import static_tree
@@ -80,9 +81,13 @@ class HydraDrafter(Drafter):
 
 
 def _build(ctx: BuildContext) -> Drafter:
-    folder = trained_folder(ctx, "hydra", "Hydra heads", "hydra")
-    heads, vocab = load_heads(folder)
     lm_head = ctx.target.model.get_output_embeddings().weight
+    if wants_random(ctx):  # a shape target: 4 random one-layer heads of its hidden size (as `train hydra` makes)
+        with seeded("hydra", lm_head.device):
+            heads, vocab, folder = HydraHeads(lm_head.shape[1], 4, 1), None, RANDOM_FROM
+    else:
+        folder = trained_folder(ctx, "hydra", "Hydra heads", "hydra")
+        heads, vocab = load_heads(folder)
     if heads.hidden != lm_head.shape[1]:
         raise SpecbenchError(f"Hydra heads {folder} do not fit target {ctx.target.name} (hidden size)")
     heads.to(lm_head.device, lm_head.dtype)

@@ -20,6 +20,7 @@ from specbench.decode.sampling import Sampling, sample, target_probs
 from specbench.decode.verify import Verdict, verify_greedy
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo, Option
+from specbench.methods.common.random_drafter import RANDOM_FROM, seeded, wants_random
 from specbench.methods.common.shipped import HEAD, trained_folder
 from specbench.methods.common.static_tree import OPTIONS as TREE_OPTIONS
 from specbench.methods.common.static_tree import static_tree
@@ -100,9 +101,13 @@ def typical_verifier(threshold: float, alpha: float):
 
 
 def _build(ctx: BuildContext, typical: bool) -> Drafter:
-    folder = trained_folder(ctx, "medusa", "Medusa heads", "medusa")
-    heads, vocab = load_heads(folder)
     lm_head = ctx.target.model.get_output_embeddings().weight
+    if wants_random(ctx):  # a shape target: 4 random heads of its hidden size (as `train medusa` makes)
+        with seeded("medusa", lm_head.device):
+            heads, vocab, folder = MedusaHeads(lm_head.shape[1], 4), None, RANDOM_FROM
+    else:
+        folder = trained_folder(ctx, "medusa", "Medusa heads", "medusa")
+        heads, vocab = load_heads(folder)
     if heads.heads[0][0].linear.weight.shape[0] != lm_head.shape[1]:
         raise SpecbenchError(f"Medusa heads {folder} do not fit target {ctx.target.name} (hidden size)")
     heads.to(lm_head.device, lm_head.dtype)

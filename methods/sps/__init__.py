@@ -10,6 +10,7 @@ from specbench.decode.target import load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo, Option
 from specbench.methods.common.draft_model import DraftModelDrafter
+from specbench.methods.common.random_drafter import RANDOM_FROM, random_draft_model, wants_random
 from specbench.methods.common.shipped import HEAD, shipped_folder
 from specbench.methods.sps.draft_model import is_small_draft, load_small_draft
 from specbench.methods.sps.training import train
@@ -21,6 +22,12 @@ def build(ctx: BuildContext) -> Drafter:
     vocab = ctx.target.model.get_output_embeddings().weight.shape[0]
     gamma = ctx.option("gamma")
     chosen = ctx.option("head") or ctx.draft  # sps@head=FOLDER: drafts side by side in one run
+    if wants_random(ctx):  # a shape target: a 2-layer random draft of its own architecture and vocabulary
+        draft_model = random_draft_model(ctx.target.model, "sps")
+        prepare_drafter(draft_model, ctx.target.runtime)
+        drafter = DraftModelDrafter(draft_model, gamma, vocab)
+        drafter.trained_from = RANDOM_FROM
+        return drafter
     folder = Path(chosen) if chosen else shipped_folder("sps", ctx.target.name)
     if folder is not None and is_small_draft(folder):
         draft_model, draft_vocab = load_small_draft(folder, ctx.target.model)

@@ -60,6 +60,7 @@ from specbench.run.record import Record
 from specbench.run.records import read_records
 from specbench.run.reference import COMPILED
 from specbench.run.run_info import RunInfo, read_run_info
+from specbench.run.timing_only import run_timing_only
 
 
 def provenance(info: RunInfo) -> list[str]:
@@ -237,6 +238,9 @@ def _write_report(frame: pd.DataFrame, latency: pd.DataFrame, info: RunInfo, out
                   tag: str = "") -> str:
     origin = provenance(info)
     target = info.settings.get("target", "")
+    only = run_timing_only(info.settings)
+    if only:  # every caption says it: these numbers are timings only
+        origin, target = [*origin, only], f"{target} ({only})"
     printed = ["\n".join(origin)]
     kinds = sorted(frame["device"].unique())
     if len(kinds) > 1:  # a distributed run over mixed hardware: a speedup is only a ratio on one kind of device

@@ -21,6 +21,7 @@ def add_list_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from specbench.decode.shapes import shape_names
     from specbench.run.reference import REFERENCES
     from specbench.run.registry import available_methods, select_methods
     from specbench.run.tasks import DEFAULT_SUITE, suites
@@ -48,6 +49,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"tasks of --suite {suite}{' (the default)' if suite == DEFAULT_SUITE else ''}:")
         for t in tasks:
             print(f"  {t.name:<18} {t.description} (default {t.max_new_tokens} new tokens)")
+    print("TIMING-ONLY modes (any method; check, tune and the fair comparison refuse them):")
+    print("  run --synthetic-acceptance RATES   accept along each draft's best path at fixed per-position rates")
+    print(f"  --target shape:NAME                random weights of a real shape: {', '.join(shape_names())}")
     return 0
 
 

@@ -38,6 +38,10 @@ def add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                      help="method option, e.g. --opt gamma=5 (repeatable)")
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--synthetic-acceptance", metavar="RATES",
+                     help="TIMING ONLY: accept each draft along its best path at these conditional per-position rates "
+                          "(e.g. 0.8,0.6,0.4; one rate: every position; the last repeats) instead of verifying it, "
+                          "so every method runs at the same acceptance (docs/measuring.md); check refuses such runs")
     run.add_argument("--no-baseline", action="store_true",
                      help="do not add vanilla when it is not among --methods (speedups then cannot be computed)")
     run.add_argument("--repeats", type=int, default=1,
@@ -92,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=args.runtime,
         cost_curve=args.cost_curve, measure_costs=args.measure_costs, threads=args.threads, workers=args.workers,
         ray_address=args.ray_address,
-        batch_sizes=parse_batch_sizes(args.batch_size),
+        batch_sizes=parse_batch_sizes(args.batch_size), synthetic=synthetic_rates(args.synthetic_acceptance),
     )
     if cfg.method_names() != cfg.methods:
         print("vanilla is not among --methods: it runs as the baseline, interleaved like the others "
@@ -101,6 +105,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(build_report(out, report_dir))
     print(f"\nrecords: {out}\ntables:  {report_dir}")
     return 0
+
+
+def synthetic_rates(text: str | None) -> list[float] | None:
+    """--synthetic-acceptance as the run's rates (one error line when they are not rates)."""
+    from specbench.decode.synthetic import SyntheticAcceptance
+
+    return None if text is None else list(SyntheticAcceptance.parse(text).rates)
 
 
 def add_tune_parser(sub: argparse._SubParsersAction) -> None:

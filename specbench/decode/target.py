@@ -19,6 +19,7 @@ from transformers import (
 
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runtime import RuntimeInfo, prepare
+from specbench.decode.shapes import is_shape, shape_model
 from specbench.decode.static import StaticTarget
 from specbench.errors import SpecbenchError
 
@@ -85,6 +86,8 @@ def pick_dtype(requested: str | None, device: torch.device) -> torch.dtype:
 
 def resolve(name: str) -> tuple[str, dict]:
     """(path or id for from_pretrained, extra kwargs) for a model name."""
+    if is_shape(name):  # a shape's tokenizer is the default target's; its weights are random (load_model)
+        return resolve(DEFAULT_TARGET)
     packaged = PACKAGED_MODELS.get(name.lower())
     if packaged is not None:
         spec = importlib.util.find_spec(packaged.package)  # locates the package without importing it
@@ -163,7 +166,8 @@ def load_model(name: str, device: str | None = None, dtype: str | None = None, r
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, **extra)
         heads = mla_heads(AutoConfig.from_pretrained(where, **extra))
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **extra, **heads, **unpacked)
+        model = (shape_model(name, dev, dt) if is_shape(name)
+                 else AutoModelForCausalLM.from_pretrained(where, dtype=dt, **extra, **heads, **unpacked))
     except (OSError, ValueError) as exc:
         raise _load_error(name, exc) from None
     AttentionLayout.of(model.config)  # a recurrent or hybrid family is refused here, before anything is decoded

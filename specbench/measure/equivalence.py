@@ -21,6 +21,7 @@ from tqdm import tqdm
 from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
+from specbench.decode.shapes import is_shape
 from specbench.decode.target import DEFAULT_TARGET, chat_prompt, load_model
 from specbench.decode.verify import VerifyFn
 from specbench.errors import SpecbenchError
@@ -117,6 +118,9 @@ def run_sampled_check(cfg: SampledCheckConfig) -> tuple[str, bool]:
         raise SpecbenchError("--samples must be >= 20, and --tokens >= 1")
     if cfg.temperature <= 0:
         raise SpecbenchError("the sampled check needs a temperature > 0 (T=0 is checked token by token on a run)")
+    if is_shape(cfg.target):
+        raise SpecbenchError(f"the sampled check tests methods against a trained target; {cfg.target} has random "
+                             "weights (TIMING-ONLY)")
     sampling = Sampling(cfg.temperature, cfg.top_p, cfg.top_k)
     methods = [m for m in select_methods(cfg.methods, cfg.method_files, cfg.options) if m.name != "vanilla"]
     if not methods:

@@ -13,6 +13,7 @@ from specbench.decode.draft import Drafter
 from specbench.decode.engine import context_limit, generate_batch
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import LoadedModel, chat_prompt
+from specbench.decode.verify import VerifyFn
 from specbench.errors import SpecbenchError
 from specbench.run.energy import EnergyCounter
 from specbench.run.record import Choice
@@ -31,12 +32,14 @@ def answer_questions(
     target: LoadedModel, drafters: list[Drafter], questions: list[Question], task: str, sampling: Sampling,
     max_new_tokens: int, seed: int, repeat: int = 0, on_step: Callable[[int], None] | None = None,
     energy: EnergyCounter | None = None,
+    verify: VerifyFn | None = None,
 ) -> list[Choice]:
     """Decode every turn of the questions, question i with drafters[i]; later turns see the earlier answers. With
     several questions, turn k of all of them is one batch (generate_batch) and each choice also keeps that batch's
     wall time per turn (batch_wall_time), from which throughput is computed. on_step: the engine's progress
     callback (tokens emitted per step), for a display. energy: a counter read before and after each turn's batch
-    (its joules go into every row's energy_j)."""
+    (its joules go into every row's energy_j). verify: a verifier other than the lossless one (synthetic
+    acceptance), which gets each row's seeded generator at every temperature."""
     choices = [Choice(batch_wall_time=[] if len(questions) > 1 else None, energy_j=[] if energy else None)
                for _ in questions]
     messages: list[list[dict[str, str]]] = [[] for _ in questions]
@@ -47,14 +50,14 @@ def answer_questions(
             messages[i].append({"role": "user", "content": questions[i].turns[turn]})
             prompts.append(chat_prompt(target.tokenizer, messages[i]))
             generator = None
-            if not sampling.greedy:
+            if not sampling.greedy or verify is not None:
                 generator = torch.Generator(device=target.model.device)
                 generator.manual_seed(question_seed(seed, task, questions[i].question_id, turn, repeat))
             generators.append(generator)
         counted = energy.read() if energy else []
         started = time.perf_counter()
         results = generate_batch(target.model, prompts, [drafters[i] for i in rows], sampling, max_new_tokens,
-                                 target.stop_ids, generators, on_step=on_step, static=target.static)
+                                 target.stop_ids, generators, verify=verify, on_step=on_step, static=target.static)
         batch_wall = time.perf_counter() - started  # generate_batch synchronises the device before it returns
         joules = energy.joules(counted, energy.read()) if energy else None
         for i, prompt, result in zip(rows, prompts, results):

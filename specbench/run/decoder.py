@@ -14,6 +14,7 @@ from specbench.decode.cost_model import CostModel
 from specbench.decode.costs import cpu_description, measure_copy_bandwidth, measure_cost_model
 from specbench.decode.draft import Drafter
 from specbench.decode.sampling import Sampling
+from specbench.decode.synthetic import SyntheticAcceptance
 from specbench.decode.target import load_model
 from specbench.method import BuildContext, MethodInfo
 from specbench.run.answer import answer_questions, check_prompts_fit, conversation_capacity, warm_up
@@ -137,7 +138,8 @@ class Decoder:
             on_step = progress.method(name, job, self.budgets[job.task]) if progress else None
             with target_step(self.target, f"decoding {job.describe()} with {name}"):
                 choices = answer_questions(self.target, drafters, job.questions, job.task, sampling,
-                                           self.budgets[job.task], cfg.seed, job.repeat, on_step, self.energy)
+                                           self.budgets[job.task], cfg.seed, job.repeat, on_step, self.energy,
+                                           SyntheticAcceptance(tuple(cfg.synthetic)) if cfg.synthetic else None)
             finished = time.time()  # when the answers were finished (Spec-Bench's answer files keep it)
             for question, choice in zip(job.questions, choices):
                 yield Record(
@@ -147,7 +149,8 @@ class Decoder:
                     max_new_tokens=self.budgets[job.task], drafter_state=drafter.state_scope, repeat=job.repeat,
                     batch_size=job.batch_size, options=method.effective(),
                     batch=BatchPlace(job.batch_index, len(job.questions)) if job.batch_size > 1 else None,
-                    tstamp=finished, worker=Worker(self.info.worker, self.info.host, self.info.device))
+                    tstamp=finished, worker=Worker(self.info.worker, self.info.host, self.info.device),
+                    synthetic=cfg.synthetic)
 
     def reference_record(self, job: Job, name: str, sampling: Sampling, progress: TokenProgress | None) -> Record:
         """A reference row's record for a one-question job (specbench.run.reference), in the methods' schema."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from specbench.decode.cost_model import CostModel, read_cost_model
 from specbench.decode.sampling import Sampling
+from specbench.decode.synthetic import SyntheticAcceptance
 from specbench.decode.target import DEFAULT_TARGET
 from specbench.errors import SpecbenchError
 from specbench.method import MethodInfo
@@ -39,6 +40,9 @@ class RunConfig:
     device: str | None = None
     dtype: str | None = None
     runtime: str = "auto"
+    # TIMING ONLY: accept along each draft's best path at these conditional per-position rates instead of verifying
+    # (specbench.decode.synthetic); None: lossless verification
+    synthetic: list[float] | None = None
     cost_curve: Path | None = None  # reuse stored costs instead of measuring them when the run starts
     measure_costs: bool = False  # measure this machine's costs anew (and store them) instead of reusing them
     warmup_tokens: int = 16  # one untimed generation of this many tokens per method before the first question
@@ -62,6 +66,8 @@ class RunConfig:
             values["method_files"] = [str(Path(p).resolve()) for p in values["method_files"]]
         else:  # runs from before method files resume unchanged
             values.pop("method_files")
+        if values["synthetic"] is None:  # runs from before synthetic acceptance resume unchanged
+            values.pop("synthetic")
         if values["batch_sizes"] == [1]:  # runs from before batching resume unchanged
             values.pop("batch_sizes")
         if not values["references"]:  # runs from before reference rows resume unchanged
@@ -91,6 +97,8 @@ def validate(cfg: RunConfig) -> "Checked":
             Sampling(t, cfg.top_p, cfg.top_k)
         except ValueError as exc:
             raise SpecbenchError(str(exc)) from None
+    if cfg.synthetic is not None:
+        SyntheticAcceptance(tuple(cfg.synthetic))  # one error line for rates outside [0, 1]
     selected = {task.name: (task, questions) for task, questions in resolve_questions(cfg.questions)}
     if cfg.settings_file is not None:
         tuned = read_settings(cfg.settings_file)

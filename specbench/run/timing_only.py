@@ -1,0 +1,26 @@
+"""TIMING-ONLY runs: those whose outputs are not their target's (synthetic acceptance, specbench.decode.synthetic)
+or whose target is not a trained model (a shape target with random weights, specbench.decode.shapes). Their
+timings are what they measure; `check`, `tune` and the fair comparison refuse them, and every table says so."""
+from __future__ import annotations
+
+from typing import Any
+
+from specbench.decode.shapes import is_shape
+from specbench.decode.synthetic import LABEL
+
+
+def timing_only(target: str, synthetic: list[float] | None) -> str | None:
+    """Why a run (or record) is TIMING-ONLY, in words; None for an ordinary run."""
+    reasons = []
+    if synthetic:
+        reasons.append(f"synthetic acceptance at rates {','.join(f'{r:g}' for r in synthetic)}, not the target's "
+                       "verification")
+    if is_shape(target):
+        reasons.append(f"{target} has random weights" + (
+            "" if synthetic else " (without --synthetic-acceptance only vanilla's timing means anything)"))
+    return f"{LABEL}: " + "; ".join(reasons) if reasons else None
+
+
+def run_timing_only(settings: dict[str, Any]) -> str | None:
+    """timing_only of a run from its settings (run.json)."""
+    return timing_only(str(settings.get("target", "")), settings.get("synthetic"))

@@ -1,0 +1,1 @@
+"""Model shapes for `--target shape:NAME` (specbench.decode.shapes): public config.json values, no weights."""
