@@ -5,13 +5,16 @@
 #      the compiled runtime (static cache, CUDA graphs), and vanilla and eagle on the eager runtime (the EAGLE and
 #      Spec-Bench code's protocol); LIMIT questions of each of the six tasks, TOKENS new tokens, T=0.
 #   B. batch sizes BATCH_SIZES for vanilla, eagle and pld (bf16, compiled; gsm8k, BATCH_TOKENS new tokens).
-#   C. `check` on every run folder (token identity with vanilla).
-# Each step has its own time limit (T_A32, T_A16, T_EAGER, T_B seconds), logs to $OUT/log.txt and goes on past a
+#   C. issue 54's synthetic-mode table on the SHAPE target (random weights of Llama-3.1-8B's shape, bf16) at rates
+#      0.8,0.6,0.4 (TIMING-ONLY) for vanilla, pld, eagle, medusa, hydra, sps and swift, on both runtimes.
+#   D. `check` on every lossless run folder (token identity with vanilla).
+# Each step has its own time limit (T_A32, T_A16, T_EAGER, T_B, T_S seconds; under 8 minutes in all), logs to $OUT/log.txt and goes on past a
 # failed one; records are kept as they finish, so a step cut by its limit still leaves whole questions. The run
 # folders come back as one tarball; tables come from `python -m specbench report` here.
 # Dry run on the CPU (tiny sizes, no setup):
-#   SKIP_SETUP=1 DEVICE=cpu TASKS=gsm8k LIMIT=1 TOKENS=8 BATCH_TOKENS=8 BATCH_SIZES=1,2 T_A32=900 T_A16=900 \
-#       T_EAGER=600 T_B=600 KEEP=/tmp/keep QDIR=data/tasks OUT=/tmp/gout PYTHON=python bash scripts/device/gpu_runtime.sh
+#   SKIP_SETUP=1 DEVICE=cpu TASKS=gsm8k LIMIT=1 TOKENS=8 BATCH_TOKENS=8 BATCH_SIZES=1,2 SHAPE=tiny-llama T_A32=900 \
+#       T_A16=900 T_EAGER=600 T_B=600 T_S=600 KEEP=/tmp/keep QDIR=data/tasks OUT=/tmp/gout PYTHON=python \
+#       bash scripts/device/gpu_runtime.sh
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
@@ -20,7 +23,7 @@ BATCH_TOKENS=${BATCH_TOKENS:-32}; BATCH_SIZES=${BATCH_SIZES:-1,16,64}
 KEEP=${KEEP:-/tmp/specbench-keep}; QDIR=${QDIR:-$KEEP/tasks}
 LOG="$OUT/log.txt"
 METHODS=${METHODS:-vanilla,eagle,pld,eagle3,hydra,samd}; TASKS=${TASKS:-all}
-REFERENCE=${REFERENCE:-hf-compiled,hf-eager}
+REFERENCE=${REFERENCE:-hf-compiled,hf-eager}; SHAPE=${SHAPE:-llama-3.1-8b}
 source scripts/device/common.sh  # say, step, device_setup
 
 if [ "${SKIP_SETUP:-0}" != 1 ]; then
@@ -32,17 +35,23 @@ runs="$KEEP/runs"; mkdir -p "$runs"
 common=(--device "$DEVICE" --question-dir "$QDIR" --temperatures 0 --tasks "$TASKS" --limit "$LIMIT"
         --max-new-tokens "$TOKENS")
 
-step "${T_A32:-150}" "compiled fp32" $py -m specbench run --methods "$METHODS" --reference "$REFERENCE" \
+step "${T_A32:-120}" "compiled fp32" $py -m specbench run --methods "$METHODS" --reference "$REFERENCE" \
     --runtime compiled --dtype float32 "${common[@]}" --out "$runs/compiled-float32"
-step "${T_A16:-120}" "compiled bf16" $py -m specbench run --methods "$METHODS" --reference "$REFERENCE" \
+step "${T_A16:-100}" "compiled bf16" $py -m specbench run --methods "$METHODS" --reference "$REFERENCE" \
     --runtime compiled --dtype bfloat16 "${common[@]}" --out "$runs/compiled-bfloat16"
-step "${T_EAGER:-60}" "eager fp32" $py -m specbench run --methods vanilla,eagle --runtime eager --dtype float32 \
+step "${T_EAGER:-50}" "eager fp32" $py -m specbench run --methods vanilla,eagle --runtime eager --dtype float32 \
     "${common[@]}" --out "$runs/eager-float32"
 step "${T_B:-60}" "batch bf16" $py -m specbench run --methods vanilla,eagle,pld --runtime compiled --dtype bfloat16 \
     --device "$DEVICE" --question-dir "$QDIR" --temperatures 0 --tasks gsm8k --limit 64 \
     --max-new-tokens "$BATCH_TOKENS" --batch-size "$BATCH_SIZES" --out "$runs/batch-bfloat16"
+for runtime in compiled eager; do
+    step "${T_S:-50}" "synthetic $SHAPE $runtime" $py -m specbench run --target "shape:$SHAPE" \
+        --synthetic-acceptance 0.8,0.6,0.4 --methods vanilla,pld,eagle,medusa,hydra,sps,swift --runtime "$runtime" \
+        --dtype bfloat16 --device "$DEVICE" --question-dir "$QDIR" --tasks mt_bench,gsm8k --limit 1 \
+        --max-new-tokens "$BATCH_TOKENS" --temperatures 0 --out "$runs/synthetic-$SHAPE-$runtime"
+done
 for run in compiled-float32 compiled-bfloat16 eager-float32 batch-bfloat16; do
-    [ -d "$runs/$run" ] && step 30 "check $run" $py -m specbench check "$runs/$run"
+    [ -d "$runs/$run" ] && step 20 "check $run" $py -m specbench check "$runs/$run"
 done
 tar czf "$OUT/gpu-runtime.tgz" -C "$runs" . 2>>"$LOG"
 say "done"
