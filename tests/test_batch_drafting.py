@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specbench.decode.draft import parse_tree
+from specbench.decode.draft import DecodeContext, StepResult, parse_tree
 from specbench.decode.engine import generate, generate_batch
 from specbench.decode.sampling import Sampling
 from specbench.methods.common.feature_tree import TreeSpec
@@ -85,3 +85,25 @@ def test_ties_go_to_the_lower_index_whatever_the_batch():
     assert best_k(values, 4)[1].tolist() == [[1, 2, 4, 5], [0, 1, 2, 3]]
     alone = best_k(values[1:], 3)
     assert torch.equal(alone[1], best_k(values, 3)[1][1:]) and torch.equal(alone[0], best_k(values, 3)[0][1:])
+
+
+def test_rows_regrouped_in_any_order_keep_their_own_state(target, prompt, head):  # noqa: F811
+    """Drafters drafted together in changing groups and orders (their shared head cache split and joined) draft
+    what each drafts alone."""
+    prompts = [prompt, prompt[:6], [2, 9] + prompt[4:]]
+    contexts = [DecodeContext(list(p), len(p), Sampling(), None) for p in prompts]
+
+    def started(p: list[int]) -> Recording:
+        drafter = recording(target, head, static=False)
+        drafter.begin(None)
+        with torch.no_grad():
+            hidden = target(torch.tensor([p[:-1]]), output_hidden_states=True).hidden_states[-1][0]
+        drafter.accepted(None, StepResult([], [], hidden))
+        return drafter
+
+    alone = [started(p).propose(c) for p, c in zip(prompts, contexts)]
+    a, b, c = (started(p) for p in prompts)
+    for group in ([0, 1], [1, 2], [2, 0], [0, 1, 2], [2], [1, 0]):
+        drafters = [(a, b, c)[i] for i in group]
+        drafts = type(a).propose_batch(drafters, [contexts[i] for i in group])
+        assert [(d.tokens, d.parents) for d in drafts] == [(alone[i].tokens, alone[i].parents) for i in group]
