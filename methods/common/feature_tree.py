@@ -31,6 +31,7 @@ from transformers import DynamicCache
 from specbench.decode.cost_model import CostCurve
 from specbench.decode.costs import CONTEXT
 from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.drafting import propose_together
 from specbench.decode.kv import truncate_cache
 from specbench.decode.runtime import fastest_seconds
 from specbench.method import Option
@@ -123,11 +124,7 @@ class FeatureTreeDrafter(Drafter):
 
     @classmethod
     def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
-        if any(type(d).propose is not FeatureTreeDrafter.propose or d.head is not drafters[0].head
-               or d.tree is not drafters[0].tree for d in drafters):
-            return super().propose_batch(drafters, ctxs)  # a subclass's own propose, or other heads: row by row
-        with torch.inference_mode():
-            return draft_rows(drafters, ctxs)
+        return propose_together(FeatureTreeDrafter, drafters, ctxs, draft_rows, ("head", "tree"))
 
     def _best_size(self, scores: list[float]) -> int:
         """Nodes to keep (best first) for the most tokens per second. A node is on the accepted path with about

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.drafting import propose_together
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo
@@ -61,11 +62,7 @@ class HydraDrafter(Drafter):
 
     @classmethod
     def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
-        if any(type(d).propose is not HydraDrafter.propose or d.heads is not drafters[0].heads
-               or d.tree is not drafters[0].tree for d in drafters):
-            return super().propose_batch(drafters, ctxs)  # a subclass's own propose, or other heads: row by row
-        with torch.inference_mode():
-            return hydra_drafts(drafters, ctxs)
+        return propose_together(HydraDrafter, drafters, ctxs, hydra_drafts, ("heads", "tree"))
 
 
 def hydra_drafts(drafters: list[HydraDrafter], ctxs: list[DecodeContext]) -> list[Draft]:

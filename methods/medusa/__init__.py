@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.drafting import propose_together
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.decode.sampling import Sampling, sample, target_probs
 from specbench.decode.verify import Verdict, verify_greedy
@@ -59,18 +60,14 @@ class MedusaDrafter(Drafter):
 
     @torch.inference_mode()
     def propose(self, ctx: DecodeContext) -> Draft:
-        return medusa_drafts([self])[0]
+        return medusa_drafts([self], [ctx])[0]
 
     @classmethod
     def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
-        if any(type(d).propose is not MedusaDrafter.propose or d.heads is not drafters[0].heads
-               or d.tree is not drafters[0].tree for d in drafters):
-            return super().propose_batch(drafters, ctxs)  # a subclass's own propose, or other heads: row by row
-        with torch.inference_mode():
-            return medusa_drafts(drafters)
+        return propose_together(MedusaDrafter, drafters, ctxs, medusa_drafts, ("heads", "tree"))
 
 
-def medusa_drafts(drafters: list[MedusaDrafter]) -> list[Draft]:
+def medusa_drafts(drafters: list[MedusaDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
     """Every row's tree at once (the same heads and tree for all): each head's top-width guesses for every row in
     one forward, ties to the lower index, and one copy of every row's tokens to the host."""
     drafts = [Draft() for _ in drafters]

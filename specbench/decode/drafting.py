@@ -7,7 +7,9 @@ batch did. Each row's draft is cut to its own token budget, as it is alone.
 from __future__ import annotations
 
 import time
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
+
+import torch
 
 from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 
@@ -63,3 +65,17 @@ def accept_all(rows: Sequence[DraftingRow], steps: Sequence[StepResult]) -> None
         share = (time.perf_counter() - t0) / len(members)
         for row in members:
             row.pending_draft_time += share
+
+
+def propose_together(owner: type[Drafter], drafters: list[Drafter], ctxs: list[DecodeContext],
+                     draft_all: Callable[[list, list[DecodeContext]], list[Draft]],
+                     shared: tuple[str, ...] = ()) -> list[Draft]:
+    """A propose_batch override's body: draft_all(drafters, ctxs) in inference mode when every drafter's propose is
+    owner's own and they share the attributes `shared` (the same objects: heads, tree); otherwise (a subclass with
+    a propose of its own, or rows with other heads) row by row."""
+    first = drafters[0]
+    if any(type(d).propose is not owner.propose or any(getattr(d, a) is not getattr(first, a) for a in shared)
+           for d in drafters):
+        return [drafter.propose(ctx) for drafter, ctx in zip(drafters, ctxs)]
+    with torch.inference_mode():
+        return draft_all(drafters, ctxs)
