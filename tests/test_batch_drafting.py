@@ -93,8 +93,10 @@ def test_rows_regrouped_in_any_order_keep_their_own_state(target, prompt, head):
     prompts = [prompt, prompt[:6], [2, 9] + prompt[4:]]
     contexts = [DecodeContext(list(p), len(p), Sampling(), None) for p in prompts]
 
+    proto = recording(target, head, static=False)
+
     def started(p: list[int]) -> Recording:
-        drafter = recording(target, head, static=False)
+        drafter = proto.fork()  # forks share the head: they draft together
         drafter.begin(None)
         with torch.no_grad():
             hidden = target(torch.tensor([p[:-1]]), output_hidden_states=True).hidden_states[-1][0]
@@ -106,4 +108,19 @@ def test_rows_regrouped_in_any_order_keep_their_own_state(target, prompt, head):
     for group in ([0, 1], [1, 2], [2, 0], [0, 1, 2], [2], [1, 0]):
         drafters = [(a, b, c)[i] for i in group]
         drafts = type(a).propose_batch(drafters, [contexts[i] for i in group])
+        assert all(d.rows is drafters[0].rows for d in drafters)  # drafted in one call
         assert [(d.tokens, d.parents) for d in drafts] == [(alone[i].tokens, alone[i].parents) for i in group]
+
+
+def test_rows_that_stop_early_reorder_the_batch_and_the_rest_draft_on(target, head):  # noqa: F811
+    """Stop ids end rows at different steps, so the engine moves rows around (and a row's head cache is taken out
+    of a shared one that only it still uses): every row still emits what it emits alone."""
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(2):
+        prompts = [torch.randint(0, VOCAB, (int(n),), generator=generator).tolist()
+                   for n in torch.randint(3, 12, (4,), generator=generator)]
+        stop = {int(torch.randint(0, VOCAB, (1,), generator=generator))}
+        drafter = recording(target, head, static=False)
+        alone = [generate(target, p, drafter, Sampling(), 20, stop).token_ids for p in prompts]
+        rows = [drafter] + [drafter.fork() for _ in prompts[1:]]
+        assert [g.token_ids for g in generate_batch(target, prompts, rows, Sampling(), 20, stop)] == alone

@@ -34,7 +34,7 @@ class HeadRows:
 
     def take(self, rows: list[int], new_cache: Callable[[], DynamicCache]) -> "HeadRows":
         """A new HeadRows of these rows (a copy)."""
-        index = torch.tensor(rows, device=self.valid.device)
+        index = torch.tensor(rows, dtype=torch.long, device=self.valid.device)
         return HeadRows([self.members[r] for r in rows],
                         seeded(new_cache(), [(k[index], v[index]) for k, v in self.layers()]), self.valid[index])
 
