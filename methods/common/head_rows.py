@@ -75,18 +75,19 @@ def seeded(cache: DynamicCache, layers: list[tuple[torch.Tensor, torch.Tensor]])
 
 def join(drafters: list[Any], new_cache: Callable[[], DynamicCache], device: torch.device) -> HeadRows:
     """The HeadRows whose rows are these drafters' (their `rows` attribute: a HeadRows or None), in this order.
-    The common case, the same rows as last time or some of them, keeps the shared one (a row that is not asked
-    again takes a copy of its row with it); otherwise each drafter's row is taken out of what it shares and the
+    The common case, the same rows as last time or some of them in any order, keeps the shared one (a row that
+    is not asked again takes a copy of its row with it); otherwise each drafter's row is taken out of what it shares and the
     rows are stacked, padded to the widest with invalid slots."""
     shared = drafters[0].rows
     if shared is not None and all(d.rows is shared for d in drafters):
         where = {id(m): r for r, m in enumerate(shared.members)}
         rows = [where.get(id(d)) for d in drafters]
-        if None not in rows and rows == sorted(rows):
-            if len(rows) < len(shared.members):
+        if None not in rows:
+            if rows != list(range(len(shared.members))):  # rows left or moved (the engine fills holes from the end)
                 for r in sorted(set(range(len(shared.members))) - set(rows)):
-                    shared.members[r].rows = shared.take([r], new_cache)
-                shared.keep(rows, new_cache)
+                    if shared.members[r] is not None:
+                        shared.members[r].rows = shared.take([r], new_cache)
+                shared.keep(rows, new_cache)  # one gather, in the order asked
             return shared
     pieces = [own_row(d, new_cache, device) for d in drafters]
     width = max(p.width for p in pieces)
