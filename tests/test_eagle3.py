@@ -114,11 +114,11 @@ def test_training_time_test_matches_incremental_drafting(target):
         adapter = Eagle3FeatureHead(head, target.config.num_hidden_layers)
         for t in (3, 5):
             cache = adapter.new_cache()
-            context = adapter.run(tokens[0, 1 : t + 2], fused[0, : t + 1], torch.arange(t + 1), None, cache)
+            context = adapter.run(tokens[:, 1 : t + 2], fused[:, : t + 1], torch.arange(t + 1)[None], None, cache)[0]
             torch.testing.assert_close(context[-1], steps[0][0, t], atol=1e-5, rtol=1e-4)
             feature = context[-1]
             for j in (1, 2):  # one node per level, its token the true next one; it sees the context and itself
-                out = adapter.run(tokens[0, t + 1 + j : t + 2 + j], feature[None], torch.tensor([t + j]), None, cache)
+                out = adapter.run(tokens[:, t + 1 + j : t + 2 + j], feature[None, None], torch.tensor([[t + j]]), None, cache)[0]
                 torch.testing.assert_close(out[0], steps[j][0, t], atol=1e-5, rtol=1e-4)
                 feature = out[0]
 

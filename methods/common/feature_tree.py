@@ -5,6 +5,11 @@ Known context positions use the target's own features, which the engine hands ov
 deeper draft steps feed the head's own predictions back. The head's KV cache keeps the known context, and tree
 levels are appended under a mask (each node sees the context and its ancestors), then dropped after the proposal.
 
+Every row of a batch drafts in one call (propose_batch): one head forward brings every row's cache up to date, one
+per tree level expands every row's frontier, the expansion runs in tensors on the head's device (tree_search), and
+the finished trees come back to the host in one copy. The head's cache is batched (head_rows). A row drafts exactly
+the tree it drafts alone: ties are broken by index, padding is masked out.
+
 Trees: EAGLE-2's dynamic tree (expand the top_k best frontier nodes by cumulative draft log-prob for `depth` levels,
 keep the total_tokens best nodes; with the run's fixed costs, the size that maximises expected tokens per second)
 or a static tree of paths (EAGLE-1). Candidates are deterministic top-k picks, verified by the engine's lossless
@@ -15,6 +20,7 @@ draft index stands for, and which of the target's hidden states it reads.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
@@ -24,10 +30,13 @@ from transformers import DynamicCache
 
 from specbench.decode.cost_model import CostCurve
 from specbench.decode.costs import CONTEXT
-from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.drafting import propose_together
 from specbench.decode.kv import truncate_cache
 from specbench.decode.runtime import fastest_seconds
 from specbench.method import Option
+from specbench.methods.common.head_rows import HeadRows, join
+from specbench.methods.common.tree_search import Search, additive_mask, best_k, dynamic, finish, static
 
 AUTO_MAX_TOKENS = 32  # total_tokens=auto chooses each tree's size up to this
 
@@ -44,10 +53,11 @@ class FeatureHead(Protocol):
 
     def run(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
             mask: torch.Tensor | None, cache: DynamicCache) -> torch.Tensor:
-        """tokens [n], features [n, feature_size or the head's own width], positions [n] -> predicted features."""
+        """tokens [B, n], features [B, n, feature_size or the head's own width], positions [B, n], mask
+        [B, 1, n, cached + n] additive or None (see everything) -> predicted features [B, n, *]."""
 
     def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:
-        """Predicted features [m, *] -> logits over the draft vocabulary [m, V_draft]."""
+        """Predicted features [..., *] -> logits over the draft vocabulary [..., V_draft]."""
 
 
 @dataclass
@@ -79,126 +89,42 @@ def dynamic_tree(options: Mapping[str, Any]) -> TreeSpec:
                     total_tokens=AUTO_MAX_TOKENS if sizing == "auto" else sizing)
 
 
-@dataclass
-class _Node:
-    token: int  # draft-vocabulary index
-    parent: int  # node index or ROOT
-    depth: int
-    score: float  # cumulative draft log-prob
-    ancestors: frozenset[int]  # node indices on its path, itself included
-
-
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    return mask[None, None].to(device)
-
-
 class FeatureTreeDrafter(Drafter):
     def __init__(self, head: FeatureHead, tree: TreeSpec) -> None:
         self.head = head
         self.hidden_layers = head.hidden_layers
         self.tree = tree
+        self.target_ids = torch.tensor(head.target_ids, device=head.device)
         self._reset()
 
     def _reset(self) -> None:
-        self.cache = self.head.new_cache()
+        self.rows: HeadRows | None = None  # the head cache this row shares with the rows last drafted beside it
         self.features: torch.Tensor | None = None  # target features of every cached target position
-        self.filled = 0  # head positions in self.cache built from true target features
+        self.filled = 0  # context positions in the head's cache (built from true target features)
+        self.root_feature: torch.Tensor | None = None  # the head's prediction after the last of them
         self.tree_features: dict[int, torch.Tensor] = {}
 
     def begin(self, ctx: DecodeContext) -> None:
+        if self.rows is not None:  # its row in the shared cache is no longer anyone's
+            self.rows.members = [None if m is self else m for m in self.rows.members]
         self._reset()
+
+    def fork(self) -> "FeatureTreeDrafter":
+        twin = copy.copy(self)
+        twin._reset()
+        return twin
 
     def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
         new = step.hidden.to(self.head.dtype)
         self.features = new if self.features is None else torch.cat([self.features, new])
 
-    def _run(self, tokens: list[int], features: torch.Tensor, positions: list[int], mask: torch.Tensor | None) -> torch.Tensor:
-        device = self.head.device
-        return self.head.run(torch.tensor(tokens, device=device), features, torch.tensor(positions, device=device),
-                             mask, self.cache)
-
-    def _fill(self, ctx: DecodeContext) -> torch.Tensor:
-        """Bring the head's cache up to date with the true features; returns the predicted next feature."""
-        known = self.features.shape[0]
-        shift = self.head.shift
-        tokens = ctx.token_ids[self.filled + shift : known + shift]
-        n, cached = len(tokens), self.filled
-        mask = None
-        if n > 1:
-            allowed = torch.ones(n, cached + n, dtype=torch.bool).tril(cached)
-            mask = additive_mask(allowed, self.head.dtype, self.head.device)
-        out = self._run(tokens, self.features[cached:known], list(range(cached, known)), mask)
-        self.filled = known
-        return out[-1]
-
     @torch.inference_mode()
     def propose(self, ctx: DecodeContext) -> Draft:
-        if self.features is None:
-            return Draft()  # the first step is the prefill: no features yet
-        root_feature = self._fill(ctx)
-        nodes: list[_Node] = []
-        expanded: list[int] = []  # node of each head cache entry after the filled context
-        frontier_features = {ROOT: root_feature}
-        target_ids = self.head.target_ids
+        return draft_rows([self], [ctx])[0]
 
-        def expand(parents: list[int], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-            """Top-k (log-probs, draft indices) under each of `parents` (ROOT or expanded nodes)."""
-            feats = torch.stack([frontier_features[p] for p in parents])
-            return torch.log_softmax(self.head.draft_logits(feats).float(), dim=-1).topk(k, dim=-1)
-
-        def step(group: list[int]) -> None:
-            """Run the head on nodes `group`, storing their predicted features."""
-            shift = self.head.shift
-            root_token = ctx.token_ids[-1]
-            tokens = []
-            for i in group:
-                node = nodes[i]
-                if shift:
-                    tokens.append(target_ids[node.token])
-                else:
-                    tokens.append(root_token if node.parent == ROOT else target_ids[nodes[node.parent].token])
-            feats = torch.stack([frontier_features[nodes[i].parent] for i in group])
-            depth = nodes[group[0]].depth
-            allowed = torch.zeros(len(group), self.filled + len(expanded) + len(group), dtype=torch.bool)
-            allowed[:, : self.filled] = True
-            for row, i in enumerate(group):
-                for col, j in enumerate(expanded):
-                    allowed[row, self.filled + col] = j in nodes[i].ancestors
-                allowed[row, self.filled + len(expanded) + row] = True
-            mask = additive_mask(allowed, self.head.dtype, self.head.device)
-            # Every node of a group sits at the same depth, hence the same position.
-            out = self._run(tokens, feats, [self.filled + depth - 1] * len(group), mask)
-            for row, i in enumerate(group):
-                frontier_features[i] = out[row]
-            expanded.extend(group)
-
-        def add(parent: int, token: int, score: float) -> int:
-            depth = 1 if parent == ROOT else nodes[parent].depth + 1
-            ancestors = frozenset() if parent == ROOT else nodes[parent].ancestors
-            nodes.append(_Node(token, parent, depth, score, ancestors | {len(nodes)}))
-            return len(nodes) - 1
-
-        try:
-            if self.tree.static_paths is not None:
-                self._static(expand, step, add, nodes)
-                keep = list(range(len(nodes)))
-            else:
-                self._dynamic(expand, step, add, nodes)
-                order = sorted(range(len(nodes)), key=lambda i: (-nodes[i].score, nodes[i].depth))
-                size = self.tree.total_tokens
-                if self.tree.costs is not None:
-                    size = self._best_size([nodes[i].score for i in order[:size]])
-                keep = sorted(order[:size], key=lambda i: (nodes[i].depth, -nodes[i].score))
-        finally:
-            truncate_cache(self.cache, self.filled)
-        new_index = {old: new for new, old in enumerate(keep)}
-        # The head's predicted feature under the root and each expanded draft node (for tests and analysis).
-        self.tree_features = {new_index.get(i, ROOT): f for i, f in frontier_features.items() if i in new_index or i == ROOT}
-        return Draft(
-            tokens=[target_ids[nodes[i].token] for i in keep],
-            parents=[ROOT if nodes[i].parent == ROOT else new_index[nodes[i].parent] for i in keep],
-        )
+    @classmethod
+    def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
+        return propose_together(FeatureTreeDrafter, drafters, ctxs, draft_rows, ("head", "tree"))
 
     def _best_size(self, scores: list[float]) -> int:
         """Nodes to keep (best first) for the most tokens per second. A node is on the accepted path with about
@@ -214,62 +140,93 @@ class FeatureTreeDrafter(Drafter):
                 best, best_rate = n, rate
         return best
 
-    def _dynamic(self, expand, step, add, nodes: list[_Node]) -> None:
-        k = self.tree.top_k
-        logp, index = expand([ROOT], k)
-        frontier = [add(ROOT, int(t), float(s)) for s, t in zip(logp[0].tolist(), index[0].tolist())]
-        for _ in range(self.tree.depth - 1):
-            # Auto sizing also stops early: a level can add at most the frontier's acceptance mass in expected
-            # tokens, worth one target forward each; skip it when that is less than what the level costs to draft.
-            if self.tree.costs is not None:
-                mass = sum(math.exp(nodes[i].score) for i in frontier)
-                if mass * self.tree.costs.at(1) < self.tree.level_seconds:
-                    break
-            step(frontier)
-            logp, index = expand(frontier, k)
-            scores = (torch.tensor([nodes[i].score for i in frontier]).unsqueeze(1) + logp.cpu()).flatten()
-            tokens = index.flatten().tolist()
-            candidates = [add(frontier[j // k], tokens[j], score) for j, score in enumerate(scores.tolist())]
-            best = scores.topk(min(k, len(candidates))).indices.tolist()
-            frontier = [candidates[j] for j in best]
+    def _size(self, scores: list[float]) -> int:
+        """Nodes a dynamic tree keeps, given every node's score best first."""
+        scores = scores[: self.tree.total_tokens]
+        return self._best_size(scores) if self.tree.costs is not None else len(scores)
 
-    def _static(self, expand, step, add, nodes: list[_Node]) -> None:
-        paths = self.tree.static_paths
-        width = max(p[-1] for p in paths) + 1
-        by_path: dict[tuple[int, ...], int] = {}
-        logp, index = expand([ROOT], width)
-        for p in (p for p in paths if len(p) == 1):
-            by_path[p] = add(ROOT, int(index[0, p[0]]), float(logp[0, p[0]]))
-        for depth in range(2, max(len(p) for p in paths) + 1):
-            level = [p for p in paths if len(p) == depth]
-            parents = sorted({p[:-1] for p in level}, key=lambda p: by_path[p])
-            step([by_path[p] for p in parents])
-            logp, index = expand([by_path[p] for p in parents], width)
-            row_of = {p: r for r, p in enumerate(parents)}
-            for p in level:
-                r, parent = row_of[p[:-1]], by_path[p[:-1]]
-                by_path[p] = add(parent, int(index[r, p[-1]]), nodes[parent].score + float(logp[r, p[-1]]))
+    def _stop(self, mass: torch.Tensor) -> torch.Tensor:
+        """Auto sizing stops a tree early: a level can add at most the frontier's acceptance mass in expected
+        tokens, worth one target forward each; no more levels when that is less than what a level costs to draft."""
+        return mass * self.tree.costs.at(1) < self.tree.level_seconds
+
+
+def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
+    """Every row's tree in one pass (the same head and tree for all): the first step of a row, the prefill, has no
+    features yet and drafts nothing."""
+    drafts = [Draft() for _ in drafters]
+    ready = [b for b, d in enumerate(drafters) if d.features is not None]
+    if not ready:
+        return drafts
+    first = drafters[ready[0]]
+    head, tree = first.head, first.tree
+    members, contexts = [drafters[b] for b in ready], [ctxs[b] for b in ready]
+    rows = join(members, head.new_cache, head.device)
+    rows.squeeze([d.filled for d in members], head.new_cache)
+    root = fill(rows, members, contexts)
+    device = head.device
+    search = Search(head, rows, torch.tensor([d.filled for d in members], device=device),
+                    torch.tensor([c.token_ids[-1] for c in contexts], device=device), first.target_ids,
+                    first._stop if tree.costs is not None else None)
+    try:
+        if tree.static_paths is not None:
+            nodes = static(search, root, tree.static_paths)
+        else:
+            nodes = dynamic(search, root, tree.top_k, tree.depth)
+    finally:
+        rows.drop_levels()
+    for b, d, (draft, features) in zip(ready, members, finish(nodes, root, tree.static_paths is None, first._size)):
+        drafts[b] = draft
+        d.tree_features = features  # the head's predicted feature under the root and each expanded node
+    return drafts
+
+
+def fill(rows: HeadRows, drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) -> torch.Tensor:
+    """One head forward over every row's context positions not yet in its cache (their true features), padded to
+    the longest; returns each row's predicted next feature, the root of its tree [R, W]."""
+    head = drafters[0].head
+    device, shift = head.device, head.shift
+    spans = [(d.filled, d.features.shape[0]) for d in drafters]
+    n = max(known - filled for filled, known in spans)
+    if n > 0:
+        tokens = torch.tensor([ctx.token_ids[filled + shift : known + shift] + [0] * (n - known + filled)
+                               for ctx, (filled, known) in zip(ctxs, spans)], device=device)
+        features = torch.stack([torch.nn.functional.pad(d.features[filled:known], (0, 0, 0, n - known + filled))
+                                for d, (filled, known) in zip(drafters, spans)])
+        positions = torch.tensor([[filled + j for j in range(n)] for filled, _ in spans], device=device)
+        rows_n = len(drafters)
+        causal = torch.ones(n, n, dtype=torch.bool, device=device).tril().expand(rows_n, n, n)
+        allowed = torch.cat([rows.valid[:, None, :].expand(rows_n, n, -1), causal], dim=2)
+        out = head.run(tokens, features, positions, additive_mask(allowed, head.dtype), rows.cache)
+        rows.append(torch.arange(n, device=device)[None] < torch.tensor([k - f for f, k in spans], device=device)[:, None])
+    for b, (d, (filled, known)) in enumerate(zip(drafters, spans)):
+        if known > filled:
+            d.root_feature = out[b, known - filled - 1]
+        d.filled = known
+    return torch.stack([d.root_feature for d in drafters])
 
 
 @torch.inference_mode()
 def measure_level_seconds(head: FeatureHead, top_k: int, repeats: int = 20) -> float:
     """Fastest of a few runs of one dynamic-tree level: the head over top_k nodes after a cached context, then the
     draft logits, log-softmax and top-k of each. Measured once per run (see specbench.decode.costs)."""
-    drafter = FeatureTreeDrafter(head, TreeSpec(top_k=top_k))
     gen = torch.Generator().manual_seed(0)
-    vocab = len(head.target_ids)
-    context = torch.randn(CONTEXT, head.feature_size, generator=gen).to(head.device, head.dtype)
-    drafter._run([head.target_ids[i] for i in torch.randint(0, vocab, (CONTEXT,), generator=gen).tolist()],
-                 context, list(range(CONTEXT)), None)
-    probe = drafter._run([head.target_ids[0]], context[:1], [CONTEXT], None)  # the head's own output width
-    truncate_cache(drafter.cache, CONTEXT)
-    tokens = [head.target_ids[0]] * top_k
-    features = probe.expand(top_k, -1).contiguous()
-    mask = additive_mask(torch.ones(top_k, CONTEXT + top_k, dtype=torch.bool), head.dtype, head.device)
+    device = head.device
+    context = torch.randn(1, CONTEXT, head.feature_size, generator=gen).to(device, head.dtype)
+    picks = torch.randint(0, len(head.target_ids), (1, CONTEXT), generator=gen)
+    tokens = torch.tensor(head.target_ids)[picks].to(device)
+    cache = head.new_cache()
+    head.run(tokens, context, torch.arange(CONTEXT, device=device)[None], None, cache)
+    probe = head.run(tokens[:, :1], context[:, :1], torch.tensor([[CONTEXT]], device=device), None, cache)
+    truncate_cache(cache, CONTEXT)  # the probe gives the head's own output width
+    level_tokens = tokens[:, :1].expand(1, top_k)
+    features = probe.expand(1, top_k, -1).contiguous()
+    positions = torch.full((1, top_k), CONTEXT, device=device)
+    mask = additive_mask(torch.ones(1, top_k, CONTEXT + top_k, dtype=torch.bool, device=device), head.dtype)
 
     def level() -> None:
-        out = drafter._run(tokens, features, [CONTEXT] * top_k, mask)
-        torch.log_softmax(head.draft_logits(out).float(), dim=-1).topk(top_k, dim=-1)
-        truncate_cache(drafter.cache, CONTEXT)
+        out = head.run(level_tokens, features, positions, mask, cache)
+        best_k(torch.log_softmax(head.draft_logits(out).float(), dim=-1), top_k)
+        truncate_cache(cache, CONTEXT)
 
     return fastest_seconds(level, head.device, repeats)

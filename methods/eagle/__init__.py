@@ -68,7 +68,7 @@ class EagleFeatureHead:
         return DynamicCache(config=self.head.config)
 
     def run(self, tokens, features, positions, mask, cache):
-        return self.head(tokens[None], features[None], positions[None], mask, cache)[0]
+        return self.head(tokens, features, positions, mask, cache)
 
     def draft_logits(self, predicted):
         return self.lm_head(predicted)

@@ -43,7 +43,7 @@ class Eagle3FeatureHead:
         return DynamicCache(config=self.head.config)
 
     def run(self, tokens, features, positions, mask, cache):
-        return self.head(tokens[None], features[None], positions[None], mask, cache)[0]
+        return self.head(tokens, features, positions, mask, cache)
 
     def draft_logits(self, hidden):
         return self.head.logits(hidden)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.drafting import propose_together
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo
@@ -20,6 +21,7 @@ from specbench.methods.common.random_drafter import RANDOM_FROM, seeded, wants_r
 from specbench.methods.common.shipped import HEAD, trained_folder
 from specbench.methods.common.static_tree import OPTIONS as TREE_OPTIONS
 from specbench.methods.common.static_tree import static_tree
+from specbench.methods.common.tree_search import best_k
 from specbench.methods.hydra.checkpoint import load_heads
 from specbench.methods.hydra.head import HydraHeads
 from specbench.methods.hydra.training import train
@@ -55,29 +57,43 @@ class HydraDrafter(Drafter):
     def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
         self.last_feature = step.hidden[-1]  # the feature that predicted the token just emitted last
 
-    def embeddings(self, tokens: list[int]) -> torch.Tensor:
-        ids = torch.tensor(tokens, device=self.vocab.device)
-        return self.embed(ids).to(self.dtype)
-
     @torch.inference_mode()
     def propose(self, ctx: DecodeContext) -> Draft:
-        if self.last_feature is None:
-            return Draft()
-        # inputs[path]: [h, e(root), e(path's tokens)...], the input of the head that guesses path's children.
-        inputs = {(): torch.cat([self.last_feature.to(self.dtype), self.embeddings(ctx.token_ids[-1:])[0]])}
-        token_of: dict[tuple[int, ...], int] = {}
-        for k, (parents, width) in enumerate(zip(self.expanded, self.width)):
-            x = torch.stack([inputs[p] for p in parents])
-            ranked = self.vocab[self.lm_head(self.heads(k, x)).topk(width, dim=-1).indices].tolist()
-            level = [p for p in self.tree if len(p) == k + 1]
-            for path in level:
-                token_of[path] = ranked[parents.index(path[:-1])][path[-1]]
-            if k + 1 < len(self.expanded):
-                grow = self.expanded[k + 1]
-                embeds = self.embeddings([token_of[p] for p in grow])
-                for path, e in zip(grow, embeds):
-                    inputs[path] = torch.cat([inputs[path[:-1]], e])
-        return Draft([token_of[p] for p in self.tree], list(self.parents))
+        return hydra_drafts([self], [ctx])[0]
+
+    @classmethod
+    def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
+        return propose_together(HydraDrafter, drafters, ctxs, hydra_drafts, ("heads", "tree"))
+
+
+def hydra_drafts(drafters: list[HydraDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
+    """Every row's tree at once (the same heads and tree for all), level by level in tensors: each head runs over
+    every row's expanded nodes in one forward, ties go to the lower index, and every row's tokens come back in one
+    copy."""
+    drafts = [Draft() for _ in drafters]
+    ready = [b for b, d in enumerate(drafters) if d.last_feature is not None]
+    if not ready:
+        return drafts
+    first = drafters[ready[0]]
+    features = torch.stack([drafters[b].last_feature for b in ready]).to(first.dtype)  # [R, H]
+    roots = first.embed(torch.tensor([ctxs[b].token_ids[-1] for b in ready], device=first.vocab.device))
+    # inputs[path]: [h, e(root), e(path's tokens)...] per row, the input of the head that guesses path's children.
+    inputs = {(): torch.cat([features, roots.to(first.dtype)], dim=-1)}
+    token_of: dict[tuple[int, ...], torch.Tensor] = {}  # [R] target ids
+    for k, (parents, width) in enumerate(zip(first.expanded, first.width)):
+        x = torch.stack([inputs[p] for p in parents], dim=1)  # [R, n, (k + 2) H]
+        ranked = first.vocab[best_k(first.lm_head(first.heads(k, x)), width)[1]]  # [R, n, width]
+        for path in (p for p in first.tree if len(p) == k + 1):
+            token_of[path] = ranked[:, parents.index(path[:-1]), path[-1]]
+        if k + 1 < len(first.expanded):
+            grow = first.expanded[k + 1]
+            embeds = first.embed(torch.stack([token_of[p] for p in grow], dim=1)).to(first.dtype)  # [R, m, H]
+            for j, path in enumerate(grow):
+                inputs[path] = torch.cat([inputs[path[:-1]], embeds[:, j]], dim=-1)
+    tokens = torch.stack([token_of[p] for p in first.tree], dim=1).tolist()  # the one copy
+    for b, row in zip(ready, tokens):
+        drafts[b] = Draft(row, list(first.parents))
+    return drafts
 
 
 def _build(ctx: BuildContext) -> Drafter:

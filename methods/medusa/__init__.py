@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.drafting import propose_together
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.decode.sampling import Sampling, sample, target_probs
 from specbench.decode.verify import Verdict, verify_greedy
@@ -24,6 +25,7 @@ from specbench.methods.common.random_drafter import RANDOM_FROM, seeded, wants_r
 from specbench.methods.common.shipped import HEAD, trained_folder
 from specbench.methods.common.static_tree import OPTIONS as TREE_OPTIONS
 from specbench.methods.common.static_tree import static_tree
+from specbench.methods.common.tree_search import best_k
 from specbench.methods.medusa.checkpoint import load_heads
 from specbench.methods.medusa.head import MedusaHeads
 from specbench.methods.medusa.training import train
@@ -43,7 +45,7 @@ class MedusaDrafter(Drafter):
         device, dtype = heads.heads[0][0].linear.weight.device, heads.heads[0][0].linear.weight.dtype
         vocab = draft_vocab if draft_vocab is not None else torch.arange(lm_head.shape[0])
         self.lm_head = frozen_linear(lm_head.detach()[vocab].to(device, dtype).contiguous(), runtime)
-        self.vocab_list = vocab.tolist()
+        self.vocab = vocab.to(device)
         self.tree = tree
         self.width = max(max(p) for p in tree) + 1
         self.depth = depth
@@ -59,12 +61,28 @@ class MedusaDrafter(Drafter):
 
     @torch.inference_mode()
     def propose(self, ctx: DecodeContext) -> Draft:
-        if self.last_feature is None:
-            return Draft()
-        predicted = self.heads(self.last_feature.to(self.lm_head.weight.dtype))[: self.depth]  # [depth, H]
-        guesses = self.lm_head(predicted).topk(self.width, dim=-1).indices.tolist()
-        tokens = [self.vocab_list[guesses[len(p) - 1][p[-1]]] for p in self.tree]
-        return Draft(tokens, list(self.parents))
+        return medusa_drafts([self], [ctx])[0]
+
+    @classmethod
+    def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
+        return propose_together(MedusaDrafter, drafters, ctxs, medusa_drafts, ("heads", "tree"))
+
+
+def medusa_drafts(drafters: list[MedusaDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
+    """Every row's tree at once (the same heads and tree for all): each head's top-width guesses for every row in
+    one forward, ties to the lower index, and one copy of every row's tokens to the host."""
+    drafts = [Draft() for _ in drafters]
+    ready = [b for b, d in enumerate(drafters) if d.last_feature is not None]
+    if not ready:
+        return drafts
+    first = drafters[ready[0]]
+    features = torch.stack([drafters[b].last_feature for b in ready]).to(first.lm_head.weight.dtype)  # [R, H]
+    predicted = first.heads(features)[: first.depth]  # [depth, R, H]
+    guesses = best_k(first.lm_head(predicted), first.width)[1]  # [depth, R, width]
+    tokens = first.vocab[guesses[[len(p) - 1 for p in first.tree], :, [p[-1] for p in first.tree]]]  # [nodes, R]
+    for b, row in zip(ready, tokens.T.tolist()):
+        drafts[b] = Draft(row, list(first.parents))
+    return drafts
 
 
 def typical_verifier(threshold: float, alpha: float):

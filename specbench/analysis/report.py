@@ -170,7 +170,8 @@ def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, or
                "over vanilla at the same batch size B, all tasks together")
     markdown = write_table(throughput_table(part), out_dir, f"throughput_T{t}", caption, origin, tag=tag)
     caption = (f"Cost per target forward at each batch size B, T={t}, {target}: tokens emitted per forward by all rows "
-               "together, the forward's time and the drafters' time per forward (ms; rows draft one after another)")
+               "together, the forward's time and the drafters' time per forward (ms; all rows' drafting in the step, a "
+               "batched drafting call's time split evenly across its rows)")
     costs = write_table(batch_cost_table(part), out_dir, f"batch_costs_T{t}", caption, origin, tag=tag)
     for size, at_size in part.groupby("batch_size"):
         caption = (f"Throughput speedup over vanilla at batch size {size} and τ, T={t}, {target}: total new tokens "

@@ -160,3 +160,16 @@ class Drafter:
 
     def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
         """step.emitted were just appended to ctx.token_ids (accepted draft tokens, then the bonus)."""
+
+    @classmethod
+    def propose_batch(cls, drafters: list["Drafter"], ctxs: list[DecodeContext]) -> list[Draft]:
+        """The drafts of several rows of a batch (drafters of this class, one per row) in one call. By default row
+        by row; a drafter that drafts every row at once overrides it, and must give each row exactly the draft
+        propose would give it alone."""
+        return [drafter.propose(ctx) for drafter, ctx in zip(drafters, ctxs)]
+
+    @classmethod
+    def accepted_batch(cls, drafters: list["Drafter"], ctxs: list[DecodeContext], steps: list[StepResult]) -> None:
+        """accepted for several rows in one call; by default row by row."""
+        for drafter, ctx, step in zip(drafters, ctxs, steps):
+            drafter.accepted(ctx, step)

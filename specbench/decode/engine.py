@@ -25,6 +25,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.drafting import accept_all, propose_all
 from specbench.decode.inputs import batch_inputs, row_block
 from specbench.decode.kv import keep_rows, keep_slots, new_cache
 from specbench.decode.layout import AttentionLayout
@@ -150,7 +151,7 @@ def generate_batch(
     layout, width = AttentionLayout.of(model.config), 0  # width: cache slots per row
     cache = static.new_cache(len(rows), max(map(len, prompts)) + max_new_tokens) if static else new_cache()
     while active:
-        drafts = [Draft() if row.flushing else propose(row) for row in active]
+        drafts = propose_all(active)
         t1 = time.perf_counter()
         out, pads = forward(model, active, drafts, cache, width, layout, static)
         scores = [row_logits(out, b, draft) for b, draft in enumerate(drafts)]
@@ -164,9 +165,9 @@ def generate_batch(
         order = keep_rows(cache, stays) if len(stays) < len(active) else stays
         width = keep_slots(cache, [kept[b] for b in order])
         verify_seconds = time.perf_counter() - t1
-        for row, step in zip(active, steps):
-            if row.result.stop_reason != "eos" or feed_last:
-                row.drafting(lambda: row.drafter.accepted(row.ctx, step))
+        told = [b for b, row in enumerate(active) if row.result.stop_reason != "eos" or feed_last]
+        accept_all([active[b] for b in told], [steps[b] for b in told])
+        for row in active:
             if not row.flushing:
                 row.result.draft_times.append(row.pending_draft_time)
                 row.result.verify_times.append(verify_seconds)
@@ -196,12 +197,6 @@ def start_rows(prompts: list[list[int]], drafters: list[Drafter], generators: li
         result = Generation([], [], [], [], 0.0, "length" if budget == max_new_tokens else "context")
         rows.append(Row(DecodeContext(list(prompt), len(prompt), sampling, generator), drafter, budget, result))
     return rows
-
-
-def propose(row: Row) -> Draft:
-    """The row's draft, cut so that accepting all of it and the bonus token stays within the row's budget."""
-    remaining = row.remaining
-    return row.drafting(lambda: row.drafter.propose(row.ctx).limited(remaining - 1)) if remaining > 1 else Draft()
 
 
 def forward(model: PreTrainedModel, rows: list[Row], drafts: list[Draft], cache: DynamicCache, width: int,

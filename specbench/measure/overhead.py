@@ -76,7 +76,7 @@ def measure(target: LoadedModel, prompt: list[int], tree: int, batch: int, sampl
         results = generate_batch(timed, [prompt] * batch, drafters, sampling, tokens, set(), generators)
         wall = time.perf_counter() - started
         steps = timed.forwards
-        drafting = sum(sum(g.draft_times) for g in results)  # rows draft one after another within a step
+        drafting = sum(sum(g.draft_times) for g in results)  # a step's drafting, split across its rows, sums back
         found = Overhead(tree, batch, sampling.temperature, steps, 1000 * timed.seconds / steps,
                          1000 * (wall - timed.seconds - drafting) / steps)
         if best is None or found.engine_ms < best.engine_ms:

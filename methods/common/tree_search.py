@@ -1,0 +1,203 @@
+"""A feature head's tree expansion for every row of a batch at once, in tensors on the head's device, as EAGLE-2's
+reference code (eagle/model/cnets.py, topK_genrate) does it: each level runs the head over the whole frontier of
+every row in one forward, takes the top-k children of each frontier node and the top-k of all those candidates in
+tensors. Nothing comes back to the host until the finished trees do, in one copy (`finish`).
+
+Ties are broken the same way everywhere (`best_k`: the lower index first), so a row's tree never depends on which
+rows are drafted beside it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from specbench.decode.draft import ROOT, Draft
+from specbench.methods.common.head_rows import HeadRows
+
+
+def best_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k largest values along the last dimension and their indices, largest first, equal values in index
+    order; the same for a row whatever else is in the tensor (torch.topk leaves the order of ties open)."""
+    kth = values.topk(k, dim=-1).values[..., -1:]
+    tied = values == kth
+    room = k - (values > kth).sum(dim=-1, keepdim=True)
+    chosen = (values > kth) | (tied & (tied.cumsum(dim=-1) <= room))
+    n = values.shape[-1]
+    key = torch.where(chosen, n - torch.arange(n, device=values.device), 0)
+    index = key.topk(k, dim=-1).indices  # the k chosen, lowest index first (distinct keys: no ties)
+    picked = values.gather(-1, index)
+    order = picked.sort(dim=-1, descending=True, stable=True).indices
+    return picked.gather(-1, order), index.gather(-1, order)
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[R, n, S] bool -> [R, 1, n, S] additive, on allowed's device."""
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+
+
+@dataclass
+class Search:
+    """The rows being drafted: the head, their context caches, where their trees start."""
+
+    head: Any  # a FeatureHead
+    rows: HeadRows
+    base: torch.Tensor  # [R] the position of each row's first tree level (its context length)
+    root_tokens: torch.Tensor  # [R] target id of each row's last emitted token
+    target_ids: torch.Tensor  # [V_draft] draft index -> target token id
+    stop: Callable[[torch.Tensor], torch.Tensor] | None = None  # frontier mass [R] -> stop here [R] (auto sizing)
+
+    def expand(self, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k (draft log-probs, draft indices) [R, n, k] under nodes whose predicted features are [R, n, W]."""
+        return best_k(torch.log_softmax(self.head.draft_logits(features).float(), dim=-1), k)
+
+    def run(self, tokens: torch.Tensor, features: torch.Tensor, depth: int, ancestors: torch.Tensor) -> torch.Tensor:
+        """The head over n nodes of each row at one depth (tokens [R, n], their parents' features [R, n, W]); each
+        sees its row's context, its ancestors among the nodes run before (ancestors [R, n, S]) and itself.
+        Returns their predicted features [R, n, W]; their keys stay in the cache until the search ends."""
+        rows, n = tokens.shape
+        device = tokens.device
+        own = torch.eye(n, dtype=torch.bool, device=device).expand(rows, n, n)
+        allowed = torch.cat([self.rows.valid[:, None, :].expand(rows, n, -1), ancestors, own], dim=2)
+        positions = (self.base + depth - 1)[:, None].expand(rows, n)
+        return self.head.run(tokens, features, positions, additive_mask(allowed, self.head.dtype), self.rows.cache)
+
+
+@dataclass
+class Nodes:
+    """Every row's drafted nodes (node m of every row has the same depth; tokens, parents and scores differ)."""
+
+    tokens: torch.Tensor  # [R, M] target ids
+    parents: torch.Tensor  # [R, M] node index or ROOT
+    scores: torch.Tensor  # [R, M] cumulative draft log-prob
+    depths: list[int]  # [M]
+    expanded: list[tuple[torch.Tensor, torch.Tensor]]  # per head run: node indices [R, n], predicted features [R, n, W]
+    stops: list[torch.Tensor]  # per level of a dynamic tree: [R] bool, the row's tree would have stopped there
+
+
+def dynamic(search: Search, root: torch.Tensor, k: int, depth: int) -> Nodes:
+    """EAGLE-2's dynamic tree: the top k children of the root, then depth - 1 times: run the head over the frontier
+    (k nodes), add the top k children of each (k * k candidates), keep the k best candidates by cumulative log-prob
+    as the next frontier."""
+    rows, device = root.shape[0], root.device
+    logp, index = search.expand(root[:, None], k)
+    f_scores, f_tokens = logp[:, 0], search.target_ids[index[:, 0]]
+    frontier = torch.arange(k, device=device).expand(rows, k)
+    nodes = Nodes([f_tokens], [torch.full((rows, k), ROOT, device=device)], [f_scores], [1] * k, [], [])
+    parent_features, parent_tokens = root[:, None].expand(rows, k, -1), search.root_tokens[:, None].expand(rows, k)
+    ancestors = torch.zeros(rows, k, 0, dtype=torch.bool, device=device)
+    for level in range(1, depth):
+        if search.stop is not None:
+            nodes.stops.append(search.stop(f_scores.exp().sum(dim=1)))
+            if device.type == "cpu" and bool(nodes.stops[-1].all()):
+                break  # on the CPU reading the decision back costs nothing; elsewhere the level runs, is cut later
+        out = search.run(f_tokens if search.head.shift else parent_tokens, parent_features, level, ancestors)
+        nodes.expanded.append((frontier, out))
+        logp, index = search.expand(out, k)
+        scores, tokens = (f_scores[..., None] + logp).flatten(1), search.target_ids[index].flatten(1)
+        count = len(nodes.depths)
+        nodes.tokens.append(tokens)
+        nodes.parents.append(frontier.repeat_interleave(k, dim=1))
+        nodes.scores.append(scores)
+        nodes.depths += [level + 1] * (k * k)
+        best = best_k(scores, k)[1]
+        slot = best // k  # the frontier node each new frontier node hangs under
+        parent_tokens, parent_features = f_tokens.gather(1, slot), out.gather(1, spread(slot, out))
+        f_scores, f_tokens, frontier = scores.gather(1, best), tokens.gather(1, best), count + best
+        ancestors = torch.cat([ancestors.gather(1, spread(slot, ancestors)),
+                               torch.nn.functional.one_hot(slot, k).bool()], dim=2)
+    return nodes
+
+
+def spread(index: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """index [R, n] expanded to gather whole rows of like [R, m, X] along dim 1."""
+    return index[..., None].expand(-1, -1, like.shape[-1])
+
+
+def static(search: Search, root: torch.Tensor, paths: list[tuple[int, ...]]) -> Nodes:
+    """EAGLE-1's static tree: node [r0, r1, ...] is the r-th ranked child of its parent path. Its shape is the same
+    for every row, so every index below is known on the host; only tokens, scores and features are tensors."""
+    rows, device = root.shape[0], root.device
+    width = max(p[-1] for p in paths) + 1
+    logp, index = search.expand(root[:, None], width)
+    first = [p for p in paths if len(p) == 1]
+    ranks = [p[0] for p in first]
+    nodes = Nodes([search.target_ids[index[:, 0, ranks]]], [], [logp[:, 0, ranks]], [1] * len(first), [], [])
+    parents: list[int] = [ROOT] * len(first)
+    node_of = {p: i for i, p in enumerate(first)}
+    features = [root[:, None]]  # column c of their concatenation: the feature under node c - 1 (0: the root's)
+    feature_col = {ROOT: 0}
+    slots: list[int] = []  # nodes run so far, in cache order
+    for depth in range(2, max(len(p) for p in paths) + 1):
+        level = [p for p in paths if len(p) == depth]
+        run = sorted({node_of[p[:-1]] for p in level})
+        tokens, scores = torch.cat(nodes.tokens, dim=1), torch.cat(nodes.scores, dim=1)
+        with_root = torch.cat([search.root_tokens[:, None], tokens], dim=1)
+        fed = tokens[:, run] if search.head.shift else with_root[:, [parents[i] + 1 for i in run]]
+        parent_features = torch.cat(features, dim=1)[:, [feature_col[parents[i]] for i in run]]
+        allowed = [[is_ancestor(slot, i, parents) for slot in slots] for i in run]
+        ancestors = torch.tensor(allowed, dtype=torch.bool, device=device).reshape(len(run), len(slots))
+        out = search.run(fed, parent_features, depth - 1, ancestors.expand(rows, -1, -1))
+        nodes.expanded.append((torch.tensor(run, device=device).expand(rows, -1), out))
+        for j, i in enumerate(run):
+            feature_col[i] = sum(f.shape[1] for f in features) + j
+        features.append(out)
+        slots += run
+        logp, index = search.expand(out, width)
+        at = {i: j for j, i in enumerate(run)}
+        which, rank = [at[node_of[p[:-1]]] for p in level], [p[-1] for p in level]
+        above = [node_of[p[:-1]] for p in level]
+        nodes.tokens.append(search.target_ids[index[:, which, rank]])
+        nodes.scores.append(scores[:, above] + logp[:, which, rank])
+        for p, parent in zip(level, above):
+            node_of[p] = len(parents)
+            parents.append(parent)
+        nodes.depths += [depth] * len(level)
+    nodes.parents = [torch.tensor(parents, device=device).expand(rows, -1)]
+    return nodes
+
+
+def is_ancestor(node: int, of: int, parents: list[int]) -> bool:
+    while of != ROOT:
+        if of == node:
+            return True
+        of = parents[of]
+    return False
+
+
+def finish(nodes: Nodes, root: torch.Tensor, dynamic_tree: bool,
+           size: Callable[[list[float]], int]) -> list[tuple[Draft, dict[int, torch.Tensor]]]:
+    """Each row's draft and the head's predicted feature under its root and each of its expanded nodes, from ONE
+    copy of every row's nodes to the host. A dynamic tree keeps the best nodes by cumulative log-prob (ties: the
+    earlier node), as many as size(their scores, best first) says, ordered by depth then score; nodes past the level
+    where the row's tree would have stopped (auto sizing) are not there. A static tree keeps every node."""
+    tokens, parents, scores = (torch.cat(part, dim=1) for part in (nodes.tokens, nodes.parents, nodes.scores))
+    rows, count = tokens.shape
+    order = scores.sort(dim=1, descending=True, stable=True).indices
+    parts = [tokens, parents, scores, order] + [index for index, _ in nodes.expanded] + [s[:, None] for s in nodes.stops]
+    host = torch.cat([part.float() for part in parts], dim=1).cpu().tolist()  # the one copy
+    results = []
+    for b, values in enumerate(host):
+        tok, par, score = values[:count], values[count : 2 * count], values[2 * count : 3 * count]
+        at = 4 * count
+        expanded = []
+        for index, _ in nodes.expanded:
+            expanded.append([int(i) for i in values[at : at + index.shape[1]]])
+            at += index.shape[1]
+        stops = values[at:]
+        if dynamic_tree:
+            cap = next((level + 1 for level, stop in enumerate(stops) if stop), max(nodes.depths))
+            best = [int(i) for i in values[3 * count : 4 * count] if nodes.depths[int(i)] <= cap]
+            best = best[: size([score[i] for i in best])]
+            keep = sorted(best, key=lambda i: (nodes.depths[i], -score[i]))
+        else:
+            keep = list(range(count))
+        new_index = {old: new for new, old in enumerate(keep)}
+        draft = Draft([int(tok[i]) for i in keep], [ROOT if par[i] == ROOT else new_index[int(par[i])] for i in keep])
+        features = {ROOT: root[b]}
+        for (_, out), run in zip(nodes.expanded, expanded):
+            features.update({new_index[i]: out[b, j] for j, i in enumerate(run) if i in new_index})
+        results.append((draft, features))
+    return results

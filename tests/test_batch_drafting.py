@@ -1,0 +1,126 @@
+"""Batched drafting: a feature-tree drafter (eagle, eagle1, eagle3) drafts every row of a batch in one call
+(Drafter.propose_batch over a batched head cache, the tree expanded in tensors), and each row gets exactly the tree
+it drafts alone, ties included."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specbench.decode.draft import DecodeContext, StepResult, parse_tree
+from specbench.decode.engine import generate, generate_batch
+from specbench.decode.sampling import Sampling
+from specbench.methods.common.feature_tree import TreeSpec
+from specbench.methods.common.tree_search import best_k
+from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
+from specbench.methods.eagle.head import EagleHead, head_config
+from specbench.methods.eagle.training import EagleTrainable
+from specbench.methods.vanilla import VanillaDrafter
+from specbench.train.training import Batch
+from tests.test_distribution import VOCAB, prompt, target  # noqa: F401  (shared fixtures)
+
+
+class Recording(EagleDrafter):
+    """Keeps every verified tree and its accepted path, and how many rows shared its head cache. It overrides
+    accepted only, so its rows still draft in one batched call."""
+
+    def begin(self, ctx):
+        super().begin(ctx)
+        self.seen, self.shared = [], 0
+
+    def accepted(self, ctx, step):
+        super().accepted(ctx, step)
+        self.seen.append((step.draft.tokens, step.draft.parents, step.path))
+        self.shared = max(self.shared, len(self.rows.members) if self.rows else 0)
+
+
+@pytest.fixture(scope="module")
+def head(target):  # noqa: F811
+    """An EAGLE head fitted for a moment to the target's greedy continuations (40 Adam steps), so that its trees
+    are accepted several tokens deep."""
+    torch.manual_seed(5)
+    head = EagleHead(head_config(target.config))
+    head.embed_tokens.weight.data.copy_(target.get_input_embeddings().weight)
+    starts = torch.randint(0, VOCAB, (16, 4), generator=torch.Generator().manual_seed(3)).tolist()
+    tokens = torch.tensor([s + generate(target, s, VanillaDrafter(), Sampling(), 12, set()).token_ids for s in starts])
+    with torch.no_grad():
+        hidden = target(tokens, output_hidden_states=True).hidden_states[-1]
+    ones = torch.ones_like(tokens, dtype=torch.bool)
+    trainable = EagleTrainable(head.train(), target.get_output_embeddings().weight, None)
+    optimizer = torch.optim.Adam(head.parameters(), lr=0.03)
+    for _ in range(40):
+        loss, _ = trainable.loss(Batch(tokens, hidden, ones, ones))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return head.eval()
+
+
+def recording(target, head, static: bool) -> Recording:
+    spec = TreeSpec(top_k=3, depth=3, total_tokens=8, static_paths=parse_tree(EAGLE1_TREE) if static else None)
+    return Recording(head, target.get_output_embeddings().weight, None, spec)
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["eagle", "eagle1"])
+def test_rows_drafted_together_draft_what_they_draft_alone(target, prompt, head, static):  # noqa: F811
+    prompts = [prompt, prompt[:5], [2, 9] + prompt[4:]]
+    alone = []
+    for p in prompts:
+        drafter = recording(target, head, static)
+        generate(target, p, drafter, Sampling(), 24, set())
+        alone.append(drafter.seen)
+    drafter = recording(target, head, static)
+    rows = [drafter] + [drafter.fork() for _ in prompts[1:]]
+    generate_batch(target, prompts, rows, Sampling(), 24, set())
+    assert max(d.shared for d in rows) == len(prompts)  # one head cache for every row: one call drafted them all
+    for single, batched in zip(alone, [d.seen for d in rows]):
+        assert batched == single
+    deep = sum(len(path) >= 2 for d in rows for _, _, path in d.seen)
+    assert deep >= 3, f"only {deep} steps accepted a draft token at depth 2 or more"
+
+
+def test_ties_go_to_the_lower_index_whatever_the_batch():
+    values = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0, 2.0], [5.0, 5.0, 5.0, 5.0, 5.0, 5.0]])
+    scores, index = best_k(values, 2)
+    assert index.tolist() == [[1, 2], [0, 1]] and scores.tolist() == [[3.0, 3.0], [5.0, 5.0]]
+    assert best_k(values, 4)[1].tolist() == [[1, 2, 4, 5], [0, 1, 2, 3]]
+    alone = best_k(values[1:], 3)
+    assert torch.equal(alone[1], best_k(values, 3)[1][1:]) and torch.equal(alone[0], best_k(values, 3)[0][1:])
+
+
+def test_rows_regrouped_in_any_order_keep_their_own_state(target, prompt, head):  # noqa: F811
+    """Drafters drafted together in changing groups and orders (their shared head cache split and joined) draft
+    what each drafts alone."""
+    prompts = [prompt, prompt[:6], [2, 9] + prompt[4:]]
+    contexts = [DecodeContext(list(p), len(p), Sampling(), None) for p in prompts]
+
+    proto = recording(target, head, static=False)
+
+    def started(p: list[int]) -> Recording:
+        drafter = proto.fork()  # forks share the head: they draft together
+        drafter.begin(None)
+        with torch.no_grad():
+            hidden = target(torch.tensor([p[:-1]]), output_hidden_states=True).hidden_states[-1][0]
+        drafter.accepted(None, StepResult([], [], hidden))
+        return drafter
+
+    alone = [started(p).propose(c) for p, c in zip(prompts, contexts)]
+    a, b, c = (started(p) for p in prompts)
+    for group in ([0, 1], [1, 2], [2, 0], [0, 1, 2], [2], [1, 0]):
+        drafters = [(a, b, c)[i] for i in group]
+        drafts = type(a).propose_batch(drafters, [contexts[i] for i in group])
+        assert all(d.rows is drafters[0].rows for d in drafters)  # drafted in one call
+        assert [(d.tokens, d.parents) for d in drafts] == [(alone[i].tokens, alone[i].parents) for i in group]
+
+
+def test_rows_that_stop_early_reorder_the_batch_and_the_rest_draft_on(target, head):  # noqa: F811
+    """Stop ids end rows at different steps, so the engine moves rows around (and a row's head cache is taken out
+    of a shared one that only it still uses): every row still emits what it emits alone."""
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(2):
+        prompts = [torch.randint(0, VOCAB, (int(n),), generator=generator).tolist()
+                   for n in torch.randint(3, 12, (4,), generator=generator)]
+        stop = {int(torch.randint(0, VOCAB, (1,), generator=generator))}
+        drafter = recording(target, head, static=False)
+        alone = [generate(target, p, drafter, Sampling(), 20, stop).token_ids for p in prompts]
+        rows = [drafter] + [drafter.fork() for _ in prompts[1:]]
+        assert [g.token_ids for g in generate_batch(target, prompts, rows, Sampling(), 20, stop)] == alone
