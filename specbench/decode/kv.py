@@ -22,10 +22,14 @@ class SlotLayer(DynamicLayer):
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
-        self.key_buffer = key_states.new_zeros(*key_states.shape[:2], MIN_CAPACITY, key_states.shape[3])
-        self.value_buffer = value_states.new_zeros(*value_states.shape[:2], MIN_CAPACITY, value_states.shape[3])
+        self.key_buffer, self.value_buffer = self.allocate(key_states, value_states)
         self.is_initialized = True
         self.set_length(0)
+
+    def allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This layer's empty key and value buffers: MIN_CAPACITY slots (they double when full)."""
+        return (key_states.new_zeros(*key_states.shape[:2], MIN_CAPACITY, key_states.shape[3]),
+                value_states.new_zeros(*value_states.shape[:2], MIN_CAPACITY, value_states.shape[3]))
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -71,11 +71,9 @@ class StaticSlotLayer(SlotLayer):
         super().__init__()
         self.plan, self.index = plan, index
 
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.device = key_states.device
-        self.key_buffer, self.value_buffer = self.plan.views(self.index, key_states, value_states)
-        self.is_initialized = True
-        self.set_length(0)
+    def allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Views of this layer's part of the plan's storage."""
+        return self.plan.views(self.index, key_states, value_states)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:
