@@ -12,7 +12,11 @@ from torch._dynamo.utils import counters
 
 from specbench.analysis.tables import leaderboard, raw_speedup_table, with_reference_column
 from specbench.cli import main
+from specbench.decode.sampling import Sampling
+from specbench.decode.target import load_model
 from specbench.measure.check import check_run
+from specbench.run.reference import ReferenceDecoder
+from specbench.run.tasks import Question
 from tests.test_cli import run_args
 
 REFERENCES = ("hf-compiled", "hf-eager")
@@ -51,6 +55,10 @@ def test_reference_rows_are_recorded_like_methods(reference_run):
             assert len(ends) == len(tokens) and ends == sorted(ends) and 0 < ends[-1] <= choice["wall_time"][turn]
             assert choice["stop_reason"][turn] in ("eos", "length")
             assert choice["draft_time"][turn] == 0.0
+            assert choice["prompt_tokens"][turn] > 0 and choice["prefill_time"][turn] == ends[0]
+        vanilla = next(v["choices"][0] for v in rows if v["method"] == "vanilla" and v["task"] == r["task"]
+                       and v["temperature"] == r["temperature"])
+        assert choice["prompt_tokens"] == vanilla["prompt_tokens"]  # the same conversation, the same tokens
         assert r["options"]["modules"].startswith("transformers' own")
         assert r["options"]["cache"] == ("static" if r["method"] == "hf-compiled" else "dynamic")
     options = json.loads((out / "run.json").read_text())["method_options"]
@@ -85,6 +93,8 @@ def test_report_gives_the_speedup_over_hf_compiled(reference_run):
         expected = rate(method) / rate("hf-compiled")
         assert board.loc[method, "overall_speedup_vs_hf_compiled"] == pytest.approx(expected, abs=2e-3)
     assert "Speedup vs hf-compiled" in (out / "report" / "leaderboard_T0.md").read_text()
+    efficiency = (out / "report" / "efficiency_T0.md").read_text()
+    assert all(f"| {name} " in efficiency for name in REFERENCES)  # a roofline row (prefill times recorded)
     assert (out / "report" / "speedup_vs_hf_compiled_T0.md").is_file()
     assert "hf-compiled" not in pd.read_csv(out / "report" / "speedup_T0.csv", comment="#").columns.str.cat()
 
@@ -116,3 +126,27 @@ def test_list_names_the_reference_rows(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "run --reference" in out and "  hf-compiled " in out and "  hf-eager " in out
+
+
+class CountingCounter:
+    """An energy counter whose every read is one joule later than the last (in microjoules)."""
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def read(self) -> list[int]:
+        self.reads += 1
+        return [self.reads * 1_000_000]
+
+    def joules(self, start: list[int], end: list[int]) -> float:
+        return (end[0] - start[0]) / 1e6
+
+
+def test_reference_rows_read_the_energy_counter_around_each_turn(tiny_target_dir):
+    target = load_model(str(tiny_target_dir), runtime="stock")
+    question = Question("q", "", ["one", "two"])
+    counter = CountingCounter()
+    choice = ReferenceDecoder(target, "hf-eager", 64).answer(question, "t", Sampling(), 3, 0, energy=counter)
+    assert choice.energy_j == [1.0, 1.0] and counter.reads == 4
+    assert ReferenceDecoder(target, "hf-eager", 64).answer(question, "t", Sampling(), 3, 0).energy_j is None

@@ -158,7 +158,7 @@ class Decoder:
         on_step = progress.method(name, job, self.budgets[job.task]) if progress else None
         with target_step(self.target, f"decoding {job.describe()} with {name}"):
             choice = reference.answer(question, job.task, sampling, self.budgets[job.task], cfg.seed, job.repeat,
-                                      on_step)
+                                      on_step, self.energy)
         return Record(
             method=name, task=job.task, temperature=job.temperature, question_id=question.question_id, choice=choice,
             top_p=cfg.top_p, top_k=cfg.top_k, category=question.category, target=cfg.target, seed=cfg.seed,

@@ -32,6 +32,7 @@ from specbench.decode.sampling import Sampling
 from specbench.decode.target import LoadedModel, chat_prompt
 from specbench.errors import SpecbenchError
 from specbench.run.answer import question_seed
+from specbench.run.energy import EnergyCounter
 from specbench.run.record import Choice
 from specbench.run.tasks import Question
 
@@ -165,15 +166,21 @@ class ReferenceDecoder:
             self.generate(prompt, Sampling(), tokens)
 
     def answer(self, question: Question, task: str, sampling: Sampling, max_new_tokens: int, seed: int,
-               repeat: int = 0, on_step: Callable[[int], None] | None = None) -> Choice:
+               repeat: int = 0, on_step: Callable[[int], None] | None = None,
+               energy: EnergyCounter | None = None) -> Choice:
         """Every turn of one question (later turns see the earlier answers), as a method's Choice: one token per
-        target forward (accept lengths all 1), no drafting, the whole time in the target."""
-        choice, messages = Choice(), []
+        target forward (accept lengths all 1), no drafting, the whole time in the target; the prefill's time is the
+        first token's arrival (the streamer's first step end). energy: a counter read around each turn, as the
+        methods' (specbench.run.answer)."""
+        choice, messages = Choice(energy_j=[] if energy else None), []
         for turn, text in enumerate(question.turns):
             messages.append({"role": "user", "content": text})
             prompt = chat_prompt(self.target.tokenizer, messages)
             turn_seed = None if sampling.greedy else question_seed(seed, task, question.question_id, turn, repeat)
+            counted = energy.read() if energy else []
             tokens, wall, ends, reason = self.generate(prompt, sampling, max_new_tokens, turn_seed, on_step)
+            if energy is not None and choice.energy_j is not None:
+                choice.energy_j.append(round(energy.joules(counted, energy.read()), 4))
             answer = self.target.tokenizer.decode(tokens, skip_special_tokens=True)
             messages.append({"role": "assistant", "content": answer})
             choice.turns.append(answer)
@@ -185,5 +192,7 @@ class ReferenceDecoder:
             choice.draft_time.append(0.0)
             choice.verify_time.append(round(wall, 6))
             choice.step_ends.append([round(t, 6) for t in ends])
+            choice.prompt_tokens.append(len(prompt))
+            choice.prefill_time.append(round(ends[0], 6) if ends else 0.0)
             choice.stop_reason.append(reason)
         return choice
