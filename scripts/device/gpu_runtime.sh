@@ -51,7 +51,7 @@ for runtime in compiled eager; do
         --max-new-tokens "$BATCH_TOKENS" --temperatures 0 --out "$runs/synthetic-$SHAPE-$runtime"
 done
 for run in compiled-float32 compiled-bfloat16 eager-float32 batch-bfloat16; do
-    [ -d "$runs/$run" ] && step 20 "check $run" $py -m specbench check "$runs/$run"
+    [ -d "$runs/$run" ] && step 30 "check $run" $py -m specbench check "$runs/$run"
 done
 tar czf "$OUT/gpu-runtime.tgz" -C "$runs" . 2>>"$LOG"
 say "done"
