@@ -13,7 +13,9 @@ are masked out; each step's new block is left-padded per row to a common length 
 positions are per row; after verification each row's accepted slots move down to follow its context. A finished row
 leaves the batch at once (its slots are filled by a live row's), or, with `feed_last`, after one more forward over
 its last tokens, so that a drafter reading hidden states gets those of every token (distillation records them).
-With one row there is no padding and no hole: the forward is exactly the single-sequence one.
+With one row there is no padding and no hole: the forward is exactly the single-sequence one. On the static runtime
+(`static`: specbench.decode.static) the cache is the run's fixed-size one and each forward is padded to a fixed
+shape (replayed from a CUDA graph on CUDA); the loop is the same.
 """
 from __future__ import annotations
 
