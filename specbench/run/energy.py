@@ -92,7 +92,7 @@ def open_counter(device: torch.device, powercap: Path = POWERCAP) -> EnergyCount
         try:
             return NvmlCounter(device.index if device.index is not None else torch.cuda.current_device())
         except ImportError:
-            return "no NVML: pynvml not installed (pip install nvidia-ml-py)"
+            return "no NVML: pynvml not installed (pip install specbench[energy], i.e. nvidia-ml-py)"
         except Exception as exc:  # pynvml's NVMLError: no driver, or a GPU without the energy counter
             return f"no NVML energy counter ({type(exc).__name__}: {exc})"
     if device.type == "cpu":
