@@ -34,6 +34,11 @@ CAPACITY_STEP = 512  # slots are allocated in multiples of this
 HEADROOM = 2 * BLOCK_SIZES[-1]  # slots past the longest context a step may write (its block, its padding)
 
 
+def round_up(n: int, step: int) -> int:
+    """n rounded up to a multiple of step."""
+    return -(-n // step) * step
+
+
 def bucket(n: int, sizes: tuple[int, ...]) -> int:
     """The smallest size that holds n, or n itself past the largest (run at its own shape, uncaptured)."""
     return next((s for s in sizes if s >= n), n)
@@ -147,10 +152,9 @@ class StaticTarget:
         rows, slots = bucket(rows, BATCH_SIZES), slots + HEADROOM
         plan = self.cache.plan if self.cache is not None else None
         if plan is None or rows > plan.rows or slots > plan.capacity:
-            capacity = -(-slots // CAPACITY_STEP) * CAPACITY_STEP
+            rows, capacity = max(rows, plan.rows if plan else 0), round_up(slots, CAPACITY_STEP)
             start = torch.zeros((), dtype=torch.long, device=self.model.device)
-            self.cache = StaticSlotCache(SlotPlan(max(rows, plan.rows if plan else 0), capacity,
-                                                  self.model.config.num_hidden_layers, start))
+            self.cache = StaticSlotCache(SlotPlan(rows, capacity, self.model.config.num_hidden_layers, start))
             self.graphs.clear()
         return self.cache
 

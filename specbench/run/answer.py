@@ -12,6 +12,7 @@ import torch
 from specbench.decode.draft import Drafter
 from specbench.decode.engine import context_limit, generate_batch
 from specbench.decode.sampling import Sampling
+from specbench.decode.static import round_up
 from specbench.decode.target import LoadedModel, chat_prompt
 from specbench.decode.verify import VerifyFn
 from specbench.errors import SpecbenchError
@@ -99,8 +100,7 @@ def conversation_capacity(target: LoadedModel, questions: list[Question], budget
         messages = [m for turn in q.turns for m in ({"role": "user", "content": turn},
                                                     {"role": "assistant", "content": ""})]
         longest = max(longest, len(chat_prompt(target.tokenizer, messages)) + len(q.turns) * (budget + TURN_SLACK))
-    rounded = -(-longest // CAPACITY_STEP) * CAPACITY_STEP
-    return min(rounded, context_limit(target.model))
+    return min(round_up(longest, CAPACITY_STEP), context_limit(target.model))
 
 
 def check_prompts_fit(target: LoadedModel, questions: dict[str, list[Question]], budgets: dict[str, int]) -> None:
