@@ -1,6 +1,7 @@
 """The inputs of one target forward over a step's blocks: each row's new tokens (pending, then its draft tree, then
 the draft's extra branch), their positions, and the 4D mask under which each tree node sees its row's context and
-its ancestors. Built with numpy: this runs every step, where small torch ops cost several microseconds each."""
+its ancestors. Built with numpy: this runs every step, where small torch ops cost several microseconds each; on
+the static runtime only each row's block part is built so, and the mask over the whole cache on the device."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -72,7 +73,7 @@ def batch_inputs(blocks: list[Block], cache_lens: list[int], width: int, dtype: 
     """Inputs for one forward over every row's block, left-padded to the longest; the cache holds `width` slots per
     row of which row b's first cache_lens[b] are real (slot s holds position s). shape: (rows, tokens, key slots)
     to pad to (the static runtime's fixed shapes: pad rows and pad tokens see only themselves; keys past the block
-    are hidden), else the blocks' own."""
+    are hidden; the mask is built on the device, see static_masks), else the blocks' own."""
     rows, size, slots = shape or (len(blocks), max(len(b.tokens) for b in blocks), 0)
     blocks = blocks + [Block([], torch.zeros(0, dtype=torch.long), torch.zeros(0, 0, dtype=torch.bool), True)] * (
         rows - len(blocks))
@@ -82,22 +83,59 @@ def batch_inputs(blocks: list[Block], cache_lens: list[int], width: int, dtype: 
     input_ids = torch.tensor([[0] * pad + b.tokens for b, pad in zip(blocks, pads)], dtype=torch.long)
     positions = torch.from_numpy(np.stack([np.concatenate([np.full(pad, length, dtype=np.int64), b.positions.numpy()])
                                            for b, pad, length in zip(blocks, pads, cache_lens)]))
-    if shape is None and all(b.chain for b in blocks) and not any(pads) and all(n == width for n in cache_lens):
+    if shape is not None:
+        positions = positions.to(device)
+        masks = static_masks(blocks, pads, cache_lens, positions, width, slots, layout, dtype)
+        return TreeInputs(input_ids.to(device), positions, masks, pads)
+    if all(b.chain for b in blocks) and not any(pads) and all(n == width for n in cache_lens):
         # Ordinary causal continuations of equal length: let the model build its own (fast) masks.
         return TreeInputs(input_ids.to(device), positions.to(device), None, pads)
     seen = np.zeros((rows, size, slots), dtype=bool)  # in numpy: small ops, every step
-    for row, (block, pad, length) in enumerate(zip(blocks, pads, cache_lens)):
-        seen[row, pad:, :length] = True
-        seen[row, pad:, width + pad : width + size] = block.allowed.numpy()
-        seen[row, range(pad), range(width, width + pad)] = True  # a pad query sees itself only
-    allowed = torch.from_numpy(seen)
-    keys = None
-    if layout.windows:
-        beyond = torch.zeros(rows, slots - width - size, dtype=torch.long)
-        keys = torch.cat([torch.arange(width).expand(rows, -1), positions, beyond], dim=1)
-    masks = layout.masks(allowed, positions, keys, dtype)
+    fill_seen(seen, blocks, pads, cache_lens, width)
+    keys = key_positions(positions, width, slots) if layout.windows else None
+    masks = layout.masks(torch.from_numpy(seen), positions, keys, dtype)
     masks = {k: m.to(device) for k, m in masks.items()} if isinstance(masks, dict) else masks.to(device)
     return TreeInputs(input_ids.to(device), positions.to(device), masks, pads)
+
+
+def fill_seen(seen: np.ndarray, blocks: list[Block], pads: list[int], cache_lens: list[int], width: int) -> None:
+    """The mask rule, into seen [rows, size, slots]: a real query sees its row's context (the first cache_lens[b]
+    slots) and what its block allows of the block's tokens (landed at slots [width + pad, width + size)); a pad
+    query sees itself only."""
+    size = seen.shape[1]
+    for row, (block, pad, length) in enumerate(zip(blocks, pads, cache_lens)):
+        if length:
+            seen[row, pad:, :length] = True
+        seen[row, pad:, width + pad : width + size] = block.allowed.numpy()
+        if pad:
+            seen[row, range(pad), range(width, width + pad)] = True
+
+
+def key_positions(positions: torch.Tensor, width: int, slots: int) -> torch.Tensor:
+    """[rows, slots] the position each key slot holds, on positions' device: slot s < width holds s, the block's
+    slots its positions [rows, size], the slots past them 0 (hidden by the mask anyway)."""
+    rows, size = positions.shape
+    before = torch.arange(width, device=positions.device).expand(rows, -1)
+    return torch.cat([before, positions, positions.new_zeros(rows, slots - width - size)], dim=1)
+
+
+def static_masks(blocks: list[Block], pads: list[int], cache_lens: list[int], positions: torch.Tensor, width: int,
+                 slots: int, layout: AttentionLayout, dtype: torch.dtype) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The masks over all `slots` key slots of the static cache, built on positions' device: the host fills only
+    each row's block part [rows, size, size] (fill_seen with no context) and copies it, the cache lengths and the
+    pads; the context part (slot < cache_lens[b] for a real query) and the hidden slots past the block are made
+    on the device, so a step's host work does not grow with the cache."""
+    rows, size = positions.shape
+    device = positions.device
+    local = np.zeros((rows, size, size), dtype=bool)
+    fill_seen(local, blocks, pads, [0] * rows, 0)
+    block = torch.from_numpy(local).to(device)
+    lengths, starts = torch.tensor([cache_lens, pads], dtype=torch.long).to(device)
+    real = torch.arange(size, device=device) >= starts[:, None]  # [rows, size]: the queries that are not pads
+    context = (torch.arange(width, device=device) < lengths[:, None, None]) & real[:, :, None]
+    beyond = torch.zeros(rows, size, slots - width - size, dtype=torch.bool, device=device)
+    keys = key_positions(positions, width, slots) if layout.windows else None
+    return layout.masks(torch.cat([context, block, beyond], dim=2), positions, keys, dtype)
 
 
 def tree_inputs(pending: list[int], draft: Draft, cache_len: int, dtype: torch.dtype,
