@@ -5,7 +5,9 @@ and replayed (gpt-fast's and the serving engines' way of taking the host out of 
 - The cache: every layer's keys and values in buffers [rows, heads, capacity, dim] allocated on the first write and
   kept for the run (a later generation reuses them; they grow, dropping the captured graphs, only when a generation
   needs more rows or slots than they have). A forward writes its block at slots [start, start + n), `start` a device
-  tensor the engine sets before the forward, so a replayed graph writes where the step asks. Attention reads all
+  tensor the engine sets before the forward, so a replayed graph writes where the step asks (one start per row: the
+  engine's rows all start at its width; a draft model's chain, specbench.decode.chain, starts each row at its own
+  length). Attention reads all
   `capacity` slots; the mask hides the ones past a row's context. Accepted-path compaction and row eviction are the
   same device-side gathers as the dynamic cache's (specbench.decode.kv).
 - The shapes: a step's block of tokens per row is padded to the next of BLOCK_SIZES and the batch to the next of
@@ -52,7 +54,7 @@ class SlotPlan:
     rows: int
     capacity: int
     layers: int
-    start: torch.Tensor  # 0-dim long on the device: the first slot the current forward writes
+    start: torch.Tensor  # [rows] long on the device: the first slot the current forward writes in each row
     keys: torch.Tensor | None = None
     values: torch.Tensor | None = None
 
@@ -84,10 +86,10 @@ class StaticSlotLayer(SlotLayer):
                ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        rows, n = key_states.shape[0], key_states.shape[-2]
-        slots = torch.arange(n, device=self.device) + self.plan.start
-        self.key_buffer[:rows].index_copy_(2, slots, key_states)
-        self.value_buffer[:rows].index_copy_(2, slots, value_states)
+        rows, heads, n, dim = key_states.shape
+        slots = (self.plan.start[:rows, None] + torch.arange(n, device=self.device))[:, None, :, None]
+        self.key_buffer[:rows].scatter_(2, slots.expand(rows, heads, n, dim), key_states)
+        self.value_buffer[:rows].scatter_(2, slots.expand(rows, heads, n, value_states.shape[3]), value_states)
         return self.key_buffer[:rows], self.value_buffer[:rows]
 
 
@@ -145,6 +147,7 @@ class StaticTarget:
     graphs: dict[tuple, Captured] = field(default_factory=dict)
     pool: Any = None  # the memory pool the graphs share
     stats: StaticStats = field(default_factory=StaticStats)
+    layers: int = 0  # cache layers, when the model's layer indices outrun its config (a layer-skipped view); 0: its own
 
     def reserve(self, rows: int, slots: int) -> StaticSlotCache:
         """A cache for at least `rows` sequences of `slots` slots each (a run sizes it once, before its warm-up),
@@ -153,8 +156,9 @@ class StaticTarget:
         plan = self.cache.plan if self.cache is not None else None
         if plan is None or rows > plan.rows or slots > plan.capacity:
             rows, capacity = max(rows, plan.rows if plan else 0), round_up(slots, CAPACITY_STEP)
-            start = torch.zeros((), dtype=torch.long, device=self.model.device)
-            self.cache = StaticSlotCache(SlotPlan(rows, capacity, self.model.config.num_hidden_layers, start))
+            start = torch.zeros(rows, dtype=torch.long, device=self.model.device)
+            layers = self.layers or self.model.config.num_hidden_layers
+            self.cache = StaticSlotCache(SlotPlan(rows, capacity, layers, start))
             self.graphs.clear()
         return self.cache
 
@@ -168,11 +172,16 @@ class StaticTarget:
     def capacity(self) -> int:
         return self.cache.plan.capacity if self.cache is not None else 0
 
-    def forward(self, inputs: dict[str, Any], start: int, keep: int, hidden: bool) -> Any:
-        """The target's outputs for one step whose block is written from slot `start`: replayed from a captured
-        graph where the shape allows, else run directly."""
+    def forward(self, inputs: dict[str, Any], start: int | torch.Tensor, keep: int | torch.Tensor, hidden: bool
+                ) -> Any:
+        """The model's outputs for one forward whose block is written from slot `start` (every row's, or one per row):
+        replayed from a captured graph where the shape allows, else run directly. keep: logits_to_keep (an index
+        tensor only for a block too long to capture)."""
         assert self.cache is not None, "new_cache() first"
-        self.cache.plan.start.fill_(start)
+        if isinstance(start, int):
+            self.cache.plan.start.fill_(start)
+        else:
+            self.cache.plan.start[: len(start)].copy_(start, non_blocking=True)
         rows, tokens = inputs["input_ids"].shape
         if not self.capture or tokens > BLOCK_SIZES[-1] or rows > BATCH_SIZES[-1]:
             return self.run(inputs, keep, hidden)
@@ -184,7 +193,7 @@ class StaticTarget:
         captured.graph.replay()
         return captured.output
 
-    def run(self, inputs: dict[str, Any], keep: int, hidden: bool) -> Any:
+    def run(self, inputs: dict[str, Any], keep: int | torch.Tensor, hidden: bool) -> Any:
         return self.model(**inputs, cache=self.cache, use_cache=True, logits_to_keep=keep,
                           output_hidden_states=hidden)
 
