@@ -54,7 +54,8 @@ class AttentionLayout:
         """Additive [B, 1, N, K] masks from allowed [B, N, K] (what each query may see), positions [B, N] and
         [B, K] (needed only with a window): one tensor, or one per layer kind."""
         def additive(seen: torch.Tensor) -> torch.Tensor:
-            zero, lowest = torch.zeros((), dtype=dtype), torch.tensor(torch.finfo(dtype).min, dtype=dtype)
+            zero = torch.zeros((), dtype=dtype, device=seen.device)
+            lowest = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=seen.device)
             return torch.where(seen, zero, lowest)[:, None]
 
         def windowed(window: int) -> torch.Tensor:
