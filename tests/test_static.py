@@ -131,3 +131,10 @@ def test_a_failed_capture_is_reported_once_and_decoding_goes_on_uncaptured():
         out = generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 8, set(), static=static)
     assert out.token_ids == expected
     assert not static.capture and static.stats.uncaptured and static.stats.captures == 0
+
+
+def test_a_reservation_for_more_rows_keeps_the_capacity_it_had():
+    static = StaticTarget(tiny_llama(64, seed=3, layers=2, hidden=32).eval(), capture=False)
+    static.reserve(1, 1500)
+    static.reserve(4, 10)
+    assert static.cache.plan.rows == 4 and static.capacity >= 1500

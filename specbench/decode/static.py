@@ -155,7 +155,8 @@ class StaticTarget:
         rows, slots = bucket(rows, BATCH_SIZES), slots + HEADROOM
         plan = self.cache.plan if self.cache is not None else None
         if plan is None or rows > plan.rows or slots > plan.capacity:
-            rows, capacity = max(rows, plan.rows if plan else 0), round_up(slots, CAPACITY_STEP)
+            rows, capacity = max(rows, plan.rows if plan else 0), max(round_up(slots, CAPACITY_STEP),
+                                                                       plan.capacity if plan else 0)
             start = torch.zeros(rows, dtype=torch.long, device=self.model.device)
             layers = self.layers or self.model.config.num_hidden_layers
             self.cache = StaticSlotCache(SlotPlan(rows, capacity, layers, start))
