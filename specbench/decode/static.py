@@ -7,9 +7,8 @@ and replayed (gpt-fast's and the serving engines' way of taking the host out of 
   needs more rows or slots than they have). A forward writes its block at slots [start, start + n), `start` a device
   tensor the engine sets before the forward, so a replayed graph writes where the step asks (one start per row: the
   engine's rows all start at its width; a draft model's chain, specbench.decode.chain, starts each row at its own
-  length). Attention reads all
-  `capacity` slots; the mask hides the ones past a row's context. Accepted-path compaction and row eviction are the
-  same device-side gathers as the dynamic cache's (specbench.decode.kv).
+  length). Attention reads all `capacity` slots; the mask hides the ones past a row's context. Accepted-path
+  compaction and row eviction are the same device-side gathers as the dynamic cache's (specbench.decode.kv).
 - The shapes: a step's block of tokens per row is padded to the next of BLOCK_SIZES and the batch to the next of
   BATCH_SIZES (pad tokens and pad rows see only themselves); a block longer than the largest (a prefill) runs
   uncaptured at its own length.
