@@ -8,6 +8,7 @@
 #   C. issue 54's synthetic-mode table on the SHAPE target (random weights of Llama-3.1-8B's shape, bf16) at rates
 #      0.8,0.6,0.4 (TIMING-ONLY) for vanilla, pld, eagle, medusa, hydra, sps and swift, on both runtimes.
 #   D. `check` on every lossless run folder (token identity with vanilla).
+#   E. tests/test_static_mask.py, whose CUDA cases hold the device-built masks to the host's (needs pytest there).
 # Each step has its own time limit (T_A32, T_A16, T_EAGER, T_B, T_S seconds; under 8 minutes in all), logs to $OUT/log.txt and goes on past a
 # failed one; records are kept as they finish, so a step cut by its limit still leaves whole questions. The run
 # folders come back as one tarball; tables come from `python -m specbench report` here.
@@ -53,6 +54,8 @@ done
 for run in compiled-float32 compiled-bfloat16 eager-float32 batch-bfloat16; do
     [ -d "$runs/$run" ] && step 30 "check $run" $py -m specbench check "$runs/$run"
 done
+# E. the static runtime's device-built masks on CUDA, bit for bit the host's (their CUDA cases skip on a CPU).
+step 45 "CUDA mask tests" $py -m pytest -q -p no:cacheprovider tests/test_static_mask.py
 tar czf "$OUT/gpu-runtime.tgz" -C "$runs" . 2>>"$LOG"
 say "done"
-grep "^== \|identical\|DIFFER\|Error\|error" "$LOG" | tail -40
+grep "^== \|identical\|DIFFER\|Error\|error\|passed\|failed" "$LOG" | tail -40
