@@ -9,7 +9,8 @@
 #      0.8,0.6,0.4 (TIMING-ONLY) for vanilla, pld, eagle, medusa, hydra, sps and swift, on both runtimes.
 #   D. `check` on every lossless run folder (token identity with vanilla).
 #   E. tests/test_static_mask.py, whose CUDA cases hold the device-built masks to the host's (needs pytest there).
-# Each step has its own time limit (T_A32, T_A16, T_EAGER, T_B, T_S seconds; under 8 minutes in all), logs to $OUT/log.txt and goes on past a
+# Each step has its own time limit (T_A32, T_A16, T_EAGER, T_B, T_S seconds: A-C under 8 minutes in all; D and E at
+# most 2.75 minutes more), logs to $OUT/log.txt and goes on past a
 # failed one; records are kept as they finish, so a step cut by its limit still leaves whole questions. The run
 # folders come back as one tarball; tables come from `python -m specbench report` here.
 # Dry run on the CPU (tiny sizes, no setup):
