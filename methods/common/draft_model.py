@@ -40,7 +40,7 @@ class DraftModelDrafter(Drafter):
         self._reset()
 
     def _reset(self) -> None:
-        self.cache = new_cache()
+        self.cache = new_cache() if self.chain is None else None  # a chain keeps its rows in its own static cache
         self.cached = 0  # how many of ctx.token_ids the draft cache holds
         self.proposed = 0  # tokens in the last proposal (a generation ending at EOS leaves it unreported)
 

@@ -25,12 +25,13 @@ class StaticChain:
     """One draft model's static cache and forwards, shared by the drafters of every row (each names its row by
     an owner key, e.g. id(drafter))."""
     static: StaticTarget  # the draft model's
+    layout: AttentionLayout  # the draft model's attention kinds (its masks)
     target: StaticTarget | None = None  # the target's: the draft cache is sized like it (one size for the run)
     owners: list[int] = field(default_factory=list)  # who holds each cache row, in row order
 
     @staticmethod
     def of(model: PreTrainedModel, target: StaticTarget, layers: int = 0) -> "StaticChain":
-        return StaticChain(StaticTarget(model, target.capture, layers=layers), target)
+        return StaticChain(StaticTarget(model, target.capture, layers=layers), AttentionLayout.of(model.config), target)
 
     def arrange(self, owners: list[int]) -> None:
         """Cache rows in the order of `owners`: one still here keeps its slots (moved to its new row, every moved
@@ -64,9 +65,8 @@ class StaticChain:
         start = torch.tensor(lengths + [0] * (rows - len(feeds)), device=device)
         positions = start[:, None] + torch.arange(size, device=device)
         slots = torch.arange(self.static.capacity, device=device)
-        layout = AttentionLayout.of(model.config)
-        masks = layout.masks(slots[None, None, :] <= positions[:, :, None], positions,
-                             slots.expand(rows, -1) if layout.windows else None, model.dtype)
+        masks = self.layout.masks(slots[None, None, :] <= positions[:, :, None], positions,
+                                  slots.expand(rows, -1) if self.layout.windows else None, model.dtype)
         inputs = {"input_ids": torch.tensor(padded, device=device), "position_ids": positions,
                   "attention_mask": masks}
         last = torch.tensor([len(feed) - 1 for feed in feeds], device=device)
