@@ -21,7 +21,7 @@ from specbench.run.record import Record
 from specbench.run.records import read_records
 from specbench.run.reference import REFERENCES
 from specbench.run.run_info import read_run_info
-from specbench.run.timing_only import timing_only
+from specbench.run.timing_only import LABEL, timing_only_reasons
 
 # Largest logit gap still called a near tie, per dtype: fp32 kernels disagree by ~1e-5, half precision by ~1e-2.
 NEAR_TIE = {"float32": 1e-3, "float64": 1e-6, "float16": 0.1, "bfloat16": 0.1}
@@ -67,10 +67,10 @@ def _key(record: Record) -> tuple[str, str, int]:
 def compare_to_vanilla(run_dir: Path) -> tuple[dict[str, tuple[int, int]], list[Mismatch], dict[str, bool]]:
     """Per method (identical turns, compared turns), the mismatches, and each method's lossless flag."""
     records = [r for r in read_records(run_dir) if r.temperature == 0.0]
-    only = next((reason for r in records if (reason := timing_only(r.target, r.synthetic))), None)
-    if only:
-        raise SpecbenchError(f"{run_dir} is {only.partition(':')[0]} ({only.partition(': ')[2]}): check compares "
-                             "outputs with the target's, and a timing-only run's are not")
+    why = next((reason for r in records if (reason := timing_only_reasons(r.target, r.synthetic))), None)
+    if why:
+        raise SpecbenchError(f"{run_dir} is {LABEL} ({why}): check compares outputs with the target's, and a "
+                             "timing-only run's are not")
     sizes = sorted({r.batch_size for r in records if r.method == "vanilla"})
     if not sizes:
         raise SpecbenchError(f"{run_dir}: no vanilla records at T=0 to compare with")

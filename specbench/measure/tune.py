@@ -18,7 +18,7 @@ from specbench.run.registry import select_methods
 from specbench.run.run_info import read_run_info
 from specbench.run.runner import run
 from specbench.run.settings import TunedSettings
-from specbench.run.timing_only import timing_only
+from specbench.run.timing_only import LABEL, timing_only_reasons
 
 
 @dataclass
@@ -48,10 +48,10 @@ def candidates(methods: list[str], method_files: Sequence[Path] = (),
 def tune(cfg: TuneConfig) -> TunedSettings:
     if not cfg.run.questions.tail:
         raise SpecbenchError("tune decodes a development split: give --dev-questions N")
-    only = timing_only(cfg.run.target, cfg.run.synthetic)
-    if only:
-        raise SpecbenchError(f"tune chooses settings for the fair comparison, which a {only.partition(':')[0]} run "
-                             f"({only.partition(': ')[2]}) cannot inform")
+    why = timing_only_reasons(cfg.run.target, cfg.run.synthetic)
+    if why:
+        raise SpecbenchError(f"tune chooses settings for the fair comparison, which a {LABEL} run ({why}) cannot "
+                             "inform")
     specs = candidates([m for m in cfg.run.methods if m.partition("@")[0] != "vanilla"], cfg.run.method_files,
                        cfg.run.options)
     decode = replace(cfg.run, methods=["vanilla"] + [s for group in specs.values() for _, s in group], baseline=True,

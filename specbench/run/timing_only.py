@@ -10,7 +10,13 @@ from specbench.decode.synthetic import LABEL
 
 
 def timing_only(target: str, synthetic: list[float] | None) -> str | None:
-    """Why a run (or record) is TIMING-ONLY, in words; None for an ordinary run."""
+    """Why a run (or record) is TIMING-ONLY, in words after the label; None for an ordinary run."""
+    why = timing_only_reasons(target, synthetic)
+    return f"{LABEL}: {why}" if why else None
+
+
+def timing_only_reasons(target: str, synthetic: list[float] | None) -> str | None:
+    """What makes a run (or record) TIMING-ONLY, without the label; None for an ordinary run."""
     reasons = []
     if synthetic:
         reasons.append(f"synthetic acceptance at rates {','.join(f'{r:g}' for r in synthetic)}, not the target's "
@@ -18,7 +24,7 @@ def timing_only(target: str, synthetic: list[float] | None) -> str | None:
     if is_shape(target):
         reasons.append(f"{target} has random weights" + (
             "" if synthetic else " (without --synthetic-acceptance only vanilla's timing means anything)"))
-    return f"{LABEL}: " + "; ".join(reasons) if reasons else None
+    return "; ".join(reasons) or None
 
 
 def run_timing_only(settings: dict[str, Any]) -> str | None:
