@@ -11,10 +11,15 @@ import numpy as np
 import pytest
 import torch
 
+from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate, generate_batch
 from specbench.decode.sampling import Sampling
 from specbench.decode.static import BLOCK_SIZES, StaticTarget, bucket
 from specbench.decode.target import load_model
+from specbench.methods.common.feature_tree import FeatureTreeDrafter, tree_slots
+from specbench.methods.common.static_head import StaticHead
+from specbench.methods.hydra import HydraDrafter
+from specbench.methods.medusa import MedusaDrafter
 from specbench.methods.vanilla import VanillaDrafter
 from tests.conftest import tiny_llama
 from tests.drafters import RandomTreeDrafter
@@ -32,6 +37,17 @@ from tests.test_distribution import (  # noqa: F401 (fixtures)
 PROMPTS = [[3, 7, 1, 5, 2, 2], [9, 4], [1, 2, 3, 1, 2, 3, 1, 2]]
 
 
+def on_runtime(drafter: Drafter, static: StaticTarget) -> Drafter:
+    """The drafter as a run on the static runtime builds it: a feature head (samd's EAGLE fallback's too) drafts on
+    a static cache of its own beside the target, Medusa's and Hydra's drafting runs padded to a bucketed row count."""
+    for part in (drafter, getattr(drafter, "aux", None)):
+        if isinstance(part, FeatureTreeDrafter):
+            part.static = StaticHead.of(part.head, static, tree_slots(part.tree))
+        if isinstance(part, (MedusaDrafter, HydraDrafter)):
+            part.graphs = static.drafting_graphs()
+    return drafter
+
+
 def test_bucket_pads_to_the_next_size_and_runs_past_the_largest_as_is():
     assert [bucket(n, BLOCK_SIZES) for n in (1, 3, 9, 64, 65)] == [1, 4, 16, 64, 65]
 
@@ -39,8 +55,8 @@ def test_bucket_pads_to_the_next_size_and_runs_past_the_largest_as_is():
 @pytest.mark.parametrize("name", list(LOSSLESS))
 def test_static_runtime_emits_the_dynamic_caches_tokens_at_t0(target, draft_model, prompt, name):
     built = LOSSLESS[name].build(target, draft_model, prompt)  # once (some train a head); each runtime its own copy
-    dynamic_drafter, static_drafter = copy.deepcopy(built), copy.deepcopy(built)
     static = StaticTarget(target, capture=False)
+    dynamic_drafter, static_drafter = copy.deepcopy(built), on_runtime(copy.deepcopy(built), static)
     drafted = 0
     for base in PROMPTS + [prompt]:
         dynamic = generate(target, base, dynamic_drafter, Sampling(), 24, set())
@@ -66,9 +82,9 @@ def test_static_runtime_accepts_deep_trees_with_gaps_as_the_dynamic_cache_does(t
 
 
 # At T>0 the static runtime changes only the target's forward (fixed shapes, pads, the whole-capacity mask, the
-# compaction); the walks are the dynamic cache's, tested for every method in test_distribution.py. Here EAGLE's
-# feature tree on the static runtime (deep accepts through the padded forward's hidden states): 28 s on two idle
-# cores. SPECBENCH_STATIC_SAMPLED="all" (or case names separated by ";") runs other cases of LOSSLESS (each is 2,500
+# compaction) and a feature head's cache (static_head); the walks are the dynamic cache's, tested for every method in
+# test_distribution.py. Here EAGLE's feature tree on the static runtime, its head on a static cache too (deep accepts
+# through the padded forward's hidden states): 28 s on two idle cores. SPECBENCH_STATIC_SAMPLED="all" (or case names separated by ";") runs other cases of LOSSLESS (each is 2,500
 # generations; all 21 passed in 33 minutes on two cores shared with other work).
 CHOSEN = os.environ.get("SPECBENCH_STATIC_SAMPLED", "eagle (dynamic tree)")
 SAMPLED = list(LOSSLESS) if CHOSEN == "all" else CHOSEN.split(";")
@@ -77,8 +93,8 @@ SAMPLED = list(LOSSLESS) if CHOSEN == "all" else CHOSEN.split(";")
 @pytest.mark.parametrize("name", SAMPLED)
 def test_static_runtime_samples_vanillas_joint(target, draft_model, prompt, exact_joint, name):
     case = LOSSLESS[name]
-    result = sample_method(target, prompt, case.build(target, draft_model, prompt),
-                           static=StaticTarget(target, capture=False))
+    static = StaticTarget(target, capture=False)
+    result = sample_method(target, prompt, on_runtime(case.build(target, draft_model, prompt), static), static=static)
     assert result.deep_accepts >= case.min_deep, f"only {result.deep_accepts} draft tokens accepted at depth >= 2"
     assert result.full_paths >= case.min_full, f"only {result.full_paths} fully accepted paths"
     assert goodness_of_fit(result.counts, exact_joint) > PASS_P
@@ -130,7 +146,8 @@ def test_a_failed_capture_is_reported_once_and_decoding_goes_on_uncaptured():
     with pytest.warns(UserWarning, match="CUDA graph capture failed"):
         out = generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 8, set(), static=static)
     assert out.token_ids == expected
-    assert not static.capture and static.stats.uncaptured and static.stats.captures == 0
+    assert not static.graphs.capture and static.graphs.stats.uncaptured and static.graphs.stats.captures == 0
+    assert "uncaptured" in static.graphs_line()
 
 
 def test_a_reservation_for_more_rows_keeps_the_capacity_it_had():

@@ -106,7 +106,9 @@ def draft_rows(drafters: list[DraftModelDrafter], ctxs: list[DecodeContext]) -> 
     """Every row's chain of gamma tokens on the drafters' shared static chain: one forward per drafted token for
     all rows, one host copy of the picks per forward at T=0 (at T>0 each row draws from its own generator)."""
     first = drafters[0]
-    first.chain.arrange([id(d) for d in drafters])
+    for d, fresh in zip(drafters, first.chain.arrange([id(d) for d in drafters])):
+        if fresh:  # no row of its own in the chain yet (or no longer): its whole context is fed again
+            d.cached = 0
     feeds = [ctx.token_ids[d.cached :] for d, ctx in zip(drafters, ctxs)]
     tokens: list[list[int]] = [[] for _ in drafters]
     dists: list[list[torch.Tensor]] = [[] for _ in drafters]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import torch
 from transformers import DynamicCache
@@ -34,8 +34,10 @@ from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
 from specbench.decode.kv import truncate_cache
 from specbench.decode.runtime import fastest_seconds
+from specbench.decode.static import StaticTarget
 from specbench.method import Option
 from specbench.methods.common.head_rows import HeadRows, join
+from specbench.methods.common.static_head import StaticHead, StaticRows
 from specbench.methods.common.tree_search import Search, additive_mask, best_k, dynamic, finish, static
 
 AUTO_MAX_TOKENS = 32  # total_tokens=auto chooses each tree's size up to this
@@ -89,12 +91,22 @@ def dynamic_tree(options: Mapping[str, Any]) -> TreeSpec:
                     total_tokens=AUTO_MAX_TOKENS if sizing == "auto" else sizing)
 
 
+def tree_slots(tree: TreeSpec) -> int:
+    """The most nodes one search runs the head over (a dynamic tree: top_k at every level but the last)."""
+    if tree.static_paths is not None:
+        return len({p[:-1] for p in tree.static_paths if len(p) > 1})
+    return (tree.depth - 1) * tree.top_k
+
+
 class FeatureTreeDrafter(Drafter):
-    def __init__(self, head: FeatureHead, tree: TreeSpec) -> None:
+    def __init__(self, head: FeatureHead, tree: TreeSpec, static_target: StaticTarget | None = None) -> None:
+        """static_target: the target's static runtime, when it runs on one; the head then runs on a static cache
+        of its own beside it (static_head), captured on CUDA."""
         self.head = head
         self.hidden_layers = head.hidden_layers
         self.tree = tree
         self.target_ids = torch.tensor(head.target_ids, device=head.device)
+        self.static = StaticHead.of(head, static_target, tree_slots(tree)) if static_target is not None else None
         self._reset()
 
     def _reset(self) -> None:
@@ -124,7 +136,7 @@ class FeatureTreeDrafter(Drafter):
 
     @classmethod
     def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
-        return propose_together(FeatureTreeDrafter, drafters, ctxs, draft_rows, ("head", "tree"))
+        return propose_together(FeatureTreeDrafter, drafters, ctxs, draft_rows, ("head", "tree", "static"))
 
     def _best_size(self, scores: list[float]) -> int:
         """Nodes to keep (best first) for the most tokens per second. A node is on the accepted path with about
@@ -161,9 +173,18 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
     first = drafters[ready[0]]
     head, tree = first.head, first.tree
     members, contexts = [drafters[b] for b in ready], [ctxs[b] for b in ready]
-    rows = join(members, head.new_cache, head.device)
-    rows.squeeze([d.filled for d in members], head.new_cache)
-    root = fill(rows, members, contexts)
+    if first.static is not None:
+        for d, fresh in zip(members, first.static.arrange([id(d) for d in members])):
+            if fresh:  # no row in the static cache yet (or no longer): its whole context is filled again
+                d.filled = 0
+        root = fill(members, contexts, lambda tokens, features, spans: first.static.fill(
+            tokens, features, [filled for filled, _ in spans]))
+        rows = StaticRows(first.static, [d.filled for d in members])
+    else:
+        rows = join(members, head.new_cache, head.device)
+        rows.squeeze([d.filled for d in members], head.new_cache)
+        root = fill(members, contexts, lambda tokens, features, spans: fill_growing(rows, head, tokens, features,
+                                                                                    spans))
     device = head.device
     search = Search(head, rows, torch.tensor([d.filled for d in members], device=device),
                     torch.tensor([c.token_ids[-1] for c in contexts], device=device), first.target_ids,
@@ -181,9 +202,14 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
     return drafts
 
 
-def fill(rows: HeadRows, drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) -> torch.Tensor:
-    """One head forward over every row's context positions not yet in its cache (their true features), padded to
-    the longest; returns each row's predicted next feature, the root of its tree [R, W]."""
+Spans = list[tuple[int, int]]  # per row: (context positions in the head's cache, positions with known features)
+
+
+def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext],
+         run: Callable[[torch.Tensor, torch.Tensor, Spans], torch.Tensor]) -> torch.Tensor:
+    """One head forward (run: on the growing or the static cache) over every row's context positions not yet in
+    its cache (tokens [R, n] and their true features [R, n, F], right-padded to the longest); returns each row's
+    predicted next feature, the root of its tree [R, W]."""
     head = drafters[0].head
     device, shift = head.device, head.shift
     spans = [(d.filled, d.features.shape[0]) for d in drafters]
@@ -193,17 +219,25 @@ def fill(rows: HeadRows, drafters: list[FeatureTreeDrafter], ctxs: list[DecodeCo
                                for ctx, (filled, known) in zip(ctxs, spans)], device=device)
         features = torch.stack([torch.nn.functional.pad(d.features[filled:known], (0, 0, 0, n - known + filled))
                                 for d, (filled, known) in zip(drafters, spans)])
-        positions = torch.tensor([[filled + j for j in range(n)] for filled, _ in spans], device=device)
-        rows_n = len(drafters)
-        causal = torch.ones(n, n, dtype=torch.bool, device=device).tril().expand(rows_n, n, n)
-        allowed = torch.cat([rows.valid[:, None, :].expand(rows_n, n, -1), causal], dim=2)
-        out = head.run(tokens, features, positions, additive_mask(allowed, head.dtype), rows.cache)
-        rows.append(torch.arange(n, device=device)[None] < torch.tensor([k - f for f, k in spans], device=device)[:, None])
+        out = run(tokens, features, spans)
     for b, (d, (filled, known)) in enumerate(zip(drafters, spans)):
         if known > filled:
             d.root_feature = out[b, known - filled - 1]
         d.filled = known
     return torch.stack([d.root_feature for d in drafters])
+
+
+def fill_growing(rows: HeadRows, head: FeatureHead, tokens: torch.Tensor, features: torch.Tensor, spans: Spans
+                 ) -> torch.Tensor:
+    """fill's forward on the growing cache: the new positions go after every row's slots, padding never valid."""
+    device = head.device
+    rows_n, n = tokens.shape
+    positions = torch.tensor([[filled + j for j in range(n)] for filled, _ in spans], device=device)
+    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril().expand(rows_n, n, n)
+    allowed = torch.cat([rows.valid[:, None, :].expand(rows_n, n, -1), causal], dim=2)
+    out = head.run(tokens, features, positions, additive_mask(allowed, head.dtype), rows.cache)
+    rows.append(torch.arange(n, device=device)[None] < torch.tensor([k - f for f, k in spans], device=device)[:, None])
+    return out
 
 
 @torch.inference_mode()

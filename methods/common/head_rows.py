@@ -16,6 +16,7 @@ import torch
 from transformers import DynamicCache
 
 from specbench.decode.kv import truncate_cache
+from specbench.methods.common.tree_search import additive_mask, expand
 
 
 class HeadRows:
@@ -42,6 +43,15 @@ class HeadRows:
         """Keep only these rows."""
         kept = self.take(rows, new_cache)
         self.members, self.cache, self.valid = kept.members, kept.cache, kept.valid
+
+    def level(self, head: Any, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
+              ancestors: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """tree_search.HeadCache.level: the nodes' keys go after every slot so far (context, earlier levels)."""
+        rows, n = tokens.shape
+        own = torch.eye(n, dtype=torch.bool, device=tokens.device).expand(rows, n, n)
+        allowed = torch.cat([self.valid[:, None, :].expand(rows, n, -1), ancestors, own], dim=2)
+        out = head.run(tokens, features, positions, additive_mask(allowed, head.dtype), self.cache)
+        return (out, *expand(head, out, k))
 
     def append(self, valid: torch.Tensor) -> None:
         """The last forward appended valid.shape[1] slots; valid says which hold context."""

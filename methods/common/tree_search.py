@@ -9,12 +9,11 @@ rows are drafted beside it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
 from specbench.decode.draft import ROOT, Draft
-from specbench.methods.common.head_rows import HeadRows
 
 
 def best_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,31 +37,49 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
 
 
+def expand(head: Any, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k (draft log-probs, draft indices) [R, n, k] under nodes whose predicted features are [R, n, W]."""
+    return best_k(torch.log_softmax(head.draft_logits(features).float(), dim=-1), k)
+
+
+class HeadCache(Protocol):
+    """The rows' head cache a search runs its levels on: the growing one (head_rows.HeadRows) or the static
+    runtime's (static_head.StaticRows)."""
+
+    def level(self, head: Any, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
+              ancestors: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The head over n tree nodes of each row (tokens [R, n], features [R, n, W], positions [R, n]), each seeing
+        its row's context, its ancestors among the S nodes run before in this search (ancestors [R, n, S], in the
+        order they ran) and itself; their keys stay until drop_levels. Returns the predicted features [R, n, W]
+        and their top k (expand)."""
+
+    def drop_levels(self) -> None:
+        """Forget the tree levels of this search."""
+
+
 @dataclass
 class Search:
     """The rows being drafted: the head, their context caches, where their trees start."""
 
     head: Any  # a FeatureHead
-    rows: HeadRows
+    rows: HeadCache
     base: torch.Tensor  # [R] the position of each row's first tree level (its context length)
     root_tokens: torch.Tensor  # [R] target id of each row's last emitted token
     target_ids: torch.Tensor  # [V_draft] draft index -> target token id
     stop: Callable[[torch.Tensor], torch.Tensor] | None = None  # frontier mass [R] -> stop here [R] (auto sizing)
 
     def expand(self, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-k (draft log-probs, draft indices) [R, n, k] under nodes whose predicted features are [R, n, W]."""
-        return best_k(torch.log_softmax(self.head.draft_logits(features).float(), dim=-1), k)
+        return expand(self.head, features, k)
 
-    def run(self, tokens: torch.Tensor, features: torch.Tensor, depth: int, ancestors: torch.Tensor) -> torch.Tensor:
+    def run(self, tokens: torch.Tensor, features: torch.Tensor, depth: int, ancestors: torch.Tensor, k: int
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The head over n nodes of each row at one depth (tokens [R, n], their parents' features [R, n, W]); each
         sees its row's context, its ancestors among the nodes run before (ancestors [R, n, S]) and itself.
-        Returns their predicted features [R, n, W]; their keys stay in the cache until the search ends."""
+        Returns their predicted features [R, n, W] and the top k under each; their keys stay in the cache until
+        the search ends."""
         rows, n = tokens.shape
-        device = tokens.device
-        own = torch.eye(n, dtype=torch.bool, device=device).expand(rows, n, n)
-        allowed = torch.cat([self.rows.valid[:, None, :].expand(rows, n, -1), ancestors, own], dim=2)
         positions = (self.base + depth - 1)[:, None].expand(rows, n)
-        return self.head.run(tokens, features, positions, additive_mask(allowed, self.head.dtype), self.rows.cache)
+        return self.rows.level(self.head, tokens, features, positions, ancestors, k)
 
 
 @dataclass
@@ -93,9 +110,9 @@ def dynamic(search: Search, root: torch.Tensor, k: int, depth: int) -> Nodes:
             nodes.stops.append(search.stop(f_scores.exp().sum(dim=1)))
             if device.type == "cpu" and bool(nodes.stops[-1].all()):
                 break  # on the CPU reading the decision back costs nothing; elsewhere the level runs, is cut later
-        out = search.run(f_tokens if search.head.shift else parent_tokens, parent_features, level, ancestors)
+        out, logp, index = search.run(f_tokens if search.head.shift else parent_tokens, parent_features, level,
+                                      ancestors, k)
         nodes.expanded.append((frontier, out))
-        logp, index = search.expand(out, k)
         scores, tokens = (f_scores[..., None] + logp).flatten(1), search.target_ids[index].flatten(1)
         count = len(nodes.depths)
         nodes.tokens.append(tokens)
@@ -139,13 +156,12 @@ def static(search: Search, root: torch.Tensor, paths: list[tuple[int, ...]]) -> 
         parent_features = torch.cat(features, dim=1)[:, [feature_col[parents[i]] for i in run]]
         allowed = [[is_ancestor(slot, i, parents) for slot in slots] for i in run]
         ancestors = torch.tensor(allowed, dtype=torch.bool, device=device).reshape(len(run), len(slots))
-        out = search.run(fed, parent_features, depth - 1, ancestors.expand(rows, -1, -1))
+        out, logp, index = search.run(fed, parent_features, depth - 1, ancestors.expand(rows, -1, -1), width)
         nodes.expanded.append((torch.tensor(run, device=device).expand(rows, -1), out))
         for j, i in enumerate(run):
             feature_col[i] = sum(f.shape[1] for f in features) + j
         features.append(out)
         slots += run
-        logp, index = search.expand(out, width)
         at = {i: j for j, i in enumerate(run)}
         which, rank = [at[node_of[p[:-1]]] for p in level], [p[-1] for p in level]
         above = [node_of[p[:-1]] for p in level]

@@ -25,6 +25,7 @@ from transformers import DynamicCache
 from specbench.decode.costs import measure_cost_model
 from specbench.decode.draft import Drafter, parse_tree
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
+from specbench.decode.static import StaticTarget
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo, Option
 from specbench.methods.common.feature_tree import (
@@ -76,8 +77,8 @@ class EagleFeatureHead:
 
 class EagleDrafter(FeatureTreeDrafter):
     def __init__(self, head: EagleHead, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None, tree: TreeSpec,
-                 runtime: RuntimeInfo | None = None):
-        super().__init__(EagleFeatureHead(head, lm_head, draft_vocab, runtime), tree)
+                 runtime: RuntimeInfo | None = None, static_target: StaticTarget | None = None):
+        super().__init__(EagleFeatureHead(head, lm_head, draft_vocab, runtime), tree, static_target)
 
 
 def _build(ctx: BuildContext, static: bool, ablation_inputs: str | None = None) -> Drafter:
@@ -110,7 +111,7 @@ def _build(ctx: BuildContext, static: bool, ablation_inputs: str | None = None) 
         spec.level_seconds = costs.drafting_cost(
             key, lambda: measure_level_seconds(EagleFeatureHead(head, lm_head, draft_vocab, ctx.target.runtime),
                                                spec.top_k))
-    drafter = EagleDrafter(head, lm_head, draft_vocab, spec, ctx.target.runtime)
+    drafter = EagleDrafter(head, lm_head, draft_vocab, spec, ctx.target.runtime, ctx.target.static)
     drafter.trained_from = str(folder)
     return drafter
 

@@ -89,7 +89,7 @@ def build(ctx: BuildContext) -> Drafter:
         key = (f"eagle3-level:hidden={head.config.hidden_size}:vocab={head.config.draft_vocab_size}:"
                f"top_k={spec.top_k}")
         spec.level_seconds = costs.drafting_cost(key, lambda: measure_level_seconds(adapter, spec.top_k))
-    drafter = FeatureTreeDrafter(adapter, spec)
+    drafter = FeatureTreeDrafter(adapter, spec, ctx.target.static)
     drafter.trained_from = str(folder)
     return drafter
 

@@ -15,6 +15,7 @@ import torch
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
+from specbench.decode.static import Graphs, call_rows
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo
 from specbench.methods.common.random_drafter import RANDOM_FROM, seeded, wants_random
@@ -34,7 +35,8 @@ class HydraDrafter(Drafter):
 
     def __init__(self, heads: HydraHeads, embed: torch.nn.Module, lm_head: torch.Tensor,
                  draft_vocab: torch.Tensor | None, tree: list[tuple[int, ...]],
-                 runtime: RuntimeInfo | None = None) -> None:
+                 runtime: RuntimeInfo | None = None, graphs: Graphs | None = None) -> None:
+        """graphs: the static runtime's, for drafting captured per row count (static.call_rows); None elsewhere."""
         depth = max(len(p) for p in tree)
         if depth > len(heads):
             raise SpecbenchError(f"the Hydra tree is {depth} deep but there are only {len(heads)} heads")
@@ -49,6 +51,7 @@ class HydraDrafter(Drafter):
         # Per depth d: the nodes of depth d - 1 that have children (() is the root), and how many ranks they need.
         self.expanded = [sorted({p[:-1] for p in tree if len(p) == d}) for d in range(1, depth + 1)]
         self.width = [1 + max(p[-1] for p in tree if len(p) == d) for d in range(1, depth + 1)]
+        self.graphs = graphs
         self.last_feature: torch.Tensor | None = None
 
     def begin(self, ctx: DecodeContext) -> None:
@@ -63,34 +66,39 @@ class HydraDrafter(Drafter):
 
     @classmethod
     def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
-        return propose_together(HydraDrafter, drafters, ctxs, hydra_drafts, ("heads", "tree"))
+        return propose_together(HydraDrafter, drafters, ctxs, hydra_drafts, ("heads", "tree", "graphs"))
+
+    def guess(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Every node's target id [R, nodes] from the rows' last features [R, H] and last tokens [R], level by level:
+        each head over every row's expanded nodes in one forward, ties to the lower index."""
+        features, roots = inputs["features"].to(self.dtype), self.embed(inputs["roots"]).to(self.dtype)
+        # given[path]: [h, e(root), e(path's tokens)...] per row, the input of the head that guesses path's children.
+        given = {(): torch.cat([features, roots], dim=-1)}
+        token_of: dict[tuple[int, ...], torch.Tensor] = {}  # [R] target ids
+        for k, (parents, width) in enumerate(zip(self.expanded, self.width)):
+            x = torch.stack([given[p] for p in parents], dim=1)  # [R, n, (k + 2) H]
+            ranked = self.vocab[best_k(self.lm_head(self.heads(k, x)), width)[1]]  # [R, n, width]
+            for path in (p for p in self.tree if len(p) == k + 1):
+                token_of[path] = ranked[:, parents.index(path[:-1]), path[-1]]
+            if k + 1 < len(self.expanded):
+                grow = self.expanded[k + 1]
+                embeds = self.embed(torch.stack([token_of[p] for p in grow], dim=1)).to(self.dtype)  # [R, m, H]
+                for j, path in enumerate(grow):
+                    given[path] = torch.cat([given[path[:-1]], embeds[:, j]], dim=-1)
+        return torch.stack([token_of[p] for p in self.tree], dim=1)
 
 
 def hydra_drafts(drafters: list[HydraDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
-    """Every row's tree at once (the same heads and tree for all), level by level in tensors: each head runs over
-    every row's expanded nodes in one forward, ties go to the lower index, and every row's tokens come back in one
-    copy."""
+    """Every row's tree at once (the same heads and tree for all; `guess`, captured on the static runtime), and
+    every row's tokens back in one copy."""
     drafts = [Draft() for _ in drafters]
     ready = [b for b, d in enumerate(drafters) if d.last_feature is not None]
     if not ready:
         return drafts
     first = drafters[ready[0]]
-    features = torch.stack([drafters[b].last_feature for b in ready]).to(first.dtype)  # [R, H]
-    roots = first.embed(torch.tensor([ctxs[b].token_ids[-1] for b in ready], device=first.vocab.device))
-    # inputs[path]: [h, e(root), e(path's tokens)...] per row, the input of the head that guesses path's children.
-    inputs = {(): torch.cat([features, roots.to(first.dtype)], dim=-1)}
-    token_of: dict[tuple[int, ...], torch.Tensor] = {}  # [R] target ids
-    for k, (parents, width) in enumerate(zip(first.expanded, first.width)):
-        x = torch.stack([inputs[p] for p in parents], dim=1)  # [R, n, (k + 2) H]
-        ranked = first.vocab[best_k(first.lm_head(first.heads(k, x)), width)[1]]  # [R, n, width]
-        for path in (p for p in first.tree if len(p) == k + 1):
-            token_of[path] = ranked[:, parents.index(path[:-1]), path[-1]]
-        if k + 1 < len(first.expanded):
-            grow = first.expanded[k + 1]
-            embeds = first.embed(torch.stack([token_of[p] for p in grow], dim=1)).to(first.dtype)  # [R, m, H]
-            for j, path in enumerate(grow):
-                inputs[path] = torch.cat([inputs[path[:-1]], embeds[:, j]], dim=-1)
-    tokens = torch.stack([token_of[p] for p in first.tree], dim=1).tolist()  # the one copy
+    features = torch.stack([drafters[b].last_feature for b in ready])  # [R, H]
+    roots = torch.tensor([ctxs[b].token_ids[-1] for b in ready], device=first.vocab.device)
+    tokens = call_rows(first.graphs, first.guess, {"features": features, "roots": roots}).tolist()  # the one copy
     for b, row in zip(ready, tokens):
         drafts[b] = Draft(row, list(first.parents))
     return drafts
@@ -108,8 +116,9 @@ def _build(ctx: BuildContext) -> Drafter:
         raise SpecbenchError(f"Hydra heads {folder} do not fit target {ctx.target.name} (hidden size)")
     heads.to(lm_head.device, lm_head.dtype)
     prepare_drafter(heads, ctx.target.runtime)
+    graphs = ctx.target.static.drafting_graphs() if ctx.target.static is not None else None
     drafter = HydraDrafter(heads, ctx.target.model.get_input_embeddings(), lm_head, vocab, static_tree(ctx.options),
-                           ctx.target.runtime)
+                           ctx.target.runtime, graphs)
     drafter.trained_from = str(folder)
     return drafter
 

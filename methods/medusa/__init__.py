@@ -18,6 +18,7 @@ from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResu
 from specbench.decode.drafting import propose_together
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.decode.sampling import Sampling, sample, target_probs
+from specbench.decode.static import Graphs, call_rows
 from specbench.decode.verify import Verdict, verify_greedy
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo, Option
@@ -37,7 +38,9 @@ class MedusaDrafter(Drafter):
     hidden_layers = (-1,)
 
     def __init__(self, heads: MedusaHeads, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None,
-                 tree: list[tuple[int, ...]], verifier=None, runtime: RuntimeInfo | None = None) -> None:
+                 tree: list[tuple[int, ...]], verifier=None, runtime: RuntimeInfo | None = None,
+                 graphs: Graphs | None = None) -> None:
+        """graphs: the static runtime's, for drafting captured per row count (static.call_rows); None elsewhere."""
         depth = max(len(p) for p in tree)
         if depth > len(heads.heads):
             raise SpecbenchError(f"the Medusa tree is {depth} deep but there are only {len(heads.heads)} heads")
@@ -50,7 +53,11 @@ class MedusaDrafter(Drafter):
         self.width = max(max(p) for p in tree) + 1
         self.depth = depth
         self.parents = [ROOT if len(p) == 1 else tree.index(p[:-1]) for p in tree]
+        # Node i is head levels[i]'s guess of rank ranks[i] (device tensors: the indexing is captured on CUDA).
+        self.levels = torch.tensor([len(p) - 1 for p in tree], device=device)
+        self.ranks = torch.tensor([p[-1] for p in tree], device=device)
         self.verifier = verifier
+        self.graphs = graphs
         self.last_feature: torch.Tensor | None = None
 
     def begin(self, ctx: DecodeContext) -> None:
@@ -65,22 +72,27 @@ class MedusaDrafter(Drafter):
 
     @classmethod
     def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
-        return propose_together(MedusaDrafter, drafters, ctxs, medusa_drafts, ("heads", "tree"))
+        return propose_together(MedusaDrafter, drafters, ctxs, medusa_drafts, ("heads", "tree", "graphs"))
+
+    def guess(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Every node's target id [R, nodes] from the rows' last features [R, H]: each head's top-width guesses in
+        one forward, ties to the lower index."""
+        predicted = self.heads(inputs["features"])[: self.depth]  # [depth, R, H]
+        guesses = best_k(self.lm_head(predicted), self.width)[1]  # [depth, R, width]
+        return self.vocab[guesses[self.levels, :, self.ranks]].T
 
 
 def medusa_drafts(drafters: list[MedusaDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
-    """Every row's tree at once (the same heads and tree for all): each head's top-width guesses for every row in
-    one forward, ties to the lower index, and one copy of every row's tokens to the host."""
+    """Every row's tree at once (the same heads and tree for all; `guess`, captured on the static runtime), and one
+    copy of every row's tokens to the host."""
     drafts = [Draft() for _ in drafters]
     ready = [b for b, d in enumerate(drafters) if d.last_feature is not None]
     if not ready:
         return drafts
     first = drafters[ready[0]]
     features = torch.stack([drafters[b].last_feature for b in ready]).to(first.lm_head.weight.dtype)  # [R, H]
-    predicted = first.heads(features)[: first.depth]  # [depth, R, H]
-    guesses = best_k(first.lm_head(predicted), first.width)[1]  # [depth, R, width]
-    tokens = first.vocab[guesses[[len(p) - 1 for p in first.tree], :, [p[-1] for p in first.tree]]]  # [nodes, R]
-    for b, row in zip(ready, tokens.T.tolist()):
+    tokens = call_rows(first.graphs, first.guess, {"features": features})  # [R, nodes]
+    for b, row in zip(ready, tokens.tolist()):
         drafts[b] = Draft(row, list(first.parents))
     return drafts
 
@@ -131,7 +143,8 @@ def _build(ctx: BuildContext, typical: bool) -> Drafter:
     heads.to(lm_head.device, lm_head.dtype)
     prepare_drafter(heads, ctx.target.runtime)
     verifier = typical_verifier(ctx.option("threshold"), ctx.option("alpha")) if typical else None
-    drafter = MedusaDrafter(heads, lm_head, vocab, static_tree(ctx.options), verifier, ctx.target.runtime)
+    graphs = ctx.target.static.drafting_graphs() if ctx.target.static is not None else None
+    drafter = MedusaDrafter(heads, lm_head, vocab, static_tree(ctx.options), verifier, ctx.target.runtime, graphs)
     drafter.trained_from = str(folder)
     return drafter
 

@@ -8,9 +8,10 @@
 #   C. issue 54's synthetic-mode table on the SHAPE target (random weights of Llama-3.1-8B's shape, bf16) at rates
 #      0.8,0.6,0.4 (TIMING-ONLY) for vanilla, pld, eagle, medusa, hydra, sps and swift, on both runtimes.
 #   D. `check` on every lossless run folder (token identity with vanilla).
-#   E. tests/test_static_mask.py, whose CUDA cases hold the device-built masks to the host's (needs pytest there).
+#   E. tests/test_static_mask.py and tests/test_static_head.py, whose CUDA cases hold the device-built masks to the
+#      host's and the captured drafting (EAGLE-1/2/3 heads, Medusa, Hydra) to the uncaptured (needs pytest there).
 # Each step has its own time limit (T_A32, T_A16, T_EAGER, T_B, T_S seconds: A-C under 8 minutes in all; D and E at
-# most 2.75 minutes more), logs to $OUT/log.txt and goes on past a
+# most 3 minutes more), logs to $OUT/log.txt and goes on past a
 # failed one; records are kept as they finish, so a step cut by its limit still leaves whole questions. The run
 # folders come back as one tarball; tables come from `python -m specbench report` here.
 # Dry run on the CPU (tiny sizes, no setup):
@@ -55,8 +56,10 @@ done
 for run in compiled-float32 compiled-bfloat16 eager-float32 batch-bfloat16; do
     [ -d "$runs/$run" ] && step 30 "check $run" $py -m specbench check "$runs/$run"
 done
-# E. the static runtime's device-built masks on CUDA, bit for bit the host's (their CUDA cases skip on a CPU).
-step 45 "CUDA mask tests" $py -m pytest -q -p no:cacheprovider tests/test_static_mask.py
+# E. the static runtime's device-built masks on CUDA, bit for bit the host's, and the drafters' captured forwards
+#    drafting what they draft uncaptured (their CUDA cases skip on a CPU).
+step 60 "CUDA mask and capture tests" $py -m pytest -q -p no:cacheprovider tests/test_static_mask.py \
+    tests/test_static_head.py
 tar czf "$OUT/gpu-runtime.tgz" -C "$runs" . 2>>"$LOG"
 say "done"
 grep "^== \|identical\|DIFFER\|Error\|error\|passed\|failed" "$LOG" | tail -40

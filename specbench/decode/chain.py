@@ -17,7 +17,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specbench.decode.layout import AttentionLayout
-from specbench.decode.static import BATCH_SIZES, BLOCK_SIZES, HEADROOM, StaticTarget, bucket
+from specbench.decode.static import BATCH_SIZES, BLOCK_SIZES, HEADROOM, StaticTarget, arrange, bucket
 
 
 @dataclass
@@ -31,19 +31,15 @@ class StaticChain:
 
     @staticmethod
     def of(model: PreTrainedModel, target: StaticTarget, layers: int = 0) -> "StaticChain":
-        return StaticChain(StaticTarget(model, target.capture, layers=layers), AttentionLayout.of(model.config), target)
+        static = StaticTarget(model, target.capture, layers=layers)
+        target.drafting.append(static.graphs)
+        return StaticChain(static, AttentionLayout.of(model.config), target)
 
-    def arrange(self, owners: list[int]) -> None:
-        """Cache rows in the order of `owners`: one still here keeps its slots (moved to its new row, every moved
-        row read before any is written), a new one starts empty."""
-        before = {owner: row for row, owner in enumerate(self.owners)}
-        moves = [(before[owner], row) for row, owner in enumerate(owners) if before.get(owner, row) != row]
-        cache = self.static.cache
-        if moves and cache is not None:
-            device = self.static.model.device
-            cache.copy_rows(torch.tensor([row for _, row in moves], device=device),
-                            torch.tensor([old for old, _ in moves], device=device), len(owners))
+    def arrange(self, owners: list[int]) -> list[bool]:
+        """Cache rows in the order of `owners` (static.arrange); returns which rows are new."""
+        fresh = arrange(self.static.cache, self.owners, owners)
         self.owners = list(owners)
+        return fresh
 
     def target_rows(self) -> int:
         return self.target.cache.plan.rows if self.target is not None and self.target.cache is not None else 0

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from transformers import PreTrainedModel
@@ -134,19 +134,69 @@ class Captured:
 @dataclass
 class StaticStats:
     captures: int = 0
-    uncaptured: str = ""  # why this runtime stopped capturing ("" while it captures, or on the CPU)
+    uncaptured: str = ""  # why these graphs stopped capturing ("" while they capture, or on the CPU)
+
+
+@dataclass
+class Graphs:
+    """One model's forwards captured per shape as CUDA graphs and replayed (the target's, a draft model's, a draft
+    head's; each set shares one memory pool). A forward is a function of a dict of tensors (nested dicts allowed)
+    that reads its cache from static buffers; the first call of a shape captures it, later calls copy their inputs
+    into the captured ones and replay. The output is the graph's own buffer, overwritten by the next replay: a
+    caller that keeps it across forwards of the same shape clones it."""
+    capture: bool  # CUDA graphs (CUDA only); turned off, for good, by a failed capture
+    graphs: dict[tuple, Captured] = field(default_factory=dict)
+    pool: Any = None
+    stats: StaticStats = field(default_factory=StaticStats)
+
+    def call(self, key: tuple | None, run: Callable[[dict[str, Any]], Any], inputs: dict[str, Any]) -> Any:
+        """run(inputs), from the graph captured for `key` (None: a shape not to capture, run directly)."""
+        if not self.capture or key is None:
+            return run(inputs)
+        captured = self.graphs.get(key) or self.record(key, run, inputs)
+        if captured is None:
+            return run(inputs)
+        copy_into(captured.inputs, inputs)
+        captured.graph.replay()
+        return captured.output
+
+    def record(self, key: tuple, run: Callable[[dict[str, Any]], Any], inputs: dict[str, Any]) -> Captured | None:
+        """Capture one shape (after two warm-up runs on a side stream, as CUDA graphs need); None when it fails."""
+        static = {name: clone(value) for name, value in inputs.items()}
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):  # writes the step's own slots, which the replay writes again
+                    run(static)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                output = run(static)
+        except RuntimeError as exc:
+            self.capture = False
+            self.stats.uncaptured = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            warnings.warn(f"CUDA graph capture failed, the static runtime runs uncaptured: {self.stats.uncaptured}",
+                          stacklevel=3)
+            return None
+        self.pool = graph.pool()
+        self.graphs[key] = Captured(graph, static, output)
+        self.stats.captures += 1
+        return self.graphs[key]
 
 
 @dataclass
 class StaticTarget:
     """The target's forward on a static cache, captured per shape on CUDA. One per loaded target, kept for the run."""
     model: PreTrainedModel
-    capture: bool  # CUDA graphs (CUDA only)
+    capture: bool  # asked for CUDA graphs (CUDA only); `graphs.capture` says whether they still capture
     cache: StaticSlotCache | None = None
-    graphs: dict[tuple, Captured] = field(default_factory=dict)
-    pool: Any = None  # the memory pool the graphs share
-    stats: StaticStats = field(default_factory=StaticStats)
+    graphs: Graphs = field(init=False)
     layers: int = 0  # cache layers, when the model's layer indices outrun its config (a layer-skipped view); 0: its own
+    drafting: list[Graphs] = field(default_factory=list)  # the graphs of the draft models and heads beside it
+
+    def __post_init__(self) -> None:
+        self.graphs = Graphs(self.capture)
 
     def reserve(self, rows: int, slots: int) -> StaticSlotCache:
         """A cache for at least `rows` sequences of `slots` slots each (a run sizes it once, before its warm-up),
@@ -159,7 +209,7 @@ class StaticTarget:
             start = torch.zeros(rows, dtype=torch.long, device=self.model.device)
             layers = self.layers or self.model.config.num_hidden_layers
             self.cache = StaticSlotCache(SlotPlan(rows, capacity, layers, start))
-            self.graphs.clear()
+            self.graphs.graphs.clear()
         return self.cache
 
     def new_cache(self, rows: int, slots: int) -> StaticSlotCache:
@@ -172,54 +222,69 @@ class StaticTarget:
     def capacity(self) -> int:
         return self.cache.plan.capacity if self.cache is not None else 0
 
+    def drafting_graphs(self) -> Graphs:
+        """Graphs for a drafter beside this target: captured where the target's are, reported with them."""
+        graphs = Graphs(self.capture)
+        self.drafting.append(graphs)
+        return graphs
+
+    def graphs_line(self) -> str:
+        """What was captured, the target's and its drafters' graphs apart, or why not."""
+        if not self.capture:
+            return "none (not on CUDA)"
+        failed = [g.stats.uncaptured for g in [self.graphs, *self.drafting] if g.stats.uncaptured]
+        drafted = sum(g.stats.captures for g in self.drafting)
+        line = f"{self.graphs.stats.captures} target shapes and {drafted} drafting shapes captured in the warm-up"
+        return line + (f"; uncaptured: {failed[0]}" if failed else "")
+
     def forward(self, inputs: dict[str, Any], start: int | torch.Tensor, keep: int | torch.Tensor, hidden: bool
                 ) -> Any:
         """The model's outputs for one forward whose block is written from slot `start` (every row's, or one per row):
         replayed from a captured graph where the shape allows, else run directly. keep: logits_to_keep (an index
         tensor only for a block too long to capture)."""
         assert self.cache is not None, "new_cache() first"
-        if isinstance(start, int):
-            self.cache.plan.start.fill_(start)
-        else:
-            self.cache.plan.start[: len(start)].copy_(start, non_blocking=True)
+        set_start(self.cache.plan, start)
         rows, tokens = inputs["input_ids"].shape
-        if not self.capture or tokens > BLOCK_SIZES[-1] or rows > BATCH_SIZES[-1]:
-            return self.run(inputs, keep, hidden)
-        key = (rows, tokens, keep, hidden)
-        captured = self.graphs.get(key) or self.record(key, inputs, keep, hidden)
-        if captured is None:
-            return self.run(inputs, keep, hidden)
-        copy_into(captured.inputs, inputs)
-        captured.graph.replay()
-        return captured.output
+        key = (rows, tokens, keep, hidden) if tokens <= BLOCK_SIZES[-1] and rows <= BATCH_SIZES[-1] else None
+        return self.graphs.call(key, lambda given: self.run(given, keep, hidden), inputs)
 
     def run(self, inputs: dict[str, Any], keep: int | torch.Tensor, hidden: bool) -> Any:
         return self.model(**inputs, cache=self.cache, use_cache=True, logits_to_keep=keep,
                           output_hidden_states=hidden)
 
-    def record(self, key: tuple, inputs: dict[str, Any], keep: int, hidden: bool) -> Captured | None:
-        """Capture one shape (after two warm-up runs on a side stream, as CUDA graphs need); None when it fails."""
-        static = {name: clone(value) for name, value in inputs.items()}
-        try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):  # writes the step's own slots, which the replay writes again
-                    self.run(static, keep, hidden)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
-                output = self.run(static, keep, hidden)
-        except RuntimeError as exc:
-            self.capture = False
-            self.stats.uncaptured = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            warnings.warn(f"CUDA graph capture failed, the static runtime runs uncaptured: {self.stats.uncaptured}",
-                          stacklevel=2)
-            return None
-        self.pool = graph.pool()
-        self.graphs[key] = Captured(graph, static, output)
-        self.stats.captures += 1
-        return self.graphs[key]
+
+def call_rows(graphs: Graphs | None, run: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+              inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """run(inputs), every input's first dimension and the output's the batch's rows: with graphs (a drafter on the
+    static runtime), the rows padded with zeros to the next of BATCH_SIZES and the call replayed from its captured
+    graph (on the CPU: run padded, uncaptured); returns the real rows' output, a copy."""
+    if graphs is None:
+        return run(inputs)
+    rows = next(iter(inputs.values())).shape[0]
+    size = bucket(rows, BATCH_SIZES)
+    padded = {name: torch.cat([x, x.new_zeros(size - rows, *x.shape[1:])]) for name, x in inputs.items()}
+    return graphs.call((size,) if size <= BATCH_SIZES[-1] else None, run, padded)[:rows].clone()
+
+
+def arrange(cache: StaticSlotCache | None, before: list[int], owners: list[int]) -> list[bool]:
+    """Cache rows in the order of `owners` (keys of whoever holds each row; `before`: the order they were in): one
+    still here keeps its slots (moved to its new row, every moved row read before any is written); returns which
+    rows are new (they hold nothing yet)."""
+    where = {owner: row for row, owner in enumerate(before)}
+    moves = [(where[owner], row) for row, owner in enumerate(owners) if where.get(owner, row) != row]
+    if moves and cache is not None:
+        device = cache.plan.start.device
+        cache.copy_rows(torch.tensor([row for _, row in moves], device=device),
+                        torch.tensor([old for old, _ in moves], device=device), len(owners))
+    return [owner not in where for owner in owners]
+
+
+def set_start(plan: SlotPlan, start: int | torch.Tensor) -> None:
+    """Where the next forward writes: one slot for every row, or one per row (a [rows] tensor)."""
+    if isinstance(start, int):
+        plan.start.fill_(start)
+    else:
+        plan.start[: len(start)].copy_(start, non_blocking=True)
 
 
 def clone(value: Any) -> Any:

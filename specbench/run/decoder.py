@@ -119,9 +119,7 @@ class Decoder:
                 reference.warm_up(first, self.cfg.warmup_tokens)
         static = self.target.static
         if static is not None:  # what the warm-up captured (later shapes are captured when they first occur)
-            self.info.environment["cuda_graphs"] = (f"uncaptured: {static.stats.uncaptured}" if static.stats.uncaptured
-                                                    else f"{static.stats.captures} shapes captured in the warm-up"
-                                                    if static.capture else "none (not on CUDA)")
+            self.info.environment["cuda_graphs"] = static.graphs_line()
 
     def decode(self, job: Job, progress: TokenProgress | None = None) -> Iterator[Record]:
         """Each method's records for the job (one per question), as soon as that method has answered every turn

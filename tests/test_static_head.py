@@ -1,0 +1,228 @@
+"""Feature heads on the static runtime (methods/common/static_head.py): EAGLE-1/2/3's head keeps a static cache of
+its own beside the target's, each row's slot s at its position s, tree levels after the context, every forward
+padded to a bucketed shape (captured on CUDA; here, on the CPU, the same code uncaptured). It must draft exactly what
+the growing head cache drafts (T=0: tokens and accept lengths), draft a batch's rows together exactly as each
+alone with one head forward per tree level for all of them, and sample vanilla's distribution at T>0
+(test_static.py runs EAGLE's distribution case with the static head)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from specbench.decode.draft import parse_tree
+from specbench.decode.engine import generate, generate_batch
+from specbench.decode.sampling import Sampling
+from specbench.decode.static import StaticTarget
+from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec, tree_slots
+from specbench.methods.common.static_head import StaticHead
+from specbench.methods.hydra import HydraDrafter
+from specbench.methods.medusa import MedusaDrafter
+from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
+from specbench.methods.eagle.head import EagleHead, head_config
+from specbench.methods.eagle.training import EagleTrainable
+from specbench.methods.vanilla import VanillaDrafter
+from specbench.train.training import Batch
+from tests.test_distribution import hydra_drafter, medusa_drafter
+from tests.test_eagle3 import VOCAB, drafter as eagle3_drafter, target, trained_head  # noqa: F401 (fixture)
+
+HEADS = ["eagle", "eagle1", "eagle3"]
+GEN = torch.Generator().manual_seed(0)
+TRAIN = [torch.randint(0, VOCAB, (4,), generator=GEN).tolist() for _ in range(16)]
+PROMPTS = [torch.randint(0, VOCAB, (n,), generator=GEN).tolist() for n in (6, 2, 8, 1)]
+
+
+def on_static(drafter: FeatureTreeDrafter, static: StaticTarget) -> FeatureTreeDrafter:
+    """A copy of the drafter (the same head weights) whose head runs on a static cache beside this target, as a
+    run on `--runtime compiled` builds it."""
+    twin = copy.deepcopy(drafter)
+    twin.static = StaticHead.of(twin.head, static, tree_slots(twin.tree))
+    return twin
+
+
+def trained_eagle(target) -> EagleHead:
+    """An EAGLE head trained for a moment on the target's greedy continuations of the training prompts."""
+    torch.manual_seed(4)
+    head = EagleHead(head_config(target.config))
+    head.embed_tokens.weight.data.copy_(target.get_input_embeddings().weight)
+    tokens = torch.tensor([p + generate(target, p, VanillaDrafter(), Sampling(), 24, set()).token_ids for p in TRAIN])
+    with torch.no_grad():
+        hidden = target(tokens, output_hidden_states=True).hidden_states[-1]
+    ones = torch.ones_like(tokens, dtype=torch.bool)
+    trainable = EagleTrainable(head, target.get_output_embeddings().weight, None)
+    optimizer = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=0.01)
+    for _ in range(200):
+        loss, _ = trainable.loss(Batch(tokens, hidden, ones, ones))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return head.eval()
+
+
+@pytest.fixture(scope="module")
+def built(target):
+    eagle = trained_eagle(target)
+    lm_head = target.get_output_embeddings().weight
+    return {"eagle": EagleDrafter(eagle, lm_head, None, TreeSpec(top_k=3, depth=4, total_tokens=10)),
+            "eagle1": EagleDrafter(eagle, lm_head, None, TreeSpec(static_paths=parse_tree(EAGLE1_TREE))),
+            "eagle3": eagle3_drafter(target, trained_head(target, TRAIN, list(range(2, VOCAB))))}
+
+
+@pytest.mark.parametrize("name", HEADS)
+def test_a_static_head_drafts_what_the_growing_cache_drafts(target, built, name):
+    static = StaticTarget(target, capture=False)
+    growing, fixed = copy.deepcopy(built[name]), on_static(built[name], static)
+    deep = drafted = 0
+    for base in PROMPTS + TRAIN[:4]:
+        reference = generate(target, base, VanillaDrafter(), Sampling(), 24, set()).token_ids
+        dynamic = generate(target, base, growing, Sampling(), 24, set())
+        out = generate(target, base, fixed, Sampling(), 24, set(), static=static)
+        assert out.token_ids == dynamic.token_ids == reference, base
+        assert out.accept_lengths == dynamic.accept_lengths, base
+        deep += sum(a >= 3 for a in out.accept_lengths)
+        drafted += sum(out.tree_sizes)
+    assert drafted > 0 and deep >= 3, f"{drafted} nodes drafted, {deep} steps accepted two or more"
+    assert fixed.static.cache is not None and fixed.static.cache.plan.layers == 1
+
+
+@pytest.mark.parametrize("name", ["eagle", "eagle1"])
+def test_a_batch_drafts_one_head_forward_per_level_as_each_row_alone(target, built, name):
+    static = StaticTarget(target, capture=False)
+    drafter = on_static(built[name], static)
+    alone = [generate(target, p, drafter, Sampling(), 24, {7}, static=static) for p in PROMPTS]
+    forwards: list[int] = []
+    forward = drafter.static.forward
+    drafter.static.forward = lambda tokens, *rest: forwards.append(tokens.shape[0]) or forward(tokens, *rest)
+    together = generate_batch(target, PROMPTS, [drafter.fork() for _ in PROMPTS], Sampling(), 24, {7},
+                              static=static)
+    for one, batched in zip(alone, together):
+        assert batched.token_ids == one.token_ids
+        assert batched.accept_lengths == one.accept_lengths
+    assert max(a for g in together for a in g.accept_lengths) >= 3  # drafts accepted at depth >= 2
+    levels = drafter.tree.depth if drafter.tree.static_paths is None else max(map(len, drafter.tree.static_paths))
+    assert forwards[: levels] == [len(PROMPTS)] * levels  # the first step: a fill, then each level, every row in each
+    assert len(forwards) <= levels * max(len(g.accept_lengths) for g in together)  # never one forward per row
+
+
+def test_rows_that_leave_move_up_and_draft_as_each_row_alone(target, built):
+    """Rows finishing at different steps (EOS) move the rows after them up, slots and all."""
+    static = StaticTarget(target, capture=False)
+    drafter = on_static(built["eagle"], static)
+    alone = [generate(target, p, copy.deepcopy(built["eagle"]), Sampling(), 24, {7, 11}) for p in PROMPTS]
+    together = generate_batch(target, PROMPTS, [drafter.fork() for _ in PROMPTS], Sampling(), 24, {7, 11},
+                              static=static)
+    assert len({len(g.accept_lengths) for g in together}) > 1, "every row finished at the same step"
+    for one, batched in zip(alone, together):
+        assert batched.token_ids == one.token_ids and batched.accept_lengths == one.accept_lengths
+
+
+def test_a_drafter_that_lost_its_row_fills_its_whole_context_again(target, built):
+    """Another drafter took the cache's rows and wrote over them before every proposal: the drafter fills its
+    context from the start each time and drafts what it drafts on the growing cache."""
+    static = StaticTarget(target, capture=False)
+    drafter = on_static(built["eagle"], static)
+    propose = drafter.propose
+
+    def evicted_first(ctx):
+        drafter.static.arrange([-1])
+        plan = drafter.static.cache.plan if drafter.static.cache is not None else None
+        if plan is not None and plan.keys is not None:
+            plan.keys.normal_(), plan.values.normal_()
+        return propose(ctx)
+
+    drafter.propose = evicted_first
+    for p in PROMPTS + TRAIN[:2]:
+        reference = generate(target, p, copy.deepcopy(built["eagle"]), Sampling(), 24, set())
+        out = generate(target, p, drafter, Sampling(), 24, set(), static=static)
+        assert out.token_ids == reference.token_ids and out.accept_lengths == reference.accept_lengths
+
+
+def test_a_static_head_cache_that_grows_keeps_what_it_held(target, built):
+    static = StaticTarget(target, capture=False)
+    drafter = on_static(built["eagle"], static)
+    head = drafter.static
+    features = torch.randn(2, 5, drafter.head.feature_size)
+    tokens = torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
+    with torch.inference_mode():
+        head.fill(tokens, features, [0, 3])
+        before = head.cache.plan.keys[:, :2, :, :8].clone()
+        head.reserve(9, head.cache.plan.capacity + 1)
+    assert head.cache.plan.rows == 16 and head.cache.plan.capacity == 1024
+    assert torch.equal(head.cache.plan.keys[:, :2, :, :8], before)
+
+
+def test_a_failed_head_capture_is_reported_and_drafting_goes_on_uncaptured(target, built):
+    """No CUDA here: asking for capture fails at the first head forward, is counted once with the target's, and the
+    drafter goes on uncaptured, drafting as before."""
+    static = StaticTarget(target, capture=True)
+    drafter = on_static(built["eagle"], static)
+    static.capture, static.graphs.capture = False, False  # the target runs uncaptured; only the head tries
+    reference = generate(target, PROMPTS[0], copy.deepcopy(built["eagle"]), Sampling(), 16, set())
+    with pytest.warns(UserWarning, match="CUDA graph capture failed"):
+        out = generate(target, PROMPTS[0], drafter, Sampling(), 16, set(), static=static)
+    assert out.token_ids == reference.token_ids and out.accept_lengths == reference.accept_lengths
+    assert not drafter.static.graphs.capture and drafter.static.graphs.stats.uncaptured
+    assert static.drafting == [drafter.static.graphs]
+
+
+@pytest.mark.parametrize("name", ["medusa", "hydra"])
+def test_medusa_and_hydra_draft_a_padded_batch_as_each_row_alone(target, name):
+    """Medusa's and Hydra's drafting is one function of the rows' last features (and tokens), run padded to the
+    bucketed row count on the static runtime (captured on CUDA): three rows, padded to four, draft as each alone."""
+    build = medusa_drafter if name == "medusa" else hydra_drafter
+    growing = build(target, TRAIN[0])
+    static = StaticTarget(target, capture=False)
+    fixed = copy.deepcopy(growing)
+    fixed.graphs = static.drafting_graphs()
+    prompts = PROMPTS[:3]
+    alone = [generate(target, p, growing, Sampling(), 24, set()) for p in prompts]
+    together = generate_batch(target, prompts, [fixed.fork() for _ in prompts], Sampling(), 24, set(), static=static)
+    for p, one, batched in zip(prompts, alone, together):
+        assert batched.token_ids == one.token_ids == generate(target, p, VanillaDrafter(), Sampling(), 24,
+                                                              set()).token_ids
+        assert batched.accept_lengths == one.accept_lengths
+    assert max(a for g in together for a in g.accept_lengths) >= 3  # drafts accepted at depth >= 2
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (capture is CUDA-only)")
+
+
+def cuda_drafter(name: str, model, built, static: StaticTarget):
+    """The test's drafter of this name with its weights on the model's device, drafting beside `static`."""
+    lm_head = model.get_output_embeddings().weight
+    if name in ("eagle", "eagle1"):
+        head = copy.deepcopy(built[name].head.head).to(model.device)
+        return EagleDrafter(head, lm_head, None, built[name].tree, static_target=static)
+    if name == "eagle3":
+        drafter = eagle3_drafter(model, copy.deepcopy(built[name].head.head).to(model.device))
+        drafter.static = StaticHead.of(drafter.head, static, tree_slots(drafter.tree))
+        return drafter
+    cpu = built[name]
+    heads = copy.deepcopy(cpu.heads).to(model.device)
+    if name == "medusa":
+        return MedusaDrafter(heads, lm_head, None, cpu.tree, graphs=static.drafting_graphs())
+    return HydraDrafter(heads, model.get_input_embeddings(), lm_head, None, cpu.tree, graphs=static.drafting_graphs())
+
+
+@CUDA
+@pytest.mark.parametrize("name", HEADS + ["medusa", "hydra"])
+def test_captured_drafting_drafts_what_it_drafts_uncaptured(target, built, name):
+    """On CUDA, every drafting forward replayed from its graph (the target's too): the same tokens and accept
+    lengths as the same code uncaptured, alone and in a batch of three (padded to four)."""
+    if name in ("medusa", "hydra"):
+        built = {name: (medusa_drafter if name == "medusa" else hydra_drafter)(target, TRAIN[0])}
+    model = copy.deepcopy(target).to("cuda")
+    outputs = {}
+    for capture in (False, True):
+        static = StaticTarget(model, capture=capture)
+        drafter = cuda_drafter(name, model, built, static)
+        alone = [generate(model, p, drafter, Sampling(), 24, set(), static=static) for p in PROMPTS]
+        together = generate_batch(model, PROMPTS[:3], [drafter.fork() for _ in PROMPTS[:3]], Sampling(), 24, set(),
+                                  static=static)
+        outputs[capture] = [(g.token_ids, g.accept_lengths) for g in alone + together]
+        if capture:
+            assert static.drafting and all(g.capture and g.stats.captures > 0 for g in static.drafting), \
+                static.graphs_line()
+    assert outputs[True] == outputs[False]
+    assert max(a for _, lengths in outputs[True] for a in lengths) >= 3  # drafts accepted at depth >= 2
