@@ -9,6 +9,9 @@ from transformers import PreTrainedModel
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter
 from specbench.decode.sampling import target_probs
+from specbench.methods.eagle.head import EagleHead, head_config
+from specbench.methods.eagle.training import EagleTrainable
+from specbench.train.training import Batch
 
 
 class RandomTreeDrafter(Drafter):
@@ -73,3 +76,24 @@ class ModelTreeDrafter(Drafter):
                 q_rows.append(q_child)
         q = torch.stack(q_rows) if q_rows and q_rows[0] is not None else None
         return Draft(tokens, parents, q)
+
+
+def fitted_eagle_head(target: PreTrainedModel, tokens: torch.Tensor, steps: int, lr: float, seed: int,
+                      valid: torch.Tensor | None = None, noise: float = 0.1,
+                      embedding: torch.Tensor | None = None) -> EagleHead:
+    """An EAGLE head fitted for `steps` Adam steps (EAGLE's loss) to the target's own last hidden states over these
+    token rows (valid: the real positions, all by default), with the target's input embedding (or `embedding`)."""
+    torch.manual_seed(seed)
+    head = EagleHead(head_config(target.config))
+    head.embed_tokens.weight.data.copy_(target.get_input_embeddings().weight if embedding is None else embedding)
+    valid = torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid
+    with torch.no_grad():
+        hidden = target(tokens, attention_mask=valid.long(), output_hidden_states=True).hidden_states[-1]
+    trainable = EagleTrainable(head.train(), target.get_output_embeddings().weight, None, noise=noise)
+    optimizer = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=lr)
+    for _ in range(steps):
+        loss, _ = trainable.loss(Batch(tokens, hidden, valid, valid))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return head.eval()

@@ -12,10 +12,8 @@ from specbench.decode.sampling import Sampling
 from specbench.methods.common.feature_tree import TreeSpec
 from specbench.methods.common.tree_search import best_k
 from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
-from specbench.methods.eagle.head import EagleHead, head_config
-from specbench.methods.eagle.training import EagleTrainable
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.train.training import Batch
+from tests.drafters import fitted_eagle_head
 from tests.test_distribution import VOCAB, prompt, target  # noqa: F401  (shared fixtures)
 
 
@@ -37,22 +35,9 @@ class Recording(EagleDrafter):
 def head(target):  # noqa: F811
     """An EAGLE head fitted for a moment to the target's greedy continuations (40 Adam steps), so that its trees
     are accepted several tokens deep."""
-    torch.manual_seed(5)
-    head = EagleHead(head_config(target.config))
-    head.embed_tokens.weight.data.copy_(target.get_input_embeddings().weight)
     starts = torch.randint(0, VOCAB, (16, 4), generator=torch.Generator().manual_seed(3)).tolist()
     tokens = torch.tensor([s + generate(target, s, VanillaDrafter(), Sampling(), 12, set()).token_ids for s in starts])
-    with torch.no_grad():
-        hidden = target(tokens, output_hidden_states=True).hidden_states[-1]
-    ones = torch.ones_like(tokens, dtype=torch.bool)
-    trainable = EagleTrainable(head.train(), target.get_output_embeddings().weight, None)
-    optimizer = torch.optim.Adam(head.parameters(), lr=0.03)
-    for _ in range(40):
-        loss, _ = trainable.loss(Batch(tokens, hidden, ones, ones))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return head.eval()
+    return fitted_eagle_head(target, tokens, steps=40, lr=0.03, seed=5)
 
 
 def recording(target, head, static: bool) -> Recording:

@@ -32,7 +32,7 @@ from specbench.methods.sps import DraftModelDrafter
 from specbench.methods.vanilla import VanillaDrafter
 from specbench.run.failures import target_step
 from tests.conftest import tiny_tokenizer
-from tests.drafters import ModelTreeDrafter, RandomTreeDrafter
+from tests.drafters import ModelTreeDrafter, RandomTreeDrafter, fitted_eagle_head
 from tests.stats import goodness_of_fit
 
 VOCAB = 48
@@ -247,9 +247,6 @@ def test_an_eagle_head_trained_for_a_moment_drafts_for_the_family(name):
     from specbench.methods.common.feature_tree import TreeSpec
     from specbench.methods.common.official import target_embedding
     from specbench.methods.eagle import EagleDrafter
-    from specbench.methods.eagle.head import EagleHead, head_config
-    from specbench.methods.eagle.training import EagleTrainable
-    from specbench.train.training import Batch
 
     target = tiny(name, seed=0)
     ids = torch.tensor([PROMPTS[0]])
@@ -264,19 +261,8 @@ def test_an_eagle_head_trained_for_a_moment_drafts_for_the_family(name):
     longest = max(map(len, sequences))
     tokens = torch.tensor([s + [0] * (longest - len(s)) for s in sequences])
     valid = torch.tensor([[i < len(s) for i in range(longest)] for s in sequences])
-    with torch.no_grad():
-        hidden = target(tokens, attention_mask=valid.long(), output_hidden_states=True).hidden_states[-1]
-    torch.manual_seed(1)
-    head = EagleHead(head_config(target.config))
-    head.embed_tokens.weight.data.copy_(embedding)
-    trainable = EagleTrainable(head, target.get_output_embeddings().weight, None, noise=0.0)
-    optimizer = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=0.01)
-    for _ in range(150):
-        loss, _ = trainable.loss(Batch(tokens, hidden, valid, valid))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    drafter = EagleDrafter(head.eval(), target.get_output_embeddings().weight, None,
+    head = fitted_eagle_head(target, tokens, steps=150, lr=0.01, seed=1, valid=valid, noise=0.0, embedding=embedding)
+    drafter = EagleDrafter(head, target.get_output_embeddings().weight, None,
                            TreeSpec(top_k=3, depth=3, total_tokens=8))
     deep = 0
     for prompt, reference in zip(PROMPTS, references):

@@ -17,15 +17,15 @@ from specbench.decode.sampling import Sampling
 from specbench.decode.static import StaticTarget
 from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec, tree_slots
 from specbench.methods.common.static_head import StaticHead
+from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
+from specbench.methods.eagle.head import EagleHead
 from specbench.methods.hydra import HydraDrafter
 from specbench.methods.medusa import MedusaDrafter
-from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
-from specbench.methods.eagle.head import EagleHead, head_config
-from specbench.methods.eagle.training import EagleTrainable
 from specbench.methods.vanilla import VanillaDrafter
-from specbench.train.training import Batch
+from tests.drafters import fitted_eagle_head
 from tests.test_distribution import hydra_drafter, medusa_drafter
-from tests.test_eagle3 import VOCAB, drafter as eagle3_drafter, target, trained_head  # noqa: F401 (fixture)
+from tests.test_eagle3 import VOCAB, target, trained_head  # noqa: F401 (fixture)
+from tests.test_eagle3 import drafter as eagle3_drafter
 
 HEADS = ["eagle", "eagle1", "eagle3"]
 GEN = torch.Generator().manual_seed(0)
@@ -43,21 +43,8 @@ def on_static(drafter: FeatureTreeDrafter, static: StaticTarget) -> FeatureTreeD
 
 def trained_eagle(target) -> EagleHead:
     """An EAGLE head trained for a moment on the target's greedy continuations of the training prompts."""
-    torch.manual_seed(4)
-    head = EagleHead(head_config(target.config))
-    head.embed_tokens.weight.data.copy_(target.get_input_embeddings().weight)
     tokens = torch.tensor([p + generate(target, p, VanillaDrafter(), Sampling(), 24, set()).token_ids for p in TRAIN])
-    with torch.no_grad():
-        hidden = target(tokens, output_hidden_states=True).hidden_states[-1]
-    ones = torch.ones_like(tokens, dtype=torch.bool)
-    trainable = EagleTrainable(head, target.get_output_embeddings().weight, None)
-    optimizer = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=0.01)
-    for _ in range(200):
-        loss, _ = trainable.loss(Batch(tokens, hidden, ones, ones))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return head.eval()
+    return fitted_eagle_head(target, tokens, steps=200, lr=0.01, seed=4)
 
 
 @pytest.fixture(scope="module")
