@@ -7,8 +7,9 @@ levels are appended under a mask (each node sees the context and its ancestors),
 
 Every row of a batch drafts in one call (propose_batch): one head forward brings every row's cache up to date, one
 per tree level expands every row's frontier, the expansion runs in tensors on the head's device (tree_search), and
-the finished trees come back to the host in one copy. The head's cache is batched (head_rows). A row drafts exactly
-the tree it drafts alone: ties are broken by index, padding is masked out.
+the finished trees come back to the host in one copy. The head's cache is batched (head_rows; static_head on the
+static runtime). A row drafts exactly the tree it drafts alone (ties are broken by index, padding is masked out),
+but for auto sizing, which sizes trees from the costs of the batch's rows verified together.
 
 Trees: EAGLE-2's dynamic tree (expand the top_k best frontier nodes by cumulative draft log-prob for `depth` levels,
 keep the total_tokens best nodes; with the run's fixed costs, the size that maximises expected tokens per second)
@@ -23,19 +24,20 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Mapping, Protocol
 
 import torch
 from transformers import DynamicCache
 
 from specbench.decode.cost_model import CostCurve
-from specbench.decode.costs import CONTEXT
+from specbench.decode.costs import CONTEXT, measure_cost_model
 from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
 from specbench.decode.kv import truncate_cache
 from specbench.decode.runtime import fastest_seconds
 from specbench.decode.static import StaticTarget
-from specbench.method import Option
+from specbench.method import BuildContext, Option
 from specbench.methods.common.head_rows import HeadRows, join
 from specbench.methods.common.static_head import StaticHead, StaticRows
 from specbench.methods.common.tree_search import Search, additive_mask, best_k, dynamic, finish, static
@@ -138,29 +140,32 @@ class FeatureTreeDrafter(Drafter):
     def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
         return propose_together(FeatureTreeDrafter, drafters, ctxs, draft_rows, ("head", "tree", "static"))
 
-    def _best_size(self, scores: list[float]) -> int:
+    def _best_size(self, scores: list[float], rows: int = 1) -> int:
         """Nodes to keep (best first) for the most tokens per second. A node is on the accepted path with about
         the probability exp(its cumulative draft log-prob) (EAGLE-2: the draft is well calibrated), so keeping n
         nodes yields about 1 + sum of the first n of those per step, at the cost of drafting (depth levels) plus
-        verifying n + 1 tokens. Costs are the run's fixed ones: no clock is read here."""
+        verifying n + 1 tokens in each of the `rows` drafted together: one forward of rows x (n + 1) tokens,
+        costed as one row's forward of that many (the weights are read once either way; past the measured sizes
+        the curve is extended linearly). Costs are the run's fixed ones: no clock is read here."""
         draft_seconds = self.tree.level_seconds * self.tree.depth
         best, best_rate, expected = 1, 0.0, 1.0
         for n, score in enumerate(scores, 1):
             expected += math.exp(score)
-            rate = expected / (draft_seconds + self.tree.costs.at(n + 1))
+            rate = expected / (draft_seconds + self.tree.costs.at(rows * (n + 1)))
             if rate > best_rate:
                 best, best_rate = n, rate
         return best
 
-    def _size(self, scores: list[float]) -> int:
-        """Nodes a dynamic tree keeps, given every node's score best first."""
+    def _size(self, scores: list[float], rows: int = 1) -> int:
+        """Nodes a dynamic tree keeps, given every node's score best first, `rows` rows drafted together."""
         scores = scores[: self.tree.total_tokens]
-        return self._best_size(scores) if self.tree.costs is not None else len(scores)
+        return self._best_size(scores, rows) if self.tree.costs is not None else len(scores)
 
-    def _stop(self, mass: torch.Tensor) -> torch.Tensor:
+    def _stop(self, mass: torch.Tensor, rows: int = 1) -> torch.Tensor:
         """Auto sizing stops a tree early: a level can add at most the frontier's acceptance mass in expected
-        tokens, worth one target forward each; no more levels when that is less than what a level costs to draft."""
-        return mass * self.tree.costs.at(1) < self.tree.level_seconds
+        tokens, each worth what plain decoding spends on a token (a forward of the `rows` drafted together, shared
+        by them); no more levels when that is less than a row's share of what the level costs to draft."""
+        return mass * self.tree.costs.at(rows) < self.tree.level_seconds
 
 
 def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
@@ -188,7 +193,7 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
     device = head.device
     search = Search(head, rows, torch.tensor([d.filled for d in members], device=device),
                     torch.tensor([c.token_ids[-1] for c in contexts], device=device), first.target_ids,
-                    first._stop if tree.costs is not None else None)
+                    partial(first._stop, rows=len(members)) if tree.costs is not None else None)
     try:
         if tree.static_paths is not None:
             nodes = static(search, root, tree.static_paths)
@@ -196,7 +201,8 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
             nodes = dynamic(search, root, tree.top_k, tree.depth)
     finally:
         rows.drop_levels()
-    for b, d, (draft, features) in zip(ready, members, finish(nodes, root, tree.static_paths is None, first._size)):
+    for b, d, (draft, features) in zip(ready, members, finish(nodes, root, tree.static_paths is None,
+                                                                 partial(first._size, rows=len(members)))):
         drafts[b] = draft
         d.tree_features = features  # the head's predicted feature under the root and each expanded node
     return drafts
@@ -240,10 +246,24 @@ def fill_growing(rows: HeadRows, head: FeatureHead, tokens: torch.Tensor, featur
     return out
 
 
+def size_automatically(drafter: FeatureTreeDrafter, ctx: BuildContext, key: str) -> None:
+    """total_tokens=auto: the drafter sizes each tree from the run's fixed costs, the target's verification curve
+    and one tree level's time, both measured on the runtime the run decodes on (the level with the drafter's own
+    head and cache; stored under `key` with the machine's costs)."""
+    costs = ctx.costs or measure_cost_model(ctx.target.model, ctx.target.name, static=ctx.target.static)
+    drafter.tree.costs = costs.verify
+    drafter.tree.level_seconds = costs.drafting_cost(
+        key, lambda: measure_level_seconds(drafter.head, drafter.tree.top_k, static=drafter.static))
+
+
 @torch.inference_mode()
-def measure_level_seconds(head: FeatureHead, top_k: int, repeats: int = 20) -> float:
+def measure_level_seconds(head: FeatureHead, top_k: int, repeats: int = 20, static: StaticHead | None = None
+                          ) -> float:
     """Fastest of a few runs of one dynamic-tree level: the head over top_k nodes after a cached context, then the
-    draft logits, log-softmax and top-k of each. Measured once per run (see specbench.decode.costs)."""
+    draft logits, log-softmax and top-k of each. Measured once per run (see specbench.decode.costs). static: the
+    head's static cache, where the run drafts on it (the level padded and, on CUDA, replayed from its graph)."""
+    if static is not None:
+        return static_level_seconds(head, top_k, repeats, static)
     gen = torch.Generator().manual_seed(0)
     device = head.device
     context = torch.randn(1, CONTEXT, head.feature_size, generator=gen).to(device, head.dtype)
@@ -264,3 +284,25 @@ def measure_level_seconds(head: FeatureHead, top_k: int, repeats: int = 20) -> f
         truncate_cache(cache, CONTEXT)
 
     return fastest_seconds(level, head.device, repeats)
+
+
+def static_level_seconds(head: FeatureHead, top_k: int, repeats: int, static: StaticHead) -> float:
+    """measure_level_seconds on the head's static cache: a context filled in one row (a row no drafter holds; the
+    first to draft there fills its own context again), then the level as a search runs it."""
+    gen = torch.Generator().manual_seed(0)
+    device = head.device
+    context = torch.randn(1, CONTEXT, head.feature_size, generator=gen).to(device, head.dtype)
+    tokens = torch.tensor(head.target_ids)[torch.randint(0, len(head.target_ids), (1, CONTEXT), generator=gen)]
+    static.arrange([-1])
+    out = static.fill(tokens.to(device), context, [0])
+    features = out[:, -1:].expand(1, top_k, -1).contiguous()
+    level_tokens = tokens[:, :1].expand(1, top_k).to(device)
+    positions = torch.full((1, top_k), CONTEXT, device=device)
+    ancestors = torch.zeros(1, top_k, 0, dtype=torch.bool, device=device)
+    rows = StaticRows(static, [CONTEXT])
+
+    def level() -> None:
+        rows.level(head, level_tokens, features, positions, ancestors, top_k)
+        rows.drop_levels()
+
+    return fastest_seconds(level, device, repeats)

@@ -22,7 +22,6 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from specbench.decode.costs import measure_cost_model
 from specbench.decode.draft import Drafter, parse_tree
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.decode.static import StaticTarget
@@ -32,7 +31,7 @@ from specbench.methods.common.feature_tree import (
     FeatureTreeDrafter,
     TreeSpec,
     dynamic_tree,
-    measure_level_seconds,
+    size_automatically,
     tree_options,
 )
 from specbench.methods.common.official import target_embedding
@@ -103,15 +102,10 @@ def _build(ctx: BuildContext, static: bool, ablation_inputs: str | None = None) 
     head.to(target.device, target.dtype)
     prepare_drafter(head, ctx.target.runtime)
     spec = TreeSpec(static_paths=parse_tree(ctx.option("tree"))) if static else dynamic_tree(ctx.options)
-    if not static and ctx.option("total_tokens") == "auto":
-        costs = ctx.costs or measure_cost_model(target, ctx.target.name)
-        spec.costs = costs.verify
-        rows = len(draft_vocab) if draft_vocab is not None else lm_head.shape[0]
-        key = f"eagle-level:hidden={head.config.hidden_size}:vocab={rows}:top_k={spec.top_k}"
-        spec.level_seconds = costs.drafting_cost(
-            key, lambda: measure_level_seconds(EagleFeatureHead(head, lm_head, draft_vocab, ctx.target.runtime),
-                                               spec.top_k))
     drafter = EagleDrafter(head, lm_head, draft_vocab, spec, ctx.target.runtime, ctx.target.static)
+    if not static and ctx.option("total_tokens") == "auto":
+        rows = len(draft_vocab) if draft_vocab is not None else lm_head.shape[0]
+        size_automatically(drafter, ctx, f"eagle-level:hidden={head.config.hidden_size}:vocab={rows}:top_k={spec.top_k}")
     drafter.trained_from = str(folder)
     return drafter
 

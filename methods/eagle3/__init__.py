@@ -10,12 +10,11 @@ from pathlib import Path
 
 from transformers import DynamicCache
 
-from specbench.decode.costs import measure_cost_model
 from specbench.decode.draft import Drafter
 from specbench.decode.runtime import prepare_drafter
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo
-from specbench.methods.common.feature_tree import FeatureTreeDrafter, dynamic_tree, measure_level_seconds, tree_options
+from specbench.methods.common.feature_tree import FeatureTreeDrafter, dynamic_tree, size_automatically, tree_options
 from specbench.methods.common.official import target_embedding
 from specbench.methods.common.random_drafter import RANDOM_FROM, seeded, wants_random
 from specbench.methods.common.shipped import HEAD, shipped_folder
@@ -83,13 +82,10 @@ def build(ctx: BuildContext) -> Drafter:
     prepare_drafter(head, ctx.target.runtime)
     adapter = Eagle3FeatureHead(head, config.num_hidden_layers)
     spec = dynamic_tree(ctx.options)
-    if ctx.option("total_tokens") == "auto":
-        costs = ctx.costs or measure_cost_model(target, ctx.target.name)
-        spec.costs = costs.verify
-        key = (f"eagle3-level:hidden={head.config.hidden_size}:vocab={head.config.draft_vocab_size}:"
-               f"top_k={spec.top_k}")
-        spec.level_seconds = costs.drafting_cost(key, lambda: measure_level_seconds(adapter, spec.top_k))
     drafter = FeatureTreeDrafter(adapter, spec, ctx.target.static)
+    if ctx.option("total_tokens") == "auto":
+        size_automatically(drafter, ctx, f"eagle3-level:hidden={head.config.hidden_size}:"
+                                         f"vocab={head.config.draft_vocab_size}:top_k={spec.top_k}")
     drafter.trained_from = str(folder)
     return drafter
 

@@ -10,10 +10,11 @@ from transformers import PreTrainedModel
 
 from specbench.decode.cost_model import CostCurve, CostModel
 from specbench.decode.draft import Draft
-from specbench.decode.inputs import tree_inputs
+from specbench.decode.inputs import batch_inputs, row_block, tree_inputs
 from specbench.decode.kv import new_cache, truncate_cache
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runtime import fastest_seconds
+from specbench.decode.static import BLOCK_SIZES, StaticTarget, bucket
 
 SIZES = [1, 2, 4, 8, 12, 16, 24, 32]  # tokens per forward at which the curve is measured
 CONTEXT = 256  # cached context tokens before the measured forward
@@ -45,10 +46,13 @@ def bushy_tree(tokens: list[int]) -> Draft:
 
 @torch.inference_mode()
 def measure_forward_curve(model: PreTrainedModel, sizes: list[int], tree: bool, repeats: int = 5,
-                          context: int = CONTEXT) -> CostCurve:
+                          context: int = CONTEXT, static: StaticTarget | None = None) -> CostCurve:
     """Fastest of `repeats` forwards over n new tokens after a cached context, for each n (after one warm-up).
     tree=True: one pending token and n - 1 tree nodes under the engine's 4D tree mask (what verification runs);
-    tree=False: n tokens under the model's own causal mask. The minimum is the least load-sensitive statistic."""
+    tree=False: n tokens under the model's own causal mask. The minimum is the least load-sensitive statistic.
+    static: the target's static runtime, where the run decodes on it (its padded shapes, captured on CUDA)."""
+    if static is not None:
+        return static_forward_curve(static, sizes, tree, repeats, context)
     device = model.device
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
@@ -71,6 +75,31 @@ def measure_forward_curve(model: PreTrainedModel, sizes: list[int], tree: bool, 
     return CostCurve(list(sizes), seconds)
 
 
+def static_forward_curve(static: StaticTarget, sizes: list[int], tree: bool, repeats: int, context: int
+                         ) -> CostCurve:
+    """measure_forward_curve's forwards as the static runtime runs them: each block padded to its bucketed size,
+    written after the cached context at fixed slots (nothing to truncate), replayed from its graph on CUDA."""
+    model = static.model
+    device, layout = model.device, AttentionLayout.of(model.config)
+    gen = torch.Generator().manual_seed(0)
+    static.reserve(1, context + BLOCK_SIZES[-1])
+
+    def inputs(block, width: int, size: int) -> dict[str, torch.Tensor]:
+        made = batch_inputs([block], [width], width, model.dtype, device, layout, (1, size, static.capacity))
+        return {"input_ids": made.input_ids, "position_ids": made.position_ids, "attention_mask": made.attention_mask}
+
+    prompt = torch.randint(0, model.config.vocab_size, (context,), generator=gen).tolist()
+    static.forward(inputs(row_block(prompt, Draft(), 0), 0, context), 0, 1, False)
+    seconds = []
+    for n in sizes:
+        tokens = torch.randint(0, model.config.vocab_size, (n,), generator=gen).tolist()
+        block = row_block(tokens[:1], bushy_tree(tokens[1:]), context) if tree else row_block(tokens, Draft(), context)
+        size = bucket(n, BLOCK_SIZES)
+        named = inputs(block, context, size)
+        seconds.append(fastest_seconds(lambda: static.forward(named, context, size, False), device, repeats))
+    return CostCurve(list(sizes), seconds)
+
+
 @torch.inference_mode()
 def measure_copy_bandwidth(device: torch.device, nbytes: int = COPY_BYTES, repeats: int = 5) -> float:
     """GB/s of the fastest of `repeats` copies of an nbytes tensor into another on the device, counting the bytes
@@ -81,10 +110,12 @@ def measure_copy_bandwidth(device: torch.device, nbytes: int = COPY_BYTES, repea
     return 2 * nbytes / seconds / 1e9
 
 
-def measure_cost_model(model: PreTrainedModel, target: str, rounds: int = 3) -> CostModel:
+def measure_cost_model(model: PreTrainedModel, target: str, rounds: int = 3,
+                       static: StaticTarget | None = None) -> CostModel:
     """The run's verification curve: per size the fastest over `rounds` passes over all sizes (a busy neighbour on
-    a shared machine slows whole seconds at a time; one pass once read T(1) above T(2))."""
-    curves = [measure_forward_curve(model, SIZES, tree=True) for _ in range(rounds)]
+    a shared machine slows whole seconds at a time; one pass once read T(1) above T(2)). static: the target's
+    static runtime, where the run decodes on it."""
+    curves = [measure_forward_curve(model, SIZES, tree=True, static=static) for _ in range(rounds)]
     fastest = [min(c.seconds[i] for c in curves) for i in range(len(SIZES))]
     return CostModel(target, str(model.device), cpu_description(), CostCurve(list(SIZES), fastest),
                      copy_gbps=measure_copy_bandwidth(model.device))

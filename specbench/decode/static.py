@@ -234,7 +234,7 @@ class StaticTarget:
             return "none (not on CUDA)"
         failed = [g.stats.uncaptured for g in [self.graphs, *self.drafting] if g.stats.uncaptured]
         drafted = sum(g.stats.captures for g in self.drafting)
-        line = f"{self.graphs.stats.captures} target shapes and {drafted} drafting shapes captured in the warm-up"
+        line = f"{self.graphs.stats.captures} target shapes and {drafted} drafting shapes captured by the end of the warm-up"
         return line + (f"; uncaptured: {failed[0]}" if failed else "")
 
     def forward(self, inputs: dict[str, Any], start: int | torch.Tensor, keep: int | torch.Tensor, hidden: bool

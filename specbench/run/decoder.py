@@ -80,7 +80,7 @@ class Decoder:
         tqdm.write("measuring this machine's costs (once: kept for later runs when the machine is idle)",
                    file=sys.stderr)
         with target_step(self.target, "the cost measurement"):
-            costs = measure_cost_model(self.target.model, self.cfg.target)
+            costs = measure_cost_model(self.target.model, self.cfg.target, static=self.target.static)
         if may_store:
             self.store_costs(costs)
         return costs

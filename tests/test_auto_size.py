@@ -1,0 +1,83 @@
+"""EAGLE-2's tree sized per step from the run's fixed costs (total_tokens=auto): the size that maximises expected
+tokens per second, and a depth cut where a level costs more than it can add. Rows drafted together are verified in
+one forward, so at batch size above one a row's tree is costed as its share of that forward: trees shrink where
+the verification cost grows with the tokens (a CPU, a large batch) and stay where it does not."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from specbench.decode.cost_model import CostCurve
+from specbench.decode.costs import CONTEXT, measure_cost_model
+from specbench.decode.costs import SIZES as SIZES_MEASURED
+from specbench.decode.engine import generate, generate_batch
+from specbench.decode.sampling import Sampling
+from specbench.decode.static import StaticTarget
+from specbench.methods.common.feature_tree import TreeSpec, measure_level_seconds
+from specbench.methods.eagle import EagleDrafter
+from specbench.methods.vanilla import VanillaDrafter
+from tests.test_eagle3 import target  # noqa: F401 (fixture)
+from tests.test_static_head import PROMPTS, on_static, trained_eagle
+
+SIZES = [1, 2, 4, 8, 16, 32]
+RISING = CostCurve(SIZES, [0.010 * (1 + n / 8) for n in SIZES])  # a CPU's: each token adds an eighth of T(1)
+FLAT = CostCurve(SIZES, [0.010] * len(SIZES))  # a large GPU's at these sizes
+SCORES = [math.log(p) for p in (0.9, 0.8, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.15, 0.1, 0.08, 0.05)]
+
+
+@pytest.fixture(scope="module")
+def head(target):  # noqa: F811
+    return trained_eagle(target)
+
+
+def sized(target, head, costs: CostCurve, level_seconds: float = 0.001) -> EagleDrafter:  # noqa: F811
+    spec = TreeSpec(top_k=3, depth=4, total_tokens=16, costs=costs, level_seconds=level_seconds)
+    return EagleDrafter(head, target.get_output_embeddings().weight, None, spec)
+
+
+def test_a_batch_keeps_fewer_nodes_where_verification_grows_with_tokens(target, head):  # noqa: F811
+    rising, flat = sized(target, head, RISING), sized(target, head, FLAT)
+    alone, batched = rising._size(SCORES, rows=1), rising._size(SCORES, rows=8)
+    assert 1 <= batched < alone < len(SCORES)
+    assert flat._size(SCORES, rows=1) == flat._size(SCORES, rows=8) == len(SCORES)  # more nodes cost nothing
+
+
+def test_a_batch_stops_levels_earlier_where_verification_grows(target, head):  # noqa: F811
+    drafter = sized(target, head, RISING, level_seconds=0.004)
+    mass = torch.tensor([0.35, 0.9])  # T(1) = 11.25 ms, T(8) = 20 ms: a level is worth mass x T(rows)
+    assert drafter._stop(mass, rows=1).tolist() == [True, False]
+    assert drafter._stop(mass * 0 + 0.19, rows=8).tolist() == [True, True]
+    assert drafter._stop(mass * 0 + 0.21, rows=8).tolist() == [False, False]
+
+
+def test_auto_sized_trees_in_a_batch_are_smaller_and_lossless(target, head):  # noqa: F811
+    drafter = sized(target, head, RISING)
+    alone = [generate(target, p, drafter, Sampling(), 24, set()) for p in PROMPTS]
+    together = generate_batch(target, PROMPTS, [drafter.fork() for _ in PROMPTS], Sampling(), 24, set())
+    for p, one, batched in zip(PROMPTS, alone, together):
+        assert batched.token_ids == one.token_ids == generate(target, p, VanillaDrafter(), Sampling(), 24,
+                                                              set()).token_ids
+    first_steps = [(one.tree_sizes[1], batched.tree_sizes[1]) for one, batched in zip(alone, together)]
+    assert all(b <= a for a, b in first_steps) and any(b < a for a, b in first_steps), first_steps
+    assert max(a for g in alone for a in g.accept_lengths) >= 3  # drafts accepted at depth >= 2
+    assert max(a for g in together for a in g.accept_lengths) >= 2  # and the batch's smaller trees accepted
+
+
+def test_costs_are_measured_on_the_static_runtime_and_leave_drafting_as_it_was(target, head):  # noqa: F811
+    """On `--runtime compiled` the verification curve and a tree level's time are measured as the run runs them
+    (padded shapes on the static caches, replayed from graphs on CUDA); the measurement's row of the head's cache is
+    no drafter's, so a drafter that drafts after it fills its own context and drafts what it drafts without it."""
+    static = StaticTarget(target, capture=False)
+    curve = measure_cost_model(target, "tiny", rounds=1, static=static).verify
+    assert curve.sizes == SIZES_MEASURED and all(0 < t < 1 for t in curve.seconds)
+    assert static.cache is not None and static.capacity >= CONTEXT
+    growing = sized(target, head, RISING)
+    drafter = on_static(growing, static)
+    assert 0 < measure_level_seconds(drafter.head, 3, repeats=2, static=drafter.static) < 1
+    assert drafter.static.owners == [-1]
+    for p in PROMPTS:
+        out = generate(target, p, drafter, Sampling(), 24, set(), static=static)
+        reference = generate(target, p, growing, Sampling(), 24, set())
+        assert out.token_ids == reference.token_ids and out.accept_lengths == reference.accept_lengths
