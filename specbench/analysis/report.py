@@ -121,26 +121,28 @@ def caption_notes(part: pd.DataFrame) -> str:
 
 def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str],
                        tag: str = "") -> list[str]:
-    """Every table of one temperature (and device kind); returns what to print."""
+    """Every table of one temperature (and device kind); returns what to print. t: the files' tag (the
+    temperature, and the batch size or device kind where there are several); captions name them in words."""
     printed = []
+    shown = f"{part['temperature'].iloc[0]:g}"
     notes = caption_notes(part)
     counts = question_counts(part)
-    caption = f"Speedup over vanilla (tokens/s) and τ (tokens per target forward), T={t}, {target}"
+    caption = f"Speedup over vanilla (tokens/s) and τ (tokens per target forward), T={shown}, {target}"
     table, half = table_with_interval(part)
     markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half, counts, notes, tag)
-    caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={t}, {target}"
+    caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={shown}, {target}"
     table, half = table_with_interval(part, per_question_means=True)
     write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half, counts, notes, tag)
-    printed.append(f"T={t}\n{markdown}")
+    printed.append(f"T={shown}\n{markdown}")
     reference = COMPILED in set(part["method"])
     if reference:
-        caption = (f"Speedup over {COMPILED} (HF generate, static KV cache, torch.compile; tokens/s) and τ, T={t}, "
+        caption = (f"Speedup over {COMPILED} (HF generate, static KV cache, torch.compile; tokens/s) and τ, T={shown}, "
                    f"{target}")
         table, half = table_with_interval(part, baseline=COMPILED)
         markdown = write_table(table, out_dir, f"speedup_vs_hf_compiled_T{t}", caption, origin, half, counts,
                                notes.replace("vanilla's", f"{COMPILED}'s"), tag)
-        printed.append(f"T={t}, speedup over {COMPILED}\n{markdown}")
-    caption = f"Leaderboard, T={t}, {target}: speedup over vanilla" + (f" and over {COMPILED}" if reference else "") \
+        printed.append(f"T={shown}, speedup over {COMPILED}\n{markdown}")
+    caption = f"Leaderboard, T={shown}, {target}: speedup over vanilla" + (f" and over {COMPILED}" if reference else "") \
         + " and τ over all tasks together"
     overall = part.assign(question_id=part["task"] + "/" + part["question_id"], task="Overall")
     board, board_half = leaderboard(*table_with_interval(overall))
@@ -150,10 +152,10 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
         board_notes = notes.replace("vanilla's", f"vanilla's (over {COMPILED}: with {COMPILED}'s)")
     board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half,
                            question_counts(overall).loc[board.index], board_notes, tag)
-    printed.append(f"Leaderboard T={t}\n{board_md}")
+    printed.append(f"Leaderboard T={shown}\n{board_md}")
     for task, rows in part.groupby("task", sort=False):
         if rows["category"].nunique() > 1:  # e.g. MT-bench's eight categories
-            caption = f"{display_names().get(task, task)} by category, T={t}, {target}"
+            caption = f"{display_names().get(task, task)} by category, T={shown}, {target}"
             by_category = rows.assign(task=rows["category"])
             table, half = table_with_interval(by_category)
             write_table(table, out_dir, f"categories_{task}_T{t}", caption, origin, half,
@@ -166,19 +168,20 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
 def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str],
                       tag: str = "") -> list[str]:
     """Throughput at each batch size: every B side by side over all tasks, then per task at each B."""
-    caption = (f"Throughput, T={t}, {target}: tokens/s (total new tokens / total batch wall time) and speedup "
+    shown = f"{part['temperature'].iloc[0]:g}"
+    caption = (f"Throughput, T={shown}, {target}: tokens/s (total new tokens / total batch wall time) and speedup "
                "over vanilla at the same batch size B, all tasks together")
     markdown = write_table(throughput_table(part), out_dir, f"throughput_T{t}", caption, origin, tag=tag)
-    caption = (f"Cost per target forward at each batch size B, T={t}, {target}: tokens emitted per forward by all rows "
+    caption = (f"Cost per target forward at each batch size B, T={shown}, {target}: tokens emitted per forward by all rows "
                "together, the forward's time and the drafters' time per forward (ms; all rows' drafting in the step, a "
                "batched drafting call's time split evenly across its rows)")
     costs = write_table(batch_cost_table(part), out_dir, f"batch_costs_T{t}", caption, origin, tag=tag)
     for size, at_size in part.groupby("batch_size"):
-        caption = (f"Throughput speedup over vanilla at batch size {size} and τ, T={t}, {target}: total new tokens "
+        caption = (f"Throughput speedup over vanilla at batch size {size} and τ, T={shown}, {target}: total new tokens "
                    "/ total batch wall time, per task")
         batches = batch_frame(at_size).assign(category="", accept_lengths=None)
         write_table(speedup_table(batches), out_dir, f"throughput_T{t}_B{size}", caption, origin, tag=tag)
-    return [f"Throughput T={t}\n{markdown}", f"Cost per forward T={t}\n{costs}"]
+    return [f"Throughput T={shown}\n{markdown}", f"Cost per forward T={shown}\n{costs}"]
 
 
 def runs_in(out_dir: Path) -> set[str]:
