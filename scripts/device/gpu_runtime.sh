@@ -11,9 +11,9 @@
 #   E. tests/test_static_mask.py and tests/test_static_head.py, whose CUDA cases hold the device-built masks to the
 #      host's and the captured drafting (EAGLE-1/2/3 heads, Medusa, Hydra) to the uncaptured (needs pytest there).
 # Each step has its own time limit (T_A32, T_A16, T_EAGER, T_B, T_S seconds: A-C under 8 minutes in all; D and E at
-# most 3 minutes more), logs to $OUT/log.txt and goes on past a
-# failed one; records are kept as they finish, so a step cut by its limit still leaves whole questions. The run
-# folders come back as one tarball; tables come from `python -m specbench report` here.
+# most 2.8 minutes more), logs to $OUT/log.txt and goes on past a failed one; records are kept as they finish, so a
+# step cut by its limit still leaves whole questions. The run folders come back as one tarball, made before D and E
+# (a call cut during them still brings the records back); tables come from `python -m specbench report` here.
 # Dry run on the CPU (tiny sizes, no setup):
 #   SKIP_SETUP=1 DEVICE=cpu TASKS=gsm8k LIMIT=1 TOKENS=8 BATCH_TOKENS=8 BATCH_SIZES=1,2 SHAPE=tiny-llama T_A32=900 \
 #       T_A16=900 T_EAGER=600 T_B=600 T_S=600 KEEP=/tmp/keep QDIR=data/tasks OUT=/tmp/gout PYTHON=python \
@@ -53,13 +53,14 @@ for runtime in compiled eager; do
         --dtype bfloat16 --device "$DEVICE" --question-dir "$QDIR" --tasks mt_bench,gsm8k --limit 1 \
         --max-new-tokens "$BATCH_TOKENS" --temperatures 0 --out "$runs/synthetic-$SHAPE-$runtime"
 done
+# The records come back even if the call is cut during D or E (`check` can be rerun on them at home).
+tar czf "$OUT/gpu-runtime.tgz" -C "$runs" . 2>>"$LOG"
 for run in compiled-float32 compiled-bfloat16 eager-float32 batch-bfloat16; do
-    [ -d "$runs/$run" ] && step 30 "check $run" $py -m specbench check "$runs/$run"
+    [ -d "$runs/$run" ] && step 20 "check $run" $py -m specbench check "$runs/$run"
 done
 # E. the static runtime's device-built masks on CUDA, bit for bit the host's, and the drafters' captured forwards
 #    drafting what they draft uncaptured (their CUDA cases skip on a CPU).
-step 60 "CUDA mask and capture tests" $py -m pytest -q -p no:cacheprovider tests/test_static_mask.py \
+step 90 "CUDA mask and capture tests" $py -m pytest -q -p no:cacheprovider tests/test_static_mask.py \
     tests/test_static_head.py
-tar czf "$OUT/gpu-runtime.tgz" -C "$runs" . 2>>"$LOG"
 say "done"
 grep "^== \|identical\|DIFFER\|Error\|error\|passed\|failed" "$LOG" | tail -40
