@@ -11,18 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate, generate_batch
 from specbench.decode.sampling import Sampling
 from specbench.decode.static import BLOCK_SIZES, StaticTarget, bucket
 from specbench.decode.target import load_model
-from specbench.methods.common.feature_tree import FeatureTreeDrafter, tree_slots
-from specbench.methods.common.static_head import StaticHead
-from specbench.methods.hydra import HydraDrafter
-from specbench.methods.medusa import MedusaDrafter
 from specbench.methods.vanilla import VanillaDrafter
 from tests.conftest import tiny_llama
-from tests.drafters import RandomTreeDrafter
+from tests.drafters import RandomTreeDrafter, on_runtime
 from tests.stats import goodness_of_fit
 from tests.test_distribution import (  # noqa: F401 (fixtures)
     LOSSLESS,
@@ -35,17 +30,6 @@ from tests.test_distribution import (  # noqa: F401 (fixtures)
 )
 
 PROMPTS = [[3, 7, 1, 5, 2, 2], [9, 4], [1, 2, 3, 1, 2, 3, 1, 2]]
-
-
-def on_runtime(drafter: Drafter, static: StaticTarget) -> Drafter:
-    """The drafter as a run on the static runtime builds it: a feature head (samd's EAGLE fallback's too) drafts on
-    a static cache of its own beside the target, Medusa's and Hydra's drafting runs padded to a bucketed row count."""
-    for part in (drafter, getattr(drafter, "aux", None)):
-        if isinstance(part, FeatureTreeDrafter):
-            part.static = StaticHead.of(part.head, static, tree_slots(part.tree))
-        if isinstance(part, (MedusaDrafter, HydraDrafter)):
-            part.graphs = static.drafting_graphs()
-    return drafter
 
 
 def test_bucket_pads_to_the_next_size_and_runs_past_the_largest_as_is():

@@ -15,14 +15,13 @@ from specbench.decode.draft import parse_tree
 from specbench.decode.engine import generate, generate_batch
 from specbench.decode.sampling import Sampling
 from specbench.decode.static import StaticTarget
-from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec, tree_slots
-from specbench.methods.common.static_head import StaticHead
+from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec
 from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
 from specbench.methods.eagle.head import EagleHead
 from specbench.methods.hydra import HydraDrafter
 from specbench.methods.medusa import MedusaDrafter
 from specbench.methods.vanilla import VanillaDrafter
-from tests.drafters import fitted_eagle_head
+from tests.drafters import fitted_eagle_head, on_runtime
 from tests.test_distribution import hydra_drafter, medusa_drafter
 from tests.test_eagle3 import VOCAB, target, trained_head  # noqa: F401 (fixture)
 from tests.test_eagle3 import drafter as eagle3_drafter
@@ -34,11 +33,8 @@ PROMPTS = [torch.randint(0, VOCAB, (n,), generator=GEN).tolist() for n in (6, 2,
 
 
 def on_static(drafter: FeatureTreeDrafter, static: StaticTarget) -> FeatureTreeDrafter:
-    """A copy of the drafter (the same head weights) whose head runs on a static cache beside this target, as a
-    run on `--runtime compiled` builds it."""
-    twin = copy.deepcopy(drafter)
-    twin.static = StaticHead.of(twin.head, static, tree_slots(twin.tree))
-    return twin
+    """A copy of the drafter (the same head weights) drafting beside this target as a run builds it."""
+    return on_runtime(copy.deepcopy(drafter), static)
 
 
 def trained_eagle(target) -> EagleHead:
@@ -182,9 +178,7 @@ def cuda_drafter(name: str, model, built, static: StaticTarget):
         head = copy.deepcopy(built[name].head.head).to(model.device)
         return EagleDrafter(head, lm_head, None, built[name].tree, static_target=static)
     if name == "eagle3":
-        drafter = eagle3_drafter(model, copy.deepcopy(built[name].head.head).to(model.device))
-        drafter.static = StaticHead.of(drafter.head, static, tree_slots(drafter.tree))
-        return drafter
+        return on_runtime(eagle3_drafter(model, copy.deepcopy(built[name].head.head).to(model.device)), static)
     cpu = built[name]
     heads = copy.deepcopy(cpu.heads).to(model.device)
     if name == "medusa":

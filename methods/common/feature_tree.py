@@ -40,7 +40,7 @@ from specbench.decode.static import StaticTarget
 from specbench.method import BuildContext, Option
 from specbench.methods.common.head_rows import HeadRows, join
 from specbench.methods.common.static_head import StaticHead, StaticRows
-from specbench.methods.common.tree_search import Search, additive_mask, best_k, dynamic, finish, static
+from specbench.methods.common.tree_search import Search, additive_mask, dynamic, expand, finish, static
 
 AUTO_MAX_TOKENS = 32  # total_tokens=auto chooses each tree's size up to this
 
@@ -184,15 +184,17 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
                 d.filled = 0
         root = fill(members, contexts, lambda tokens, features, spans: first.static.fill(
             tokens, features, [filled for filled, _ in spans]))
-        rows = StaticRows(first.static, [d.filled for d in members])
     else:
         rows = join(members, head.new_cache, head.device)
         rows.squeeze([d.filled for d in members], head.new_cache)
         root = fill(members, contexts, lambda tokens, features, spans: fill_growing(rows, head, tokens, features,
                                                                                     spans))
     device = head.device
-    search = Search(head, rows, torch.tensor([d.filled for d in members], device=device),
-                    torch.tensor([c.token_ids[-1] for c in contexts], device=device), first.target_ids,
+    base = torch.tensor([d.filled for d in members], device=device)  # where each row's tree starts
+    if first.static is not None:
+        rows = StaticRows(first.static, [d.filled for d in members], base)
+    search = Search(head, rows, base, torch.tensor([c.token_ids[-1] for c in contexts], device=device),
+                    first.target_ids,
                     partial(first._stop, rows=len(members)) if tree.costs is not None else None)
     try:
         if tree.static_paths is not None:
@@ -264,11 +266,8 @@ def measure_level_seconds(head: FeatureHead, top_k: int, repeats: int = 20, stat
     head's static cache, where the run drafts on it (the level padded and, on CUDA, replayed from its graph)."""
     if static is not None:
         return static_level_seconds(head, top_k, repeats, static)
-    gen = torch.Generator().manual_seed(0)
     device = head.device
-    context = torch.randn(1, CONTEXT, head.feature_size, generator=gen).to(device, head.dtype)
-    picks = torch.randint(0, len(head.target_ids), (1, CONTEXT), generator=gen)
-    tokens = torch.tensor(head.target_ids)[picks].to(device)
+    context, tokens = probe_context(head)
     cache = head.new_cache()
     head.run(tokens, context, torch.arange(CONTEXT, device=device)[None], None, cache)
     probe = head.run(tokens[:, :1], context[:, :1], torch.tensor([[CONTEXT]], device=device), None, cache)
@@ -279,8 +278,7 @@ def measure_level_seconds(head: FeatureHead, top_k: int, repeats: int = 20, stat
     mask = additive_mask(torch.ones(1, top_k, CONTEXT + top_k, dtype=torch.bool, device=device), head.dtype)
 
     def level() -> None:
-        out = head.run(level_tokens, features, positions, mask, cache)
-        best_k(torch.log_softmax(head.draft_logits(out).float(), dim=-1), top_k)
+        expand(head, head.run(level_tokens, features, positions, mask, cache), top_k)
         truncate_cache(cache, CONTEXT)
 
     return fastest_seconds(level, head.device, repeats)
@@ -289,20 +287,27 @@ def measure_level_seconds(head: FeatureHead, top_k: int, repeats: int = 20, stat
 def static_level_seconds(head: FeatureHead, top_k: int, repeats: int, static: StaticHead) -> float:
     """measure_level_seconds on the head's static cache: a context filled in one row (a row no drafter holds; the
     first to draft there fills its own context again), then the level as a search runs it."""
-    gen = torch.Generator().manual_seed(0)
     device = head.device
-    context = torch.randn(1, CONTEXT, head.feature_size, generator=gen).to(device, head.dtype)
-    tokens = torch.tensor(head.target_ids)[torch.randint(0, len(head.target_ids), (1, CONTEXT), generator=gen)]
+    context, tokens = probe_context(head)
     static.arrange([-1])
-    out = static.fill(tokens.to(device), context, [0])
+    out = static.fill(tokens, context, [0])
     features = out[:, -1:].expand(1, top_k, -1).contiguous()
-    level_tokens = tokens[:, :1].expand(1, top_k).to(device)
+    level_tokens = tokens[:, :1].expand(1, top_k)
     positions = torch.full((1, top_k), CONTEXT, device=device)
     ancestors = torch.zeros(1, top_k, 0, dtype=torch.bool, device=device)
-    rows = StaticRows(static, [CONTEXT])
+    rows = StaticRows(static, [CONTEXT], torch.tensor([CONTEXT], device=device))
 
     def level() -> None:
         rows.level(head, level_tokens, features, positions, ancestors, top_k)
         rows.drop_levels()
 
     return fastest_seconds(level, device, repeats)
+
+
+def probe_context(head: FeatureHead) -> tuple[torch.Tensor, torch.Tensor]:
+    """A level measurement's context on the head's device: CONTEXT random target features [1, CONTEXT, F] and
+    draft-vocabulary tokens [1, CONTEXT] (seeded: every measurement the same)."""
+    gen = torch.Generator().manual_seed(0)
+    context = torch.randn(1, CONTEXT, head.feature_size, generator=gen).to(head.device, head.dtype)
+    picks = torch.randint(0, len(head.target_ids), (1, CONTEXT), generator=gen)
+    return context, torch.tensor(head.target_ids)[picks].to(head.device)

@@ -24,14 +24,12 @@ import torch
 from specbench.decode.static import (
     BATCH_SIZES,
     BLOCK_SIZES,
-    CAPACITY_STEP,
     Graphs,
-    SlotPlan,
     StaticSlotCache,
     StaticTarget,
     arrange,
     bucket,
-    round_up,
+    grown,
     set_start,
 )
 from specbench.methods.common.tree_search import additive_mask, expand
@@ -61,21 +59,17 @@ class StaticHead:
         """Room for `rows` rows of `slots` slots, and at least the target's: allocated anew (what it held copied
         over, the captured graphs dropped) only when the cache it has is smaller."""
         target = self.target.cache.plan if self.target.cache is not None else None
-        rows = max(bucket(rows, BATCH_SIZES), target.rows if target else 0)
-        slots = max(slots, (target.capacity if target else 0) + self.tree_slots)
-        plan = self.cache.plan if self.cache is not None else None
-        if plan is not None and rows <= plan.rows and slots <= plan.capacity:
+        old = self.cache.plan if self.cache is not None else None
+        plan = grown(old, max(rows, target.rows if target else 0),
+                     max(slots, (target.capacity if target else 0) + self.tree_slots), 1, self.head.device)
+        if plan is None:
             return
-        rows, capacity = max(rows, plan.rows if plan else 0), max(round_up(slots, CAPACITY_STEP),
-                                                                   plan.capacity if plan else 0)
-        grown = SlotPlan(rows, capacity, 1, torch.zeros(rows, dtype=torch.long, device=self.head.device))
-        if plan is not None and plan.keys is not None:
-            for name in ("keys", "values"):
-                old = getattr(plan, name)
-                new = old.new_zeros(1, rows, old.shape[2], capacity, old.shape[4])
-                new[:, : plan.rows, :, : plan.capacity] = old
-                setattr(grown, name, new)
-        self.cache = StaticSlotCache(grown)
+        if old is not None and old.keys is not None:
+            plan.keys, plan.values = (stored.new_zeros(1, plan.rows, stored.shape[2], plan.capacity, stored.shape[4])
+                                      for stored in (old.keys, old.values))
+            plan.keys[:, : old.rows, :, : old.capacity] = old.keys
+            plan.values[:, : old.rows, :, : old.capacity] = old.values
+        self.cache = StaticSlotCache(plan)
         self.graphs.graphs.clear()
 
     def fill(self, tokens: torch.Tensor, features: torch.Tensor, starts: list[int]) -> torch.Tensor:
@@ -129,6 +123,7 @@ class StaticRows:
     """tree_search.HeadCache on a StaticHead, for one search of these rows (their context lengths)."""
     static: StaticHead
     filled: list[int]  # each row's context length: its tree nodes go at the slots after it
+    base: torch.Tensor  # the same, on the head's device
     ran: int = 0  # nodes this search has run so far, in every row
 
     def level(self, head: Any, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
@@ -136,8 +131,7 @@ class StaticRows:
         rows, n = tokens.shape
         ran = ancestors.shape[2]
         assert ran == self.ran, "a level sees every node run before it in this search"
-        device = tokens.device
-        base = torch.tensor(self.filled, device=device)
+        device, base = tokens.device, self.base
         self.static.reserve(rows, max(self.filled) + ran + bucket(n, BLOCK_SIZES))
         relative = torch.arange(self.static.cache.plan.capacity, device=device)[None] - base[:, None]  # [R, cap]
         allowed = (relative < 0)[:, None, :].expand(rows, n, -1)  # the row's context

@@ -70,6 +70,17 @@ class SlotPlan:
         return self.keys[index], self.values[index]
 
 
+def grown(plan: SlotPlan | None, rows: int, slots: int, layers: int, device: torch.device) -> SlotPlan | None:
+    """A plan (no storage yet) for at least `rows` rows (bucketed) of `slots` slots (rounded up to CAPACITY_STEP),
+    never smaller than `plan`; None when `plan` already holds them."""
+    rows = bucket(rows, BATCH_SIZES)
+    if plan is not None and rows <= plan.rows and slots <= plan.capacity:
+        return None
+    rows = max(rows, plan.rows if plan else 0)
+    capacity = max(round_up(slots, CAPACITY_STEP), plan.capacity if plan else 0)
+    return SlotPlan(rows, capacity, layers, torch.zeros(rows, dtype=torch.long, device=device))
+
+
 class StaticSlotLayer(SlotLayer):
     """A cache layer whose buffers have a fixed size, written at the slots its plan names and read whole."""
 
@@ -201,14 +212,11 @@ class StaticTarget:
     def reserve(self, rows: int, slots: int) -> StaticSlotCache:
         """A cache for at least `rows` sequences of `slots` slots each (a run sizes it once, before its warm-up),
         allocated anew when the one it has is smaller, which drops the captured graphs."""
-        rows, slots = bucket(rows, BATCH_SIZES), slots + HEADROOM
-        plan = self.cache.plan if self.cache is not None else None
-        if plan is None or rows > plan.rows or slots > plan.capacity:
-            rows, capacity = max(rows, plan.rows if plan else 0), max(round_up(slots, CAPACITY_STEP),
-                                                                       plan.capacity if plan else 0)
-            start = torch.zeros(rows, dtype=torch.long, device=self.model.device)
-            layers = self.layers or self.model.config.num_hidden_layers
-            self.cache = StaticSlotCache(SlotPlan(rows, capacity, layers, start))
+        layers = self.layers or self.model.config.num_hidden_layers
+        plan = grown(self.cache.plan if self.cache is not None else None, rows, slots + HEADROOM, layers,
+                     self.model.device)
+        if plan is not None:
+            self.cache = StaticSlotCache(plan)
             self.graphs.graphs.clear()
         return self.cache
 
