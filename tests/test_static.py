@@ -131,7 +131,7 @@ def test_a_failed_capture_is_reported_once_and_decoding_goes_on_uncaptured():
         out = generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 8, set(), static=static)
     assert out.token_ids == expected
     assert not static.graphs.capture and static.graphs.stats.uncaptured and static.graphs.stats.captures == 0
-    assert "uncaptured" in static.graphs_line()
+    assert "UNCAPTURED" in static.capture_report().line()
 
 
 def test_a_reservation_for_more_rows_keeps_the_capacity_it_had():

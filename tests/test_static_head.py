@@ -204,6 +204,6 @@ def test_captured_drafting_drafts_what_it_drafts_uncaptured(target, built, name)
         outputs[capture] = [(g.token_ids, g.accept_lengths) for g in alone + together]
         if capture:
             assert static.drafting and all(g.capture and g.stats.captures > 0 for g in static.drafting), \
-                static.graphs_line()
+                static.capture_report().line()
     assert outputs[True] == outputs[False]
     assert max(a for _, lengths in outputs[True] for a in lengths) >= 3  # drafts accepted at depth >= 2

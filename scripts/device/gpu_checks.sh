@@ -22,7 +22,7 @@ METHODS=vanilla,eagle,eagle3,hydra,medusa,sps,swift,pld,lookahead,recycling,rest
 source scripts/device/common.sh  # say, step, device_setup
 
 if [ "${SKIP_SETUP:-0}" != 1 ]; then
-    device_setup
+    device_setup 120
     step 60 doctor python3 -m specbench doctor
 fi
 py=${PYTHON:-python3}

@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
-# Build .dev1/ .dev2/ .dev3/ for gpu_checks.sh (scripts/device/README.md): what the device machine needs beyond the
-# code, in three folders that each fit one call. Run from the repository root, with ../shared/data present.
+# Build .dev1/ .dev2/ .dev3/ for the device scripts (scripts/device/README.md): what the device machine needs beyond
+# the code, in three folders that each fit one call. Run from the repository root, with ../shared/data present.
+# Env: DEST (where the folders go; the repository root), WHEEL_PYTHON (the Python the wheels are for: the device's
+# 3.12; the CPU rehearsal, rehearse.sh, asks for this machine's).
 set -euo pipefail
-gguf=$(python -c "from specbench.decode.target import resolve; f, kw = resolve('smollm2-135m-instruct'); print(f + '/' + kw['gguf_file'])")
-exclude=$(git rev-parse --git-path info/exclude); mkdir -p "$(dirname "$exclude")"
-grep -q '^/.dev1/' "$exclude" 2>/dev/null || printf '/.dev1/\n/.dev2/\n/.dev3/\n/.keep/\n' >> "$exclude"
-rm -rf .dev1 .dev2 .dev3; mkdir -p .dev1 .dev2/whl .dev2/heads/data .dev3
-head -c 64000000 "$gguf" > .dev1/gguf.part1
-tail -c +64000001 "$gguf" > .dev2/gguf.part2
-python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .dev2/whl \
-    transformers==5.24.0 gguf==0.19.0 pydivsufsort==0.0.20
-cp -r heads/data/smollm2-135m-instruct .dev2/heads/data/
-gzip -c ../shared/data/train/prompts.jsonl > .dev2/prompts.jsonl.gz
-# the default drafters: the files the wheel ships (pyproject's package-data for specbench.heads)
-for f in eagle/smollm2-135m-instruct/self-t0-12m eagle3/smollm2-135m-instruct medusa/smollm2-135m-instruct \
-         hydra/smollm2-135m-instruct/fair-4m sps/smollm2-135m-instruct; do
-    mkdir -p ".dev3/heads/$f"
-    git ls-files "heads/$f" | grep -E "^heads/$f/[^/]+\.(json|jsonl|safetensors)$" | xargs -I{} cp {} ".dev3/heads/$f/"
+DEST=${DEST:-.}; WHEEL_PYTHON=${WHEEL_PYTHON:-3.12}
+target=smollm2-135m-instruct
+gguf=$(python -c "from specbench.decode.target import resolve; f, kw = resolve('$target'); print(f + '/' + kw['gguf_file'])")
+if [ "$DEST" = . ]; then  # the checkout: the folders must stay out of git (and so travel only when carried)
+    exclude=$(git rev-parse --git-path info/exclude); mkdir -p "$(dirname "$exclude")"
+    grep -q '^/.dev1/' "$exclude" 2>/dev/null || printf '/.dev1/\n/.dev2/\n/.dev3/\n/.keep/\n' >> "$exclude"
+fi
+rm -rf "$DEST/.dev1" "$DEST/.dev2" "$DEST/.dev3"; mkdir -p "$DEST/.dev1" "$DEST/.dev2/whl" "$DEST/.dev2/heads/data" "$DEST/.dev3"
+head -c 64000000 "$gguf" > "$DEST/.dev1/gguf.part1"
+tail -c +64000001 "$gguf" > "$DEST/.dev2/gguf.part2"
+# What the image lacks (transformers 5.24: it has 5.17; gguf; pydivsufsort) and pytest with what it needs, so that
+# the CUDA tests run whatever the image holds.
+python -m pip download -q --no-deps --only-binary=:all: --python-version "$WHEEL_PYTHON" --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d "$DEST/.dev2/whl" transformers==5.24.0 gguf==0.19.0 pydivsufsort==0.0.20 pytest==9.2.0 pluggy==1.7.0 \
+    iniconfig==2.3.1
+cp -r "heads/data/$target" "$DEST/.dev2/heads/data/"
+gzip -c ../shared/data/train/prompts.jsonl > "$DEST/.dev2/prompts.jsonl.gz"
+# The default drafters as the wheel ships them (setup.py's shipped_heads): heads/ itself, and per method the DEFAULT
+# pointer and the json/safetensors files of the folder it names.
+mkdir -p "$DEST/.dev3/heads"; cp heads/__init__.py heads/README.md "$DEST/.dev3/heads/"
+for default in heads/*/"$target"/DEFAULT; do
+    folder=$(dirname "$default")/$(cat "$default"); folder=${folder%/.}
+    mkdir -p "$DEST/.dev3/$folder"; cp "$default" "$DEST/.dev3/$(dirname "$default")/"
+    git ls-files "$folder" | grep -E "^$folder/[^/]+\.(json|jsonl|safetensors)$" | xargs -I{} cp {} "$DEST/.dev3/$folder/"
 done
-cp -r ../shared/data/tasks .dev3/tasks
-du -sb .dev1 .dev2 .dev3
+cp -r ../shared/data/tasks "$DEST/.dev3/tasks"
+du -sb "$DEST/.dev1" "$DEST/.dev2" "$DEST/.dev3"

@@ -13,7 +13,7 @@ OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
 KEEP=${KEEP:-/tmp/specbench-keep}; LOG="$OUT/log.txt"
 METHODS=(hydra medusa eagle sps)
 source scripts/device/common.sh  # say, step, device_setup, send_back
-[ "${SKIP_SETUP:-0}" != 1 ] && device_setup
+[ "${SKIP_SETUP:-0}" != 1 ] && device_setup 120
 export TRAIN_ARGS="--device ${DEVICE:-cuda} --dtype float32 --batch-size ${EXTRACT_BATCH:-64} --features $KEEP/features ${EXTRA:-}"
 step "${T_FEATURES:-200}" features bash scripts/train_default_drafters.sh fair4m-features
 for m in "${METHODS[@]}"; do  # four small jobs share the GPU; each gets a quarter of the host's cores

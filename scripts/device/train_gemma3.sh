@@ -12,7 +12,7 @@ OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
 KEEP=${KEEP:-/tmp/specbench-keep}; LOG="$OUT/log.txt"
 source scripts/device/common.sh  # say, step, device_setup, send_back
 HEADS=(data/gemma3-270m eagle/gemma3-270m medusa/gemma3-270m)  # what comes back, after each stage
-[ "${SKIP_SETUP:-0}" != 1 ] && device_setup
+[ "${SKIP_SETUP:-0}" != 1 ] && device_setup 120
 export TRAIN_ARGS="--device ${DEVICE:-cuda} --dtype float32 ${EXTRA:-}" DISTILL_BATCH=${DISTILL_BATCH:-256}
 LOG="$OUT/distill.txt" step "${T_DISTILL:-170}" distill bash scripts/train_gemma3_drafters.sh distill
 send_back heads-gemma3 "${HEADS[@]}"

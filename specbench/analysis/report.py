@@ -59,7 +59,7 @@ from specbench.run.lock import folder_lock
 from specbench.run.record import Record
 from specbench.run.records import read_records
 from specbench.run.reference import COMPILED
-from specbench.run.run_info import RunInfo, read_run_info
+from specbench.run.run_info import RunInfo, read_run_info, uncaptured_note
 from specbench.run.timing_only import run_timing_only
 
 
@@ -75,7 +75,7 @@ def provenance(info: RunInfo) -> list[str]:
         + f"); {env.get('cpu_count', '?')} CPUs, {env.get('torch_threads', '?')} torch threads",
         f"python {env.get('python', '?')}, torch {env.get('torch', '?')}, transformers {env.get('transformers', '?')}; "
         f"{env.get('platform', '?')}",
-    ] + [line for line in [describe_load(info.load)] if line]
+    ] + [line for line in [describe_load(info.load), uncaptured_note(info)] if line]
 
 
 def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, origin: list[str],
@@ -214,7 +214,8 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True, slo_tpot_ms: 
         printed = _write_report(frame, latency_samples(records), info, out_dir, plots, run_dir.resolve().name)
         printed += run_cost_tables(records, info, out_dir, run_dir.resolve().name, slo_tpot_ms)
         write_made_from(run_dir, out_dir, [] if slo_tpot_ms is None else ["--slo-tpot-ms", f"{slo_tpot_ms:g}"])  # the records it was made from, for `report --verify`
-        return printed
+        note = uncaptured_note(info)  # also in every table's header (provenance)
+        return f"{note}\n\n{printed}" if note else printed
 
 
 def latency_tables(samples: pd.DataFrame, out_dir: Path, origin: list[str], target: str, tag: str,

@@ -26,6 +26,7 @@ def checks(method_files: list[Path]) -> list[Check]:
 
     from specbench.decode.costs import cpu_description
     from specbench.decode.target import DEFAULT_TARGET, PACKAGED_MODELS
+    from specbench.methods.common.shipped import shipped_folder
     from specbench.run.registry import ENTRY_POINTS, available_methods
 
     out: list[Check] = [("ok", f"python {platform.python_version()}")]
@@ -46,9 +47,14 @@ def checks(method_files: list[Path]) -> list[Check]:
                                                  "scripts/install.sh installs both)")))
     heads = Path(str(resources.files("specbench.heads")))
     for name in PACKAGED_MODELS:
-        shipped = sorted(m.name for m in heads.iterdir() if m.is_dir() and any((m / name).rglob("config.json")))
-        out.append(("ok" if shipped or name != DEFAULT_TARGET else "FAIL",
-                    f"drafters shipped for {name}: {', '.join(shipped) or 'none'}"))
+        present = sorted(m.name for m in heads.iterdir() if m.is_dir() and any((m / name).rglob("config.json")))
+        found = [m for m in present if shipped_folder(m, name) is not None]
+        out.append(("ok" if found or name != DEFAULT_TARGET else "FAIL",
+                    f"drafters shipped for {name}: {', '.join(found) or 'none'}"))
+        for method in sorted(set(present) - set(found)):  # weights there, but no DEFAULT naming a drafter
+            out.append(("FAIL" if name == DEFAULT_TARGET else "warn",
+                        f"{method} for {name}: no DEFAULT file names a drafter in heads/{method}/{name}/ (a run "
+                        f"of {method} on it needs --draft FOLDER)"))
     try:
         methods = available_methods(method_files)
         plugins = sorted({e.name for e in metadata.entry_points(group=ENTRY_POINTS)})

@@ -76,7 +76,8 @@ def add_check_parser(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--no-margins", action="store_true",
                        help="T=0: do not load the target to measure its logit margin where a method diverges")
     check.add_argument("--sampled", action="store_true", help="run the T>0 two-sample test suite on the target")
-    check.add_argument("--methods", type=csv_list, help="--sampled: methods to compare with vanilla")
+    check.add_argument("--methods", type=csv_list, help="--sampled: methods to compare with vanilla; --against: "
+                       "only these methods' records (e.g. vanilla across two runtimes)")
     add_question_args(check, max_new_tokens=False)
     check.set_defaults(limit=1)  # --sampled: prompts per task
     check.add_argument("--samples", type=int, default=300, help="--sampled: samples per prompt per method")
@@ -115,7 +116,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.against is not None:
         from specbench.measure.check import compare_runs
 
-        summary, ok = compare_runs(args.run_dir, args.against)
+        summary, ok = compare_runs(args.run_dir, args.against, args.methods)
     else:
         summary, ok = check_run(args.run_dir, margins=not args.no_margins)
     print(summary)

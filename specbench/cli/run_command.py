@@ -71,6 +71,10 @@ def add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--measure-costs", action="store_true",
                      help="measure this machine's costs anew when the run starts (stored for later runs if the "
                           "machine is idle) instead of reusing the stored ones")
+    run.add_argument("--require-graphs", action="store_true",
+                     help="stop with an error where a CUDA graph capture fails (the static runtime would otherwise "
+                          "go on uncaptured, its tables marked UNCAPTURED), or where the run captures none (not "
+                          "--runtime compiled on a CUDA device); records finished before stay")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -95,7 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         target=args.target, draft=args.draft, options=parse_options(args.opt),
         seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=args.runtime,
         cost_curve=args.cost_curve, measure_costs=args.measure_costs, threads=args.threads, workers=args.workers,
-        ray_address=args.ray_address,
+        ray_address=args.ray_address, require_graphs=args.require_graphs,
         batch_sizes=parse_batch_sizes(args.batch_size), synthetic=synthetic_rates(args.synthetic_acceptance),
     )
     if cfg.method_names() != cfg.methods:

@@ -28,7 +28,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import accept_all, propose_all
-from specbench.decode.inputs import batch_inputs, row_block
+from specbench.decode.inputs import Block, TreeInputs, batch_inputs, row_block
 from specbench.decode.kv import keep_rows, keep_slots, new_cache
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runtime import synchronize
@@ -222,9 +222,27 @@ def forward(model: PreTrainedModel, rows: list[Row], drafts: list[Draft], cache:
                          f"({static.capacity} slots): use --runtime eager")
     inputs = batch_inputs(blocks, cache_lens, width, model.dtype, model.device, layout,
                           (bucket(len(blocks), BATCH_SIZES), size, static.capacity))
-    named = {"input_ids": inputs.input_ids, "position_ids": inputs.position_ids,
-             "attention_mask": inputs.attention_mask}
-    return static.forward(named, width, size if size <= BLOCK_SIZES[-1] else keep, hidden), inputs.pads
+    return static.forward(named(inputs), width, size if size <= BLOCK_SIZES[-1] else keep, hidden), inputs.pads
+
+
+def named(inputs: TreeInputs) -> dict[str, Any]:
+    """A static forward's inputs by the model's argument names."""
+    return {"input_ids": inputs.input_ids, "position_ids": inputs.position_ids, "attention_mask": inputs.attention_mask}
+
+
+@torch.inference_mode()
+def prepare_shapes(model: PreTrainedModel, static: StaticTarget, rows: int, hidden: bool) -> None:
+    """Every shape a step of up to `rows` rows can take on the static runtime (each bucket of rows and of block
+    tokens; with and without hidden states where a drafter reads them), met on the run's cache before anything is
+    timed: on CUDA each is captured here, so that no timed question pays for a capture."""
+    layout = AttentionLayout.of(model.config)
+    for size_rows in [b for b in BATCH_SIZES if b <= bucket(rows, BATCH_SIZES)]:
+        for size in BLOCK_SIZES:
+            block = Block([0] * size, torch.arange(size), torch.ones(size, size, dtype=torch.bool).tril(), True)
+            shape = (size_rows, size, static.capacity)
+            for with_hidden in sorted({False, hidden}):
+                static.prepare(size_rows, size, with_hidden, lambda: named(
+                    batch_inputs([block], [0], 0, model.dtype, model.device, layout, shape)))
 
 
 def scored(draft: Draft) -> int:

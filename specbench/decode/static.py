@@ -12,15 +12,19 @@ and replayed (gpt-fast's and the serving engines' way of taking the host out of 
 - The shapes: a step's block of tokens per row is padded to the next of BLOCK_SIZES and the batch to the next of
   BATCH_SIZES (pad tokens and pad rows see only themselves); a block longer than the largest (a prefill) runs
   uncaptured at its own length.
-- Capture (CUDA only): per (rows, tokens, hidden states asked) one graph, captured the first time the shape occurs
-  and replayed after copying the step's inputs into its static inputs. A capture that fails (a model whose forward
-  synchronises with the host, e.g. a mixture of experts routing on the host) is reported once and that runtime runs
-  uncaptured from then on. On the CPU the same code runs uncaptured (the tests run it there).
+- Capture (CUDA only): per (rows, tokens, hidden states asked) one graph, replayed after copying the step's inputs
+  into its static inputs. A run captures every target shape it can meet before it times anything
+  (engine.prepare_shapes), after its cache's final `reserve`; a drafter's shapes are captured the first time they
+  occur (in the warm-up, mostly). Every set of graphs counts the shapes first met once timing began (`timed`:
+  captures inside timed questions on CUDA, the captures there would have been on the CPU). A capture that fails (a
+  model whose forward synchronises with the host, e.g. a mixture of experts routing on the host) is reported once
+  and that runtime runs uncaptured from then on; the run's tables say UNCAPTURED, and `--require-graphs` makes it
+  an error. On the CPU the same code runs uncaptured (the tests run it there).
 """
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -28,6 +32,7 @@ from transformers import PreTrainedModel
 from transformers.cache_utils import Cache
 
 from specbench.decode.kv import SlotCache, SlotLayer
+from specbench.errors import SpecbenchError
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64)  # tokens per row of a captured forward
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)  # rows of a captured forward
@@ -142,10 +147,16 @@ class Captured:
     output: Any
 
 
+class CaptureError(SpecbenchError):
+    """A capture failed where the run requires CUDA graphs (--require-graphs)."""
+
+
 @dataclass
 class StaticStats:
     captures: int = 0
     uncaptured: str = ""  # why these graphs stopped capturing ("" while they capture, or on the CPU)
+    shapes: int = 0  # shapes met (captured on CUDA; on the CPU, those that would have been)
+    timed: int = 0  # ... of which first met once timing began (a capture inside a timed question on CUDA)
 
 
 @dataclass
@@ -156,12 +167,17 @@ class Graphs:
     into the captured ones and replay. The output is the graph's own buffer, overwritten by the next replay: a
     caller that keeps it across forwards of the same shape clones it."""
     capture: bool  # CUDA graphs (CUDA only); turned off, for good, by a failed capture
+    required: bool = False  # a failed capture raises CaptureError instead (--require-graphs)
     graphs: dict[tuple, Captured] = field(default_factory=dict)
     pool: Any = None
     stats: StaticStats = field(default_factory=StaticStats)
+    seen: set[tuple] = field(default_factory=set)  # every shape met, captured or not
+    timing: bool = False  # the run's timed questions have begun (shapes met from now on count as `timed`)
 
     def call(self, key: tuple | None, run: Callable[[dict[str, Any]], Any], inputs: dict[str, Any]) -> Any:
         """run(inputs), from the graph captured for `key` (None: a shape not to capture, run directly)."""
+        if key is not None:
+            self.note(key)
         if not self.capture or key is None:
             return run(inputs)
         captured = self.graphs.get(key) or self.record(key, run, inputs)
@@ -170,6 +186,13 @@ class Graphs:
         copy_into(captured.inputs, inputs)
         captured.graph.replay()
         return captured.output
+
+    def note(self, key: tuple) -> None:
+        """Count a shape the first time it is met (during timing too, where that is when it is)."""
+        if key not in self.seen:
+            self.seen.add(key)
+            self.stats.shapes += 1
+            self.stats.timed += self.timing
 
     def record(self, key: tuple, run: Callable[[dict[str, Any]], Any], inputs: dict[str, Any]) -> Captured | None:
         """Capture one shape (after two warm-up runs on a side stream, as CUDA graphs need); None when it fails."""
@@ -187,6 +210,9 @@ class Graphs:
         except RuntimeError as exc:
             self.capture = False
             self.stats.uncaptured = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if self.required:
+                raise CaptureError(f"CUDA graph capture failed and --require-graphs was given: "
+                                   f"{self.stats.uncaptured}") from exc
             warnings.warn(f"CUDA graph capture failed, the static runtime runs uncaptured: {self.stats.uncaptured}",
                           stacklevel=3)
             return None
@@ -195,6 +221,31 @@ class Graphs:
         self.stats.captures += 1
         return self.graphs[key]
 
+
+@dataclass
+class CaptureReport:
+    """run.json's `cuda_graphs`: the shapes a run met and captured, and the ones first met inside timed questions
+    (on CUDA a capture there; on the CPU, where nothing is captured, the capture there would have been)."""
+    asked: bool  # CUDA graphs were asked for (the static runtime on CUDA)
+    target_shapes: int
+    drafting_shapes: int
+    target_captures: int
+    drafting_captures: int
+    target_timed: int
+    drafting_timed: int
+    uncaptured: str  # why a set of graphs stopped capturing ("" when none did)
+
+    def line(self) -> str:
+        timed = (f"; first met during timing: {self.target_timed} target and {self.drafting_timed} drafting shapes"
+                 if self.target_timed or self.drafting_timed else "; none first met during timing")
+        if not self.asked:
+            return (f"none (not on CUDA): {self.target_shapes} target and {self.drafting_shapes} drafting shapes met"
+                    + timed)
+        return (f"{self.target_captures} target shapes and {self.drafting_captures} drafting shapes captured" + timed
+                + (f"; UNCAPTURED: {self.uncaptured}" if self.uncaptured else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "line": self.line()}
 
 @dataclass
 class StaticTarget:
@@ -208,6 +259,15 @@ class StaticTarget:
 
     def __post_init__(self) -> None:
         self.graphs = Graphs(self.capture)
+
+    def require_capture(self) -> None:
+        """A failed capture of the target or of a drafter built from now on raises CaptureError (--require-graphs)."""
+        self.graphs.required = True
+
+    def start_timing(self) -> None:
+        """The warm-up is over: shapes met from now on are counted as met during timing."""
+        for graphs in [self.graphs, *self.drafting]:
+            graphs.timing = True
 
     def reserve(self, rows: int, slots: int) -> StaticSlotCache:
         """A cache for at least `rows` sequences of `slots` slots each (a run sizes it once, before its warm-up),
@@ -232,18 +292,20 @@ class StaticTarget:
 
     def drafting_graphs(self) -> Graphs:
         """Graphs for a drafter beside this target: captured where the target's are, reported with them."""
-        graphs = Graphs(self.capture)
+        graphs = Graphs(self.capture, self.graphs.required)
         self.drafting.append(graphs)
         return graphs
 
-    def graphs_line(self) -> str:
-        """What was captured, the target's and its drafters' graphs apart, or why not."""
-        if not self.capture:
-            return "none (not on CUDA)"
-        failed = [g.stats.uncaptured for g in [self.graphs, *self.drafting] if g.stats.uncaptured]
-        drafted = sum(g.stats.captures for g in self.drafting)
-        line = f"{self.graphs.stats.captures} target shapes and {drafted} drafting shapes captured by the end of the warm-up"
-        return line + (f"; uncaptured: {failed[0]}" if failed else "")
+    def capture_report(self) -> CaptureReport:
+        """What was captured, the target's and its drafters' graphs apart, when, and why not."""
+        drafting = self.drafting
+        return CaptureReport(
+            asked=self.capture,
+            target_shapes=self.graphs.stats.shapes, drafting_shapes=sum(g.stats.shapes for g in drafting),
+            target_captures=self.graphs.stats.captures, drafting_captures=sum(g.stats.captures for g in drafting),
+            target_timed=self.graphs.stats.timed, drafting_timed=sum(g.stats.timed for g in drafting),
+            uncaptured=next((g.stats.uncaptured for g in [self.graphs, *drafting] if g.stats.uncaptured), ""))
+
 
     def forward(self, inputs: dict[str, Any], start: int | torch.Tensor, keep: int | torch.Tensor, hidden: bool
                 ) -> Any:
@@ -255,6 +317,14 @@ class StaticTarget:
         rows, tokens = inputs["input_ids"].shape
         key = (rows, tokens, keep, hidden) if tokens <= BLOCK_SIZES[-1] and rows <= BATCH_SIZES[-1] else None
         return self.graphs.call(key, lambda given: self.run(given, keep, hidden), inputs)
+
+    def prepare(self, rows: int, tokens: int, hidden: bool, inputs: Callable[[], dict[str, Any]]) -> None:
+        """A shape met before timing (rows and tokens bucketed, every position's logits kept): on CUDA captured now,
+        its forward run on inputs() at slot 0 of a cache that the next generation resets; elsewhere only counted."""
+        if self.graphs.capture:
+            self.forward(inputs(), 0, tokens, hidden)
+        else:
+            self.graphs.note((rows, tokens, tokens, hidden))
 
     def run(self, inputs: dict[str, Any], keep: int | torch.Tensor, hidden: bool) -> Any:
         return self.model(**inputs, cache=self.cache, use_cache=True, logits_to_keep=keep,

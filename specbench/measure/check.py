@@ -170,14 +170,16 @@ def check_run(run_dir: Path, margins: bool = True) -> tuple[str, bool]:
     return "\n".join(lines), ok
 
 
-def compare_runs(first_dir: Path, second_dir: Path) -> tuple[str, bool]:
-    """Two runs of the same settings (one idle and one beside other work, say): per method and temperature, how
-    many records have the same token ids and the same accept lengths in every turn. Timings are not compared."""
-    first = {r.key(): r.choice for r in read_records(first_dir)}
-    second = {r.key(): r.choice for r in read_records(second_dir)}
+def compare_runs(first_dir: Path, second_dir: Path, methods: list[str] | None = None) -> tuple[str, bool]:
+    """Two runs of the same settings (one idle and one beside other work, say; or vanilla on two runtimes): per
+    method and temperature, how many records have the same token ids and the same accept lengths in every turn.
+    methods: only these methods' records (None: all). Timings are not compared."""
+    first = {r.key(): r.choice for r in read_records(first_dir) if methods is None or r.method in methods}
+    second = {r.key(): r.choice for r in read_records(second_dir) if methods is None or r.method in methods}
     shared = sorted(first.keys() & second.keys(), key=str)
     if not shared:
-        raise SpecbenchError(f"{first_dir} and {second_dir} have no record in common")
+        raise SpecbenchError(f"{first_dir} and {second_dir} have no record in common"
+                             + (f" for {', '.join(methods)}" if methods else ""))
     counts: dict[tuple[str, float], list[int]] = {}
     for key in shared:
         a, b = first[key], second[key]

@@ -13,6 +13,7 @@ from tqdm import tqdm
 from specbench.decode.cost_model import CostModel
 from specbench.decode.costs import cpu_description, measure_copy_bandwidth, measure_cost_model
 from specbench.decode.draft import Drafter
+from specbench.decode.engine import prepare_shapes
 from specbench.decode.sampling import Sampling
 from specbench.decode.synthetic import SyntheticAcceptance
 from specbench.decode.target import load_model
@@ -71,6 +72,16 @@ class Decoder:
         return Machine(self.cfg.target, self.info.device, env["dtype"], env["runtime"], threads, env["torch"],
                        env["transformers"])
 
+    def reserve(self, questions: dict[str, list[Question]]) -> int:
+        """The run's one static cache length (the static runtime's, the hf-compiled row's): the longest
+        conversation's; the static runtime's cache is reserved for it and the largest batch now, once, so that the
+        costs are measured and the shapes captured on the cache the run decodes on. Returns the length."""
+        capacity = max((conversation_capacity(self.target, qs, self.budgets[task]) for task, qs in questions.items()),
+                       default=0)
+        if self.target.static is not None:
+            self.target.static.reserve(max(self.cfg.batch_sizes), capacity)
+        return capacity
+
     def machine_costs(self, may_store: bool) -> CostModel:
         """This machine's stored costs, else measured now (and stored when may_store: the machine was idle)."""
         if not self.cfg.measure_costs:
@@ -102,24 +113,31 @@ class Decoder:
         check_prompts_fit(self.target, questions, self.budgets)
         build = BuildContext(self.target, self.cfg.draft, device=self.cfg.device, dtype=self.cfg.dtype, costs=costs,
                              methods=available_methods(self.cfg.method_files))
+        static = self.target.static
+        if static is not None and self.cfg.require_graphs:
+            static.require_capture()  # before the drafters are built: their graphs require it too
         self.methods = {m.name: m for m in methods}
         self.drafters = {m.name: m.drafter(build) for m in methods}
         self.info.trained_from = {name: d.trained_from for name, d in self.drafters.items() if d.trained_from}
-        # One static cache length for the run (the static runtime's, the hf-compiled row's): the longest conversation's
-        capacity = max((conversation_capacity(self.target, qs, self.budgets[task]) for task, qs in questions.items()),
-                       default=0)
-        if self.target.static is not None:
-            self.target.static.reserve(max(self.cfg.batch_sizes), capacity)
+        capacity = self.reserve(questions)
         if self.cfg.references:
             self.references = {name: ReferenceDecoder(self.target, name, capacity) for name in self.cfg.references}
         first = next((qs[0] for qs in questions.values() if qs), None)
         with target_step(self.target, "the warm-up"):
+            if static is not None:  # every target shape a step can take, captured on the run's cache (CUDA)
+                prepare_shapes(self.target.model, static, max(self.cfg.batch_sizes),
+                               hidden=any(d.hidden_layers for d in self.drafters.values()))
             warm_up(self.target, self.drafters, first, self.cfg.warmup_tokens, tuple(self.cfg.batch_sizes))
             for reference in self.references.values():
                 reference.warm_up(first, self.cfg.warmup_tokens)
+        if static is not None:  # what was captured before timing (a drafter's later shapes are counted as timed)
+            static.start_timing()
+            self.info.environment["cuda_graphs"] = static.capture_report().line()
+
+    def capture_report(self) -> dict[str, Any] | None:
+        """The static runtime's shapes and captures so far (run.json's cuda_graphs at the end of a run), or None."""
         static = self.target.static
-        if static is not None:  # what the warm-up captured (later shapes are captured when they first occur)
-            self.info.environment["cuda_graphs"] = static.graphs_line()
+        return static.capture_report().to_dict() if static is not None else None
 
     def decode(self, job: Job, progress: TokenProgress | None = None) -> Iterator[Record]:
         """Each method's records for the job (one per question), as soon as that method has answered every turn

@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from specbench.decode.cost_model import CostModel, read_cost_model
 from specbench.decode.sampling import Sampling
 from specbench.decode.synthetic import SyntheticAcceptance
@@ -48,6 +50,7 @@ class RunConfig:
     warmup_tokens: int = 16  # one untimed generation of this many tokens per method before the first question
     batch_sizes: list[int] = field(default_factory=lambda: [1])  # prompts decoded at once (each its own records)
     threads: int | None = None  # torch threads (None: run.load.decoding_threads chooses)
+    require_graphs: bool = False  # a failed CUDA graph capture (or a runtime that captures none) is an error
     workers: int = 1  # above 1: decode on Ray workers (specbench.run.distributed), one GPU each or a share of the cores
     ray_address: str | None = None  # an existing Ray cluster ("auto": the one this machine joined)
     settings_file: Path | None = None  # `tune`'s settings, already applied to `methods` (apply_settings)
@@ -58,7 +61,7 @@ class RunConfig:
         values = {**asdict(self), **self.questions.settings()}
         del values["questions"]
         # How a run is spread, and whether its costs were measured anew, does not change what it decodes.
-        for local in ("progress", "workers", "ray_address", "measure_costs", "threads"):
+        for local in ("progress", "workers", "ray_address", "measure_costs", "threads", "require_graphs"):
             values.pop(local)
         if values["settings_file"] is None:  # runs from before tuning resume unchanged
             values.pop("settings_file")
@@ -80,6 +83,15 @@ class RunConfig:
         return self.methods if not self.baseline or "vanilla" in plain else ["vanilla", *self.methods]
 
 
+def check_capturable(runtime: str, device: str | None) -> None:
+    """--require-graphs: CUDA graphs are captured by the compiled runtime (auto's choice on CUDA) on a CUDA device."""
+    cuda = device.startswith("cuda") if device not in (None, "auto") else torch.cuda.is_available()
+    if runtime not in ("compiled", "auto") or not cuda:
+        raise SpecbenchError(f"--require-graphs: this run would capture no CUDA graphs (runtime {runtime}, device "
+                             f"{device or 'auto'}{'' if cuda else ', no CUDA device'}): they need --runtime compiled "
+                             "on a CUDA device")
+
+
 def validate(cfg: RunConfig) -> "Checked":
     """Everything that can be checked before loading a model, and the questions."""
     methods = select_methods(cfg.method_names(), cfg.method_files, cfg.options)
@@ -99,6 +111,8 @@ def validate(cfg: RunConfig) -> "Checked":
             raise SpecbenchError(str(exc)) from None
     if cfg.synthetic is not None:
         SyntheticAcceptance(tuple(cfg.synthetic))  # one error line for rates outside [0, 1]
+    if cfg.require_graphs:
+        check_capturable(cfg.runtime, cfg.device)
     selected = {task.name: (task, questions) for task, questions in resolve_questions(cfg.questions)}
     if cfg.settings_file is not None:
         tuned = read_settings(cfg.settings_file)

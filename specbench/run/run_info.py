@@ -115,3 +115,24 @@ def write_load_log(out: Path, log: dict[str, Any]) -> None:
     write_json(out / RUN_INFO, info.to_json())
 
 
+def write_capture_report(out: Path, report: dict[str, Any]) -> None:
+    """The static runtime's capture report as the session ends (static.CaptureReport.to_dict), in place of the
+    line the warm-up wrote into the environment."""
+    info = read_run_info(out)
+    info.environment["cuda_graphs"] = report
+    write_json(out / RUN_INFO, info.to_json())
+
+
+def uncaptured_note(info: RunInfo) -> str | None:
+    """A table header's line where CUDA graphs were asked for and did not hold: a failed capture (UNCAPTURED, and
+    why) or shapes first captured inside timed questions; None otherwise (or on the CPU, where none are asked)."""
+    report = info.environment.get("cuda_graphs")
+    if not isinstance(report, dict) or not report.get("asked"):
+        return None
+    notes = []
+    if report.get("uncaptured"):
+        notes.append(f"UNCAPTURED: a CUDA graph capture failed and the rest ran uncaptured ({report['uncaptured']})")
+    timed = report.get("target_timed", 0) + report.get("drafting_timed", 0)
+    if timed:
+        notes.append(f"{timed} shapes were first captured inside timed questions (their time includes the capture)")
+    return "; ".join(notes) or None

@@ -41,6 +41,7 @@ def run(cfg: RunConfig) -> Path:
 
 def _run_here(cfg: RunConfig, plan: RunPlan, meter: LoadMeter, log: LoadLog) -> Path:
     decoder = Decoder(cfg, plan.budgets, idle_threads=decoding_threads(cfg.threads, busy=False))
+    decoder.reserve(plan.questions)  # the static runtime's cache, before its costs are measured on it
     costs = decoder.with_bandwidth(plan.costs) if plan.costs else decoder.machine_costs(may_store=False)
     decoder.setup(plan.methods, costs, plan.questions)
     if plan.costs is None and not log.busy:
@@ -65,6 +66,8 @@ def _run_here(cfg: RunConfig, plan: RunPlan, meter: LoadMeter, log: LoadLog) -> 
     except BaseException:
         with contextlib.suppress(OSError):  # the error in flight is the one to report (a full disk, say)
             writer.write_load(log)
+            writer.write_capture(decoder.capture_report())
         raise
     writer.write_load(log)
+    writer.write_capture(decoder.capture_report())
     return cfg.out

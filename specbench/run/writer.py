@@ -10,7 +10,7 @@ from specbench.decode.cost_model import CostModel
 from specbench.run.load import LoadLog
 from specbench.run.record import Record
 from specbench.run.records import RecordWriter
-from specbench.run.run_info import check_same_hardware, write_load_log, write_run_info
+from specbench.run.run_info import check_same_hardware, write_capture_report, write_load_log, write_run_info
 
 
 class RunWriter:
@@ -30,3 +30,9 @@ class RunWriter:
 
     def write_load(self, log: LoadLog) -> None:
         write_load_log(self.out, log.to_dict())
+
+    def write_capture(self, report: dict[str, Any] | None) -> None:
+        """run.json's cuda_graphs as the run ends: the static runtime's shapes, captures and failures (None: not on
+        the static runtime)."""
+        if report is not None:
+            write_capture_report(self.out, report)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The GPU-runtime comparison, call 2 of 2: right after gpu_runtime.sh on the same warm machine (its $KEEP holds the
+# install and the run folders; the tree is sent again, so any file may travel).
+#   C. the synthetic-mode table on the SHAPE target (random weights of Llama-3.1-8B's shape, bf16) at rates
+#      0.8,0.6,0.4 (TIMING-ONLY) for vanilla, pld, eagle, medusa, hydra, sps and swift, on both runtimes;
+#   D. the compiled runtime's vanilla against the eager runtime's, token for token (fp32), then `check` on every
+#      lossless run folder of call 1 (token identity with vanilla);
+#   E. tests/test_static_mask.py and tests/test_static_head.py with the carried pytest: their CUDA cases hold the
+#      device-built masks to the host's and the captured drafting (EAGLE-1/2/3 heads, Medusa, Hydra) to the uncaptured.
+# The limits (seconds; each times LIMIT_SCALE) sum to 50 + 50 + 20 + 4 x 20 + 90 = 290; the script exits 1 when any
+# step failed. The synthetic run folders come back as $OUT/gpu-synthetic.tgz, the log as $OUT/log-checks.txt.
+set -u
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
+DEVICE=${DEVICE:-cuda}; BATCH_TOKENS=${BATCH_TOKENS:-32}
+KEEP=${KEEP:-/tmp/specbench-keep}; QDIR=${QDIR:-$KEEP/tasks}
+LOG="$OUT/log-checks.txt"
+SHAPE=${SHAPE:-llama-3.1-8b}
+RUN_ARGS=${RUN_ARGS:-}  # more arguments for every run (the rehearsal's fixed costs)
+source scripts/device/common.sh  # say, step, device_resume, finish
+
+if [ "${SKIP_SETUP:-0}" != 1 ]; then
+    device_resume || stop
+fi
+py=${PYTHON:-python3}
+runs="$KEEP/runs"
+for runtime in compiled eager; do
+    step 50 "synthetic $SHAPE $runtime" $py -m specbench run $RUN_ARGS --target "shape:$SHAPE" \
+        --synthetic-acceptance 0.8,0.6,0.4 --methods vanilla,pld,eagle,medusa,hydra,sps,swift --runtime "$runtime" \
+        --dtype bfloat16 --device "$DEVICE" --question-dir "$QDIR" --tasks mt_bench,gsm8k --limit 1 \
+        --max-new-tokens "$BATCH_TOKENS" --temperatures 0 --out "$runs/synthetic-$SHAPE-$runtime"
+done
+tar czf "$OUT/gpu-synthetic.tgz" -C "$runs" "synthetic-$SHAPE-compiled" "synthetic-$SHAPE-eager" 2>>"$LOG"
+step 20 "compiled vanilla = eager vanilla (fp32)" $py -m specbench check "$runs/compiled-float32" \
+    --against "$runs/eager-float32" --methods vanilla
+for run in compiled-float32 compiled-bfloat16 eager-float32 batch-bfloat16; do
+    step 20 "check $run" $py -m specbench check "$runs/$run"
+done
+step 90 "CUDA mask and capture tests" $py -m pytest -q -p no:cacheprovider tests/test_static_mask.py \
+    tests/test_static_head.py
+grep "^== \|identical\|DIFFER\|MISMATCH\|Error\|error\|passed\|failed" "$LOG" | tail -40
+finish

@@ -1,0 +1,82 @@
+"""The static runtime's capture accounting (issue 61): every target shape is met before timing, a failed capture
+is loud in the run's tables (UNCAPTURED), and --require-graphs turns it into an error. On the CPU nothing is captured,
+so the counters count the captures there would have been."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specbench.cli import main
+from specbench.decode.engine import generate, generate_batch, prepare_shapes
+from specbench.decode.sampling import Sampling
+from specbench.decode.static import BATCH_SIZES, BLOCK_SIZES, CaptureError, StaticTarget
+from specbench.methods.vanilla import VanillaDrafter
+from specbench.run.run_info import RunInfo, uncaptured_note
+from tests.conftest import tiny_llama
+
+
+def test_a_cpu_run_on_the_static_runtime_meets_no_new_target_shape_while_timed(tiny_target_dir, tmp_path):
+    out = tmp_path / "r"
+    assert main(["run", "--target", str(tiny_target_dir), "--out", str(out), "--max-new-tokens", "12",
+                 "--methods", "vanilla,pld", "--tasks", "gsm8k,mt_bench", "--limit", "2", "--temperatures", "0",
+                 "--runtime", "compiled", "--batch-size", "1,2"]) == 0
+    graphs = json.loads((out / "run.json").read_text())["environment"]["cuda_graphs"]
+    assert graphs["asked"] is False  # the CPU: nothing captured, the shapes counted as they would be
+    # rows 1 and 2, every block size, without hidden states (neither method reads them): all met before timing
+    assert graphs["target_shapes"] == 2 * len(BLOCK_SIZES) and graphs["target_timed"] == 0, graphs
+    assert "none first met during timing" in graphs["line"]
+
+
+def test_shapes_met_after_timing_began_are_counted():
+    """Without prepare_shapes a step's first shapes are met while timed: the counter sees them."""
+    model = tiny_llama(64, seed=3, layers=2, hidden=32).eval()
+    static = StaticTarget(model, capture=False)
+    static.reserve(2, 64)
+    static.start_timing()
+    generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 4, set(), static=static)
+    assert static.capture_report().target_timed == 2  # the prefill's block of 4 and the one-token steps
+
+
+def test_prepare_shapes_covers_what_a_batch_meets():
+    model = tiny_llama(64, seed=3, layers=2, hidden=32).eval()
+    static = StaticTarget(model, capture=False)
+    static.reserve(3, 64)
+    prepare_shapes(model, static, 3, hidden=False)
+    assert static.capture_report().target_shapes == len([b for b in BATCH_SIZES if b <= 4]) * len(BLOCK_SIZES)
+    static.start_timing()
+    generate_batch(model, [[1, 2, 3], [4, 5], [6]], [VanillaDrafter() for _ in range(3)], Sampling(), 6, set(),
+                   static=static)
+    assert static.capture_report().target_timed == 0
+
+
+def test_require_graphs_makes_a_failed_capture_an_error():
+    model = tiny_llama(64, seed=3, layers=2, hidden=32).eval()
+    static = StaticTarget(model, capture=True)  # no CUDA here: the capture fails
+    static.require_capture()
+    with pytest.raises(CaptureError, match="--require-graphs"):
+        generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 4, set(), static=static)
+
+
+def test_require_graphs_on_a_runtime_that_captures_nothing_is_one_error_line(tiny_target_dir, tmp_path, capsys):
+    code = main(["run", "--target", str(tiny_target_dir), "--out", str(tmp_path / "r"), "--max-new-tokens", "4",
+                 "--methods", "vanilla", "--tasks", "gsm8k", "--limit", "1", "--temperatures", "0",
+                 "--runtime", "compiled", "--require-graphs"])
+    assert code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--require-graphs" in err[0] and "no CUDA device" in err[0], err
+    assert not (tmp_path / "r").exists()  # refused before the run folder was made or a model loaded
+
+
+def test_tables_say_uncaptured_when_a_capture_failed():
+    def info(graphs: dict) -> RunInfo:
+        return RunInfo(environment={"cuda_graphs": graphs})
+
+    failed = {"asked": True, "uncaptured": "operation not permitted when stream is capturing",
+              "target_timed": 0, "drafting_timed": 0}
+    assert "UNCAPTURED" in uncaptured_note(info(failed)) and "operation not permitted" in uncaptured_note(info(failed))
+    late = {**failed, "uncaptured": "", "drafting_timed": 3}
+    assert "3 shapes were first captured inside timed questions" in uncaptured_note(info(late))
+    assert uncaptured_note(info({**late, "drafting_timed": 0})) is None
+    assert uncaptured_note(info({"asked": False, "uncaptured": "", "target_timed": 5})) is None  # the CPU
+    assert uncaptured_note(info("3 target shapes captured")) is None  # an older run's line
