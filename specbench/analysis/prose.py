@@ -1,0 +1,207 @@
+"""Checked prose: every figure quoted in a results page must be found in a source it names.
+
+A *figure* (the rule, also in docs/measuring.md "Checked prose") is, outside code spans, fenced code, link targets
+and HTML comments, a number written with a decimal point (`1.35`, `0.107`, `59.24`) or a number followed by a unit
+of measurement (`×`, `x`, `%`, `ms`, `s`, `min`, `minute(s)`, `second(s)`, `hour(s)`, `GB`, `MB`, `tokens/s`). Not figures: whole
+numbers without a unit (counts of questions, turns, tasks, files; dates; sizes such as 135M or 640k), settings
+written `name=value` (`T=1`, `ratio=0.45`), versions (`2.13.0`, `Python 3.10`, `torch 2.13`), the confidence level 95%.
+
+A *source annotation* is an HTML comment in the page, so the rendered page does not show it:
+
+    <!-- src: T0/speedup_T0.md T0/paired_tau.txt run-T0/run.json -->
+    <!-- src: ../reports/retired/reference/speedup_T0.md; const: 3.2 -->
+
+It covers the block it stands in or directly precedes (a block: lines up to a blank line; a table is one block).
+Its paths are relative to the page's folder, like the page's links. Every figure of the block must equal, at the
+precision it is written with, a number in one of the named files: a table cell (.md, .csv, .tex), a number of a
+text output (.txt, .log), or a field of a record (.json, .jsonl); a `%` figure may also be a fraction (0.49 for
+49%), an `ms` figure a time in seconds. `const:` lists the numbers of the block that are names, not results
+(`Llama 3.2`). A figure in a block without an annotation, or found in none of its sources, is an error that names the
+page, line, figure and the sources searched, so a figure that moved in a remade table fails loudly.
+
+`python -m specbench report --check-prose PATH` checks a page, or a checkout's results pages (README.md,
+docs/results.md, reports/*/README.md); exit 1 with one line per error.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from specbench.errors import SpecbenchError
+
+UNITS = r"×|x\b|%|ms\b|s\b|min\b|minutes?\b|hours?\b|seconds?\b|GB\b|MB\b|tokens/s\b"
+FIGURE = re.compile(rf"(?<![\w.=/@])(?<![A-Za-z_]-)(\d+(?:\.\d+)?)(?![\d.]\d)(\s?(?:{UNITS}))?")
+NOT_FIGURES = re.compile(r"(?:Python|torch|transformers|CUDA|version|v)\s?\d+\.\d+(?:\.\d+)*\+?|\d+\.\d+\.\d+|\b95%",
+                         re.I)
+HIDDEN = re.compile(r"`[^`]*`|<!--.*?-->|\]\([^)]*\)|https?://\S+")
+ANNOTATION = re.compile(r"<!--\s*src:(.*?)-->")
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One quoted figure: its text, its value and precision, and its unit (empty when it has a decimal point only)."""
+
+    line: int
+    text: str
+    value: float
+    decimals: int
+    unit: str
+
+
+@dataclass(frozen=True)
+class Block:
+    """Consecutive non-blank lines of a page, the figures in them, and the sources its annotations name."""
+
+    first_line: int
+    figures: tuple[Figure, ...]
+    sources: tuple[Path, ...]
+    consts: frozenset[str]
+
+
+def figures_in(line: str, number: int) -> list[Figure]:
+    """The figures of one line of prose (the rule in this module's docstring)."""
+    visible = NOT_FIGURES.sub(" ", HIDDEN.sub(" ", line))
+    found = []
+    for match in FIGURE.finditer(visible):
+        digits, unit = match.group(1), (match.group(2) or "").strip()
+        if "." not in digits and not unit:
+            continue
+        decimals = len(digits.split(".")[1]) if "." in digits else 0
+        found.append(Figure(number, match.group(0).strip(), float(digits), decimals, unit))
+    return found
+
+
+def parse_annotation(text: str, folder: Path) -> tuple[list[Path], set[str]]:
+    """`src: A B; const: 3.2` -> the source paths (relative to the page's folder) and the constant numbers."""
+    sources, consts = [], set()
+    for part in text.split(";"):
+        key, _, rest = part.partition(":") if part.strip().startswith("const") else ("src", "", part)
+        target = consts if key.strip() == "const" else None
+        for word in rest.split():
+            if target is not None:
+                target.add(word)
+            else:
+                sources.append(folder / word)
+    return sources, consts
+
+
+def blocks_of(page: Path) -> list[Block]:
+    """The page's blocks with their figures and sources; fenced code is skipped, an annotation alone on its line
+    before a block belongs to that block."""
+    blocks: list[Block] = []
+    figures: list[Figure] = []
+    sources: list[Path] = []
+    consts: set[str] = set()
+    first = 0
+    fenced = False
+
+    def close() -> None:
+        if figures or sources:
+            blocks.append(Block(first, tuple(figures), tuple(sources), frozenset(consts)))
+        figures.clear(), sources.clear(), consts.clear()
+
+    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if not line.strip():
+            close()
+            continue
+        if not figures and not sources:
+            first = number
+        for annotation in ANNOTATION.finditer(line):
+            paths, names = parse_annotation(annotation.group(1), page.parent)
+            sources.extend(paths)
+            consts.update(names)
+        figures.extend(figures_in(line, number))
+    close()
+    return blocks
+
+
+def numbers_of(path: Path) -> list[float]:
+    """Every number a source holds: each field of a JSON record, each number of a table or text file."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix in (".json", ".jsonl"):
+        lines = [text] if path.suffix == ".json" else text.splitlines()
+        values: list[float] = []
+        for chunk in lines:
+            if chunk.strip():
+                values.extend(json_numbers(json.loads(chunk)))
+        return values
+    return [float(n) for n in NUMBER.findall(text.replace("−", "-"))]
+
+
+def json_numbers(value: object) -> list[float]:
+    """The numbers in a parsed JSON value, at any depth (numbers written as strings included)."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, dict):
+        return [n for item in value.values() for n in json_numbers(item)]
+    if isinstance(value, list):
+        return [n for item in value for n in json_numbers(item)]
+    if isinstance(value, str):
+        return [float(n) for n in NUMBER.findall(value)]
+    return []
+
+
+def matches(figure: Figure, number: float) -> bool:
+    """The figure is `number` written at the figure's precision (or a fraction as %, seconds as ms)."""
+    half = 0.5 * 10 ** -figure.decimals + 1e-9
+    candidates = [abs(number)]
+    if figure.unit == "%":
+        candidates.append(abs(number) * 100)
+    if figure.unit == "ms":
+        candidates.append(abs(number) * 1000)
+    return any(abs(c - figure.value) <= half for c in candidates)
+
+
+def check_page(page: Path) -> list[str]:
+    """One line per figure of the page that no named source holds (or whose source is missing)."""
+    errors = []
+    cache: dict[Path, list[float]] = {}
+    for block in blocks_of(page):
+        for source in block.sources:
+            if source not in cache:
+                if not source.is_file():
+                    errors.append(f"{page}:{block.first_line}: source {source} does not exist")
+                    cache[source] = []
+                    continue
+                cache[source] = numbers_of(source)
+        for figure in block.figures:
+            if figure.text.split()[0].rstrip("×x%") in block.consts or f"{figure.value:g}" in block.consts:
+                continue
+            if not block.sources:
+                errors.append(f"{page}:{figure.line}: {figure.text!r} has no source (a `<!-- src: FILE -->` for "
+                              "its block)")
+            elif not any(matches(figure, n) for source in block.sources for n in cache[source]):
+                names = " ".join(str(s) for s in block.sources)
+                errors.append(f"{page}:{figure.line}: {figure.text!r} is in none of its sources: {names}")
+    return errors
+
+
+def results_pages(root: Path) -> list[Path]:
+    """A checkout's pages whose figures are checked: README.md, docs/results.md and every report's README.md."""
+    pages = [root / "README.md", root / "docs" / "results.md", *sorted(root.glob("reports/*/README.md"))]
+    return [page for page in pages if page.is_file()]
+
+
+def check_prose_command(path: Path) -> int:
+    """`report --check-prose PATH`: a page, or a checkout's results pages; one line per error, exit 1 on any."""
+    if not path.exists():
+        raise SpecbenchError(f"report --check-prose: {path} does not exist")
+    pages = results_pages(path) if path.is_dir() else [path]
+    if not pages:
+        raise SpecbenchError(f"report --check-prose: no README.md, docs/results.md or reports/*/README.md in {path}")
+    errors = [error for page in pages for error in check_page(page)]
+    for error in errors:
+        print(error)
+    checked = sum(len(block.figures) for page in pages for block in blocks_of(page))
+    print(f"{len(pages)} pages, {checked} figures, {len(errors)} without a source")
+    return 1 if errors else 0
