@@ -10,13 +10,14 @@ A *source annotation* is an HTML comment in the page, so the rendered page does 
 
     <!-- src: T0/speedup_T0.md T0/paired_tau.txt run-T0/run.json -->
     <!-- src: ../reports/retired/reference/speedup_T0.md; const: 3.2 -->
+    <!-- const: 0.01 -->
 
 It covers the block it stands in or directly precedes (a block: lines up to a blank line; a table is one block).
 Its paths are relative to the page's folder, like the page's links. Every figure of the block must equal, at the
 precision it is written with, a number in one of the named files: a table cell (.md, .csv, .tex), a number of a
 text output (.txt, .log), or a field of a record (.json, .jsonl); a `%` figure may also be a fraction (0.49 for
 49%), an `ms` figure a time in seconds. `const:` lists the numbers of the block that are names, not results
-(`Llama 3.2`). A figure in a block without an annotation, or found in none of its sources, is an error that names the
+(`Llama 3.2`) or settings (`lr 0.01`). A figure in a block without an annotation, or found in none of its sources, is an error that names the
 page, line, figure and the sources searched, so a figure that moved in a remade table fails loudly.
 
 `python -m specbench report --check-prose PATH` checks a page, or a checkout's results pages (README.md,
@@ -36,7 +37,7 @@ FIGURE = re.compile(rf"(?<![\w.=/@])(?<![A-Za-z_]-)(\d+(?:\.\d+)?)(?![\d.]\d)(\s
 NOT_FIGURES = re.compile(r"(?:Python|torch|transformers|CUDA|version|v)\s?\d+\.\d+(?:\.\d+)*\+?|\d+\.\d+\.\d+|\b95%",
                          re.I)
 HIDDEN = re.compile(r"`[^`]*`|<!--.*?-->|\]\([^)]*\)|https?://\S+")
-ANNOTATION = re.compile(r"<!--\s*src:(.*?)-->")
+ANNOTATION = re.compile(r"<!--\s*((?:src|const):.*?)-->")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
@@ -78,7 +79,7 @@ def parse_annotation(text: str, folder: Path) -> tuple[list[Path], set[str]]:
     """`src: A B; const: 3.2` -> the source paths (relative to the page's folder) and the constant numbers."""
     sources, consts = [], set()
     for part in text.split(";"):
-        key, _, rest = part.partition(":") if part.strip().startswith("const") else ("src", "", part)
+        key, _, rest = part.partition(":")
         target = consts if key.strip() == "const" else None
         for word in rest.split():
             if target is not None:
@@ -96,7 +97,7 @@ def blocks_of(page: Path) -> list[Block]:
     sources: list[Path] = []
     consts: set[str] = set()
     first = 0
-    fenced = False
+    fenced = indented = False
 
     def close() -> None:
         if figures or sources:
@@ -114,6 +115,9 @@ def blocks_of(page: Path) -> list[Block]:
             continue
         if not figures and not sources:
             first = number
+            indented = line.startswith(("    ", "\t"))
+        if indented:  # an indented code block: a command, not prose
+            continue
         for annotation in ANNOTATION.finditer(line):
             paths, names = parse_annotation(annotation.group(1), page.parent)
             sources.extend(paths)
