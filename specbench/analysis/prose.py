@@ -38,6 +38,9 @@ NOT_FIGURES = re.compile(r"(?:Python|torch|transformers|CUDA|version|v)\s?\d+\.\
                          re.I)
 HIDDEN = re.compile(r"`[^`]*`|<!--.*?-->|\]\([^)]*\)|https?://\S+")
 ANNOTATION = re.compile(r"<!--\s*((?:src|const):.*?)-->")
+COMMAND = re.compile(r"\s*(?:\$ )?(?:python3?|bash|sh|specbench|pip|git|cd|export|nice|sed|cat|ls|\.?/|--|"
+                     r"[A-Z][A-Z0-9_]*=\S*\s)")
+CODE_LANGUAGES = {"python", "py", "yaml", "json", "toml", "tex", "latex"}
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
@@ -89,15 +92,24 @@ def parse_annotation(text: str, folder: Path) -> tuple[list[Path], set[str]]:
     return sources, consts
 
 
+def prose_of_code(line: str, language: str, continued: bool) -> str:
+    """The part of a code line that is prose: a command's comment, or an output line as it is."""
+    code, _, comment = line.partition(" # ") if not line.lstrip().startswith("#") else ("", "", line)
+    if language in CODE_LANGUAGES or continued or COMMAND.match(line):
+        return comment
+    return line
+
+
 def blocks_of(page: Path) -> list[Block]:
-    """The page's blocks with their figures and sources; fenced code is skipped, an annotation alone on its line
-    before a block belongs to that block."""
+    """The page's blocks with their figures and sources. A fenced or indented code block is one block whose commands
+    are not prose but whose comments and output lines are; an annotation just before a block belongs to it."""
     blocks: list[Block] = []
     figures: list[Figure] = []
     sources: list[Path] = []
     consts: set[str] = set()
     first = 0
-    fenced = indented = False
+    fence: str | None = None  # the open fence's language ("" for none)
+    indented = continued = False
 
     def close() -> None:
         if figures or sources:
@@ -106,23 +118,25 @@ def blocks_of(page: Path) -> list[Block]:
 
     for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
         if line.lstrip().startswith("```"):
-            fenced = not fenced
+            fence = None if fence is not None else line.lstrip()[3:].strip().lower()
+            continued = False
             continue
-        if fenced:
-            continue
-        if not line.strip():
+        if not line.strip() and fence is None:
             close()
             continue
-        if not figures and not sources:
+        if not figures and not sources and fence is None:
             first = number
             indented = line.startswith(("    ", "\t"))
-        if indented:  # an indented code block: a command, not prose
-            continue
-        for annotation in ANNOTATION.finditer(line):
-            paths, names = parse_annotation(annotation.group(1), page.parent)
-            sources.extend(paths)
-            consts.update(names)
-        figures.extend(figures_in(line, number))
+        if fence is not None or indented:
+            text = prose_of_code(line, fence or "", continued)
+            continued = line.rstrip().endswith("\\")
+        else:
+            text = line
+            for annotation in ANNOTATION.finditer(line):
+                paths, names = parse_annotation(annotation.group(1), page.parent)
+                sources.extend(paths)
+                consts.update(names)
+        figures.extend(figures_in(text, number))
     close()
     return blocks
 
