@@ -12,7 +12,9 @@ A *source annotation* is an HTML comment in the page, so the rendered page does 
     <!-- src: ../reports/retired/reference/speedup_T0.md; const: 3.2 -->
     <!-- const: 0.01 -->
 
-It covers the block it stands in or directly precedes (a block: lines up to a blank line; a table is one block).
+It covers the block it stands in or directly precedes (a block: lines up to a blank line; a table is one block);
+`<!-- src-section: FILES -->` names sources for every block up to the next heading (for a page of history whose
+sections each quote one retired report).
 Its paths are relative to the page's folder, like the page's links. Every figure of the block must equal, at the
 precision it is written with, a number in one of the named files: a table cell (.md, .csv, .tex), a number of a
 text output (.txt, .log), or a field of a record (.json, .jsonl); a `%` figure may also be a fraction (0.49 for
@@ -37,7 +39,7 @@ FIGURE = re.compile(rf"(?<![\w.=/@])(?<![A-Za-z_]-)(\d+(?:\.\d+)?)(?![\d.]\d)(\s
 NOT_FIGURES = re.compile(r"(?:Python|torch|transformers|CUDA|version|v)\s?\d+\.\d+(?:\.\d+)*\+?|\d+\.\d+\.\d+|\b95%",
                          re.I)
 HIDDEN = re.compile(r"`[^`]*`|<!--.*?-->|\]\([^)]*\)|https?://\S+")
-ANNOTATION = re.compile(r"<!--\s*((?:src|const):.*?)-->")
+ANNOTATION = re.compile(r"<!--\s*((?:src|const|src-section):.*?)-->")
 COMMAND = re.compile(r"\s*(?:\$ )?(?:python3?|bash|sh|specbench|pip|git|cd|export|nice|sed|cat|ls|\.?/|--|"
                      r"[A-Z][A-Z0-9_]*=\S*\s)")
 CODE_LANGUAGES = {"python", "py", "yaml", "json", "toml", "tex", "latex"}
@@ -111,9 +113,11 @@ def blocks_of(page: Path) -> list[Block]:
     fence: str | None = None  # the open fence's language ("" for none)
     indented = continued = False
 
+    section: list[Path] = []  # the current section's sources (src-section), up to the next heading
+
     def close() -> None:
         if figures or sources:
-            blocks.append(Block(first, tuple(figures), tuple(sources), frozenset(consts)))
+            blocks.append(Block(first, tuple(figures), tuple(sources + section), frozenset(consts)))
         figures.clear(), sources.clear(), consts.clear()
 
     for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
@@ -132,9 +136,12 @@ def blocks_of(page: Path) -> list[Block]:
             continued = line.rstrip().endswith("\\")
         else:
             text = line
+            if line.startswith("#"):
+                close()
+                section.clear()
             for annotation in ANNOTATION.finditer(line):
                 paths, names = parse_annotation(annotation.group(1), page.parent)
-                sources.extend(paths)
+                (section if annotation.group(1).startswith("src-section") else sources).extend(paths)
                 consts.update(names)
         figures.extend(figures_in(text, number))
     close()
