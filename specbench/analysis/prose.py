@@ -1,29 +1,19 @@
 """Checked prose: every figure quoted in a results page must be found in a source it names.
 
-A *figure* (the rule, also in docs/measuring.md "Checked prose") is, outside code spans, fenced code, link targets
-and HTML comments, a number written with a decimal point (`1.35`, `0.107`, `59.24`) or a number followed by a unit
-of measurement (`×`, `x`, `%`, `ms`, `s`, `min`, `minute(s)`, `second(s)`, `hour(s)`, `GB`, `MB`, `tokens/s`). Not figures: whole
-numbers without a unit (counts of questions, turns, tasks, files; dates; sizes such as 135M or 640k), settings
-written `name=value` (`T=1`, `ratio=0.45`), versions (`2.13.0`, `Python 3.10`, `torch 2.13`), the confidence level 95%.
+The rule and the annotations are documented for users in docs/measuring.md ("Checked prose"). In short: a *figure*
+is a number with a decimal point (`1.35`, `59.24`) or a number with a unit of measurement (`×`, `x`, `%`, `ms`, `s`,
+`min`, `minute(s)`, `second(s)`, `hour(s)`, `GB`, `MB`, `tokens/s`), in prose or in a code block's output lines and
+comments; not in commands, code spans, link targets or HTML comments, and not a setting (`T=1`), a version
+(`2.13.0`, `torch 2.13`) or the confidence level 95%. A *source annotation* is an HTML comment:
 
-A *source annotation* is an HTML comment in the page, so the rendered page does not show it:
+    <!-- src: T0/speedup_T0.md run-T0/run.json -->      the block it stands in or precedes
+    <!-- src-section: ../reports/retired/reference/speedup_T0.md -->   every block up to the next heading
+    <!-- const: 3.2 -->                                  numbers of the block that are names or settings
 
-    <!-- src: T0/speedup_T0.md T0/paired_tau.txt run-T0/run.json -->
-    <!-- src: ../reports/retired/reference/speedup_T0.md; const: 3.2 -->
-    <!-- const: 0.01 -->
-
-It covers the block it stands in or directly precedes (a block: lines up to a blank line; a table is one block);
-`<!-- src-section: FILES -->` names sources for every block up to the next heading (for a page of history whose
-sections each quote one retired report).
-Its paths are relative to the page's folder, like the page's links. Every figure of the block must equal, at the
-precision it is written with, a number in one of the named files: a table cell (.md, .csv, .tex), a number of a
-text output (.txt, .log), or a field of a record (.json, .jsonl); a `%` figure may also be a fraction (0.49 for
-49%), an `ms` figure a time in seconds. `const:` lists the numbers of the block that are names, not results
-(`Llama 3.2`) or settings (`lr 0.01`). A figure in a block without an annotation, or found in none of its sources, is an error that names the
-page, line, figure and the sources searched, so a figure that moved in a remade table fails loudly.
-
-`python -m specbench report --check-prose PATH` checks a page, or a checkout's results pages (README.md,
-docs/results.md, reports/*/README.md); exit 1 with one line per error.
+Paths are relative to the page's folder. Each figure must equal, at its written precision, a number of one of its
+block's sources: a table cell (.md, .csv, .tex), a number of a text output (.txt, .log) or a record field (.json,
+.jsonl); a `×` figure a ratio there where the source writes any, a `%` figure also a fraction, an `ms` figure also
+seconds. Matching is by value within the named sources, not by cell, so a block's sources should be few.
 """
 from __future__ import annotations
 
@@ -43,6 +33,7 @@ ANNOTATION = re.compile(r"<!--\s*((?:src|const|src-section):.*?)-->")
 COMMAND = re.compile(r"\s*(?:\$ )?(?:python3?|bash|sh|specbench|pip|git|cd|export|nice|sed|cat|ls|\.?/|--|"
                      r"[A-Z][A-Z0-9_]*=\S*\s)")
 CODE_LANGUAGES = {"python", "py", "yaml", "json", "toml", "tex", "latex"}
+RATIO = re.compile(r"(-?\d+(?:\.\d+)?)\s?(?:×|x\b)")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
@@ -64,7 +55,7 @@ class Block:
     first_line: int
     figures: tuple[Figure, ...]
     sources: tuple[Path, ...]
-    consts: frozenset[str]
+    consts: frozenset[float]
 
 
 def figures_in(line: str, number: int) -> list[Figure]:
@@ -80,7 +71,7 @@ def figures_in(line: str, number: int) -> list[Figure]:
     return found
 
 
-def parse_annotation(text: str, folder: Path) -> tuple[list[Path], set[str]]:
+def parse_annotation(text: str, folder: Path) -> tuple[list[Path], set[float]]:
     """`src: A B; const: 3.2` -> the source paths (relative to the page's folder) and the constant numbers."""
     sources, consts = [], set()
     for part in text.split(";"):
@@ -88,7 +79,10 @@ def parse_annotation(text: str, folder: Path) -> tuple[list[Path], set[str]]:
         target = consts if key.strip() == "const" else None
         for word in rest.split():
             if target is not None:
-                target.add(word)
+                try:
+                    target.add(float(word))
+                except ValueError:
+                    raise SpecbenchError(f"{folder}: `const:` lists numbers, not {word!r}") from None
             else:
                 sources.append(folder / word)
     return sources, consts
@@ -108,7 +102,7 @@ def blocks_of(page: Path) -> list[Block]:
     blocks: list[Block] = []
     figures: list[Figure] = []
     sources: list[Path] = []
-    consts: set[str] = set()
+    consts: set[float] = set()
     first = 0
     fence: str | None = None  # the open fence's language ("" for none)
     indented = continued = False
@@ -148,7 +142,20 @@ def blocks_of(page: Path) -> list[Block]:
     return blocks
 
 
-def numbers_of(path: Path) -> list[float]:
+@dataclass(frozen=True)
+class SourceNumbers:
+    """The numbers a source holds, and those of them written as ratios (`1.35×`, `1.601x`)."""
+
+    values: tuple[float, ...]
+    ratios: tuple[float, ...]
+
+    def holds(self, figure: Figure) -> bool:
+        """A ratio figure (× or x) must be a ratio of the source where the source writes any; others any number."""
+        pool = self.ratios if figure.unit in ("×", "x") and self.ratios else self.values
+        return any(matches(figure, number) for number in pool)
+
+
+def numbers_of(path: Path) -> SourceNumbers:
     """Every number a source holds: each field of a JSON record, each number of a table or text file."""
     text = path.read_text(encoding="utf-8", errors="replace")
     if path.suffix in (".json", ".jsonl"):
@@ -157,8 +164,10 @@ def numbers_of(path: Path) -> list[float]:
         for chunk in lines:
             if chunk.strip():
                 values.extend(json_numbers(json.loads(chunk)))
-        return values
-    return [float(n) for n in NUMBER.findall(text.replace("−", "-"))]
+        return SourceNumbers(tuple(values), ())
+    text = text.replace("−", "-")
+    return SourceNumbers(tuple(float(n) for n in NUMBER.findall(text)),
+                         tuple(float(n) for n in RATIO.findall(text)))
 
 
 def json_numbers(value: object) -> list[float]:
@@ -190,22 +199,22 @@ def matches(figure: Figure, number: float) -> bool:
 def check_page(page: Path) -> list[str]:
     """One line per figure of the page that no named source holds (or whose source is missing)."""
     errors = []
-    cache: dict[Path, list[float]] = {}
+    cache: dict[Path, SourceNumbers] = {}
     for block in blocks_of(page):
         for source in block.sources:
             if source not in cache:
                 if not source.is_file():
                     errors.append(f"{page}:{block.first_line}: source {source} does not exist")
-                    cache[source] = []
+                    cache[source] = SourceNumbers((), ())
                     continue
                 cache[source] = numbers_of(source)
         for figure in block.figures:
-            if figure.text.split()[0].rstrip("×x%") in block.consts or f"{figure.value:g}" in block.consts:
+            if figure.value in block.consts:
                 continue
             if not block.sources:
                 errors.append(f"{page}:{figure.line}: {figure.text!r} has no source (a `<!-- src: FILE -->` for "
                               "its block)")
-            elif not any(matches(figure, n) for source in block.sources for n in cache[source]):
+            elif not any(cache[source].holds(figure) for source in block.sources):
                 names = " ".join(str(s) for s in block.sources)
                 errors.append(f"{page}:{figure.line}: {figure.text!r} is in none of its sources: {names}")
     return errors
