@@ -117,3 +117,17 @@ def test_editing_a_committed_figure_fails(tmp_path):
     page.write_text(text.replace("| samd (defaults) | 1.35× |", "| samd (defaults) | 1.53× |"), encoding="utf-8")
     [error] = check_page(page)
     assert "'1.53×'" in error and "speedup_T0.md" in error
+
+
+def test_a_ratio_must_be_a_ratio_of_its_source(tmp_path):
+    # 1.68 is pld's τ in the table, not a speedup: written as 1.68× it has no source.
+    page = page_with(tmp_path, "<!-- src: T0/speedup_T0.md -->\npld 1.68×.\n")
+    [error] = check_page(page)
+    assert "'1.68×'" in error
+
+
+def test_a_section_source_covers_its_section_only(tmp_path):
+    page = page_with(tmp_path, "## A\n<!-- src-section: T0/speedup_T0.md -->\n\npld 1.23×.\n\nτ 1.68.\n\n"
+                               "## B\n\npld 1.23×.\n")
+    [error] = check_page(page)
+    assert "README.md:9:" in error and "has no source" in error

@@ -26,7 +26,7 @@ from specbench.errors import SpecbenchError
 
 UNITS = r"×|x\b|%|ms\b|s\b|min\b|minutes?\b|hours?\b|seconds?\b|GB\b|MB\b|tokens/s\b"
 FIGURE = re.compile(rf"(?<![\w.=/@])(?<![A-Za-z_]-)(\d+(?:\.\d+)?)(?![\d.]\d)(\s?(?:{UNITS}))?")
-NOT_FIGURES = re.compile(r"(?:Python|torch|transformers|CUDA|version|v)\s?\d+\.\d+(?:\.\d+)*\+?|\d+\.\d+\.\d+|\b95%",
+NOT_FIGURES = re.compile(r"\b(?:Python|torch|transformers|CUDA|version|v)\s?\d+\.\d+(?:\.\d+)*\+?|\d+\.\d+\.\d+|\b95%",
                          re.I)
 HIDDEN = re.compile(r"`[^`]*`|<!--.*?-->|\]\([^)]*\)|https?://\S+")
 ANNOTATION = re.compile(r"<!--\s*((?:src|const|src-section):.*?)-->")
@@ -90,7 +90,7 @@ def parse_annotation(text: str, folder: Path) -> tuple[list[Path], set[float]]:
 
 def prose_of_code(line: str, language: str, continued: bool) -> str:
     """The part of a code line that is prose: a command's comment, or an output line as it is."""
-    code, _, comment = line.partition(" # ") if not line.lstrip().startswith("#") else ("", "", line)
+    comment = line if line.lstrip().startswith("#") else line.partition(" # ")[2]
     if language in CODE_LANGUAGES or continued or COMMAND.match(line):
         return comment
     return line
@@ -106,7 +106,6 @@ def blocks_of(page: Path) -> list[Block]:
     first = 0
     fence: str | None = None  # the open fence's language ("" for none)
     indented = continued = False
-
     section: list[Path] = []  # the current section's sources (src-section), up to the next heading
 
     def close() -> None:
