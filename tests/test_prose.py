@@ -130,4 +130,4 @@ def test_a_section_source_covers_its_section_only(tmp_path):
     page = page_with(tmp_path, "## A\n<!-- src-section: T0/speedup_T0.md -->\n\npld 1.23×.\n\nτ 1.68.\n\n"
                                "## B\n\npld 1.23×.\n")
     [error] = check_page(page)
-    assert "README.md:9:" in error and "has no source" in error
+    assert "README.md:10:" in error and "has no source" in error
