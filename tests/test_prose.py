@@ -131,3 +131,13 @@ def test_a_section_source_covers_its_section_only(tmp_path):
                                "## B\n\npld 1.23×.\n")
     [error] = check_page(page)
     assert "README.md:10:" in error and "has no source" in error
+
+
+def test_a_figure_is_checked_in_the_row_it_names(tmp_path):
+    # The case: rest's speedup moves from 1.00x to 0.99x; "rest 1.00×" must not pass on vanilla's 1.00×.
+    table = "| vanilla | 1.00× | 1.00 |\n| rest@max_tokens=4 | 0.99× ± 0.03 | 1.20 |\n"
+    page = page_with(tmp_path, "<!-- src: T0/speedup_T0.md -->\nrest 1.00×, vanilla's 1.00×.\n", table=table)
+    [error] = check_page(page)
+    assert "'1.00×'" in error and ":2:" in error
+    page.write_text("<!-- src: T0/speedup_T0.md -->\nrest 0.99× ± 0.03 (τ 1.20), against vanilla's 1.00×.\n")
+    assert check_page(page) == []

@@ -34,6 +34,7 @@ COMMAND = re.compile(r"\s*(?:\$ )?(?:python3?|bash|sh|specbench|pip|git|cd|expor
                      r"[A-Z][A-Z0-9_]*=\S*\s)")
 CODE_LANGUAGES = {"python", "py", "yaml", "json", "toml", "tex", "latex"}
 RATIO = re.compile(r"(-?\d+(?:\.\d+)?)\s?(?:×|x\b)")
+LABEL = re.compile(r"[\s*('\"]*([A-Za-z][\w-]*)")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
@@ -46,6 +47,7 @@ class Figure:
     value: float
     decimals: int
     unit: str
+    before: str  # the block's text before it: the last row label there is the row it quotes
 
 
 @dataclass(frozen=True)
@@ -58,16 +60,22 @@ class Block:
     consts: frozenset[float]
 
 
-def figures_in(line: str, number: int) -> list[Figure]:
-    """The figures of one line of prose (the rule in this module's docstring)."""
-    visible = NOT_FIGURES.sub(" ", HIDDEN.sub(" ", line))
+def visible_text(line: str) -> str:
+    """A line without what holds no figures: code spans, comments, link targets, versions."""
+    return NOT_FIGURES.sub(" ", HIDDEN.sub(" ", line))
+
+
+def figures_in(line: str, number: int, before: str = "") -> list[Figure]:
+    """The figures of one line of prose (the rule in this module's docstring); `before`: the block's text before it."""
+    visible = visible_text(line)
     found = []
     for match in FIGURE.finditer(visible):
         digits, unit = match.group(1), (match.group(2) or "").strip()
         if "." not in digits and not unit:
             continue
         decimals = len(digits.split(".")[1]) if "." in digits else 0
-        found.append(Figure(number, match.group(0).strip(), float(digits), decimals, unit))
+        found.append(Figure(number, match.group(0).strip(), float(digits), decimals, unit,
+                            before + visible[:match.start()]))
     return found
 
 
@@ -108,10 +116,12 @@ def blocks_of(page: Path) -> list[Block]:
     indented = continued = False
     section: list[Path] = []  # the current section's sources (src-section), up to the next heading
 
+    seen: list[str] = []  # the block's visible text so far
+
     def close() -> None:
         if figures or sources:
             blocks.append(Block(first, tuple(figures), tuple(sources + section), frozenset(consts)))
-        figures.clear(), sources.clear(), consts.clear()
+        figures.clear(), sources.clear(), consts.clear(), seen.clear()
 
     for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
         if line.lstrip().startswith("```"):
@@ -136,26 +146,53 @@ def blocks_of(page: Path) -> list[Block]:
                 paths, names = parse_annotation(annotation.group(1), page.parent)
                 (section if annotation.group(1).startswith("src-section") else sources).extend(paths)
                 consts.update(names)
-        figures.extend(figures_in(text, number))
+        row = text.lstrip().startswith("|")  # a table row: its own label, not an earlier row's
+        figures.extend(figures_in(text, number, "" if row else " ".join([*seen, ""])))
+        seen.append(visible_text(text))
     close()
     return blocks
 
 
 @dataclass(frozen=True)
-class SourceNumbers:
-    """The numbers a source holds, and those of them written as ratios (`1.35×`, `1.601x`)."""
+class Numbers:
+    """Numbers of a source (or of one of its rows), and those of them written as ratios (`1.35×`, `1.601x`)."""
 
     values: tuple[float, ...]
     ratios: tuple[float, ...]
 
+    @classmethod
+    def of_text(cls, text: str) -> Numbers:
+        text = text.replace("−", "-")
+        return cls(tuple(float(n) for n in NUMBER.findall(text)), tuple(float(n) for n in RATIO.findall(text)))
+
     def holds(self, figure: Figure) -> bool:
-        """A ratio figure (× or x) must be a ratio of the source where the source writes any; others any number."""
+        """A ratio figure (× or x) must be a ratio here where any number is written as one; others any number."""
         pool = self.ratios if figure.unit in ("×", "x") and self.ratios else self.values
         return any(matches(figure, number) for number in pool)
 
 
+@dataclass(frozen=True)
+class SourceNumbers:
+    """A source's numbers, all of them and per table row (a row's label: its first cell's method name)."""
+
+    everything: Numbers
+    rows: dict[str, Numbers]
+
+    def holds(self, figure: Figure, subject: str | None) -> bool:
+        """The figure is in the row it quotes (`subject`) where this source has that row, else anywhere in it."""
+        return (self.rows[subject] if subject in self.rows else self.everything).holds(figure)
+
+
+def row_label(cell: str) -> str | None:
+    """A table row's label: the method name its first cell starts with (`eagle@head=...` and `('eagle', 0.0)` give
+    `eagle`)."""
+    match = LABEL.match(cell)
+    return match.group(1) if match else None
+
+
 def numbers_of(path: Path) -> SourceNumbers:
-    """Every number a source holds: each field of a JSON record, each number of a table or text file."""
+    """Every number a source holds (each field of a JSON record, each number of a table or text file), and each
+    table row's (Markdown `| label | ... |` rows, CSV lines)."""
     text = path.read_text(encoding="utf-8", errors="replace")
     if path.suffix in (".json", ".jsonl"):
         lines = [text] if path.suffix == ".json" else text.splitlines()
@@ -163,10 +200,24 @@ def numbers_of(path: Path) -> SourceNumbers:
         for chunk in lines:
             if chunk.strip():
                 values.extend(json_numbers(json.loads(chunk)))
-        return SourceNumbers(tuple(values), ())
-    text = text.replace("−", "-")
-    return SourceNumbers(tuple(float(n) for n in NUMBER.findall(text)),
-                         tuple(float(n) for n in RATIO.findall(text)))
+        return SourceNumbers(Numbers(tuple(values), ()), {})
+    rows: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        first, sep, rest = line.strip().strip("|").partition("|" if line.lstrip().startswith("|") else ",")
+        label = row_label(first) if sep and (line.lstrip().startswith("|") or path.suffix == ".csv") else None
+        if label:
+            rows.setdefault(label, []).append(rest)
+    return SourceNumbers(Numbers.of_text(text), {label: Numbers.of_text(" ".join(r)) for label, r in rows.items()})
+
+
+def last_label(text: str, labels: list[str]) -> str | None:
+    """The row label named last in `text` (a whole word: `samd` is not in `samd-eagle`), or None."""
+    best, where = None, -1
+    for label in labels:
+        for match in re.finditer(rf"(?<![\w-]){re.escape(label)}(?![\w-])", text):
+            if match.start() > where:
+                best, where = label, match.start()
+    return best
 
 
 def json_numbers(value: object) -> list[float]:
@@ -200,20 +251,22 @@ def check_page(page: Path) -> list[str]:
     errors = []
     cache: dict[Path, SourceNumbers] = {}
     for block in blocks_of(page):
+        labels: list[str] = []
         for source in block.sources:
             if source not in cache:
                 if not source.is_file():
                     errors.append(f"{page}:{block.first_line}: source {source} does not exist")
-                    cache[source] = SourceNumbers((), ())
-                    continue
-                cache[source] = numbers_of(source)
+                    cache[source] = SourceNumbers(Numbers((), ()), {})
+                else:
+                    cache[source] = numbers_of(source)
+            labels.extend(cache[source].rows)
         for figure in block.figures:
             if figure.value in block.consts:
                 continue
             if not block.sources:
                 errors.append(f"{page}:{figure.line}: {figure.text!r} has no source (a `<!-- src: FILE -->` for "
                               "its block)")
-            elif not any(cache[source].holds(figure) for source in block.sources):
+            elif not any(cache[source].holds(figure, last_label(figure.before, labels)) for source in block.sources):
                 names = " ".join(str(s) for s in block.sources)
                 errors.append(f"{page}:{figure.line}: {figure.text!r} is in none of its sources: {names}")
     return errors
