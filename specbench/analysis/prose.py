@@ -13,7 +13,9 @@ comments; not in commands, code spans, link targets or HTML comments, and not a 
 Paths are relative to the page's folder. Each figure must equal, at its written precision, a number of one of its
 block's sources: a table cell (.md, .csv, .tex), a number of a text output (.txt, .log) or a record field (.json,
 .jsonl); a `×` figure a ratio there where the source writes any, a `%` figure also a fraction, an `ms` figure also
-seconds. Matching is by value within the named sources, not by cell, so a block's sources should be few.
+seconds. A figure after a method name that is a row of a source table (the last such name before it) must be in
+that row of that source; other figures are matched by value anywhere in their sources, so a block's sources should
+be few.
 """
 from __future__ import annotations
 
