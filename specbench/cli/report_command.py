@@ -18,7 +18,7 @@ from specbench.errors import SpecbenchError
 def add_report_parser(sub: argparse._SubParsersAction) -> None:
     report = sub.add_parser("report", help="speedup and τ tables from a run directory",
         epilog="example: python -m specbench report results/mine --report-dir reports/mine; "
-               "python -m specbench report --verify reports/fair/T0")
+               "python -m specbench report --verify reports/fair/T0; python -m specbench report --check-prose .")
     report.add_argument("run_dir", type=Path, help="a run folder (with --verify: a report folder)")
     report.add_argument("--report-dir", "--out", dest="report_dir", type=Path, help="default RUN_DIR/report")
     report.add_argument("--no-plots", action="store_true", help="the tables only")
@@ -29,6 +29,10 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
                         help="remake the tables of the report folder RUN_DIR from the records its made_from.json "
                              "names and exit 1 if any differs from the committed ones (one line per file)")
     report.add_argument("--fix", action="store_true", help="--verify: write the remade tables over the committed")
+    report.add_argument("--check-prose", action="store_true",
+                        help="check that every figure of the page RUN_DIR (or of a checkout's README.md, "
+                             "docs/results.md and reports/*/README.md) is found in a source its block names "
+                             "(<!-- src: FILE -->); exit 1 with one line per figure that is not")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -36,6 +40,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.fix and not args.verify:
         raise SpecbenchError("report --fix goes with --verify DIR")
+    if args.check_prose:
+        if args.verify:
+            raise SpecbenchError("report: --check-prose and --verify are two checks; run them one at a time")
+        from specbench.analysis.prose import check_prose_command
+
+        return check_prose_command(args.run_dir)
     if args.verify:
         from specbench.analysis.verify import verify_command
 
