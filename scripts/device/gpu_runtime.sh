@@ -22,7 +22,7 @@ KEEP=${KEEP:-/tmp/specbench-keep}; QDIR=${QDIR:-$KEEP/tasks}
 LOG="$OUT/log.txt"
 METHODS=${METHODS:-vanilla,eagle,pld,eagle3,hydra,samd}; TASKS=${TASKS:-all}
 REFERENCE=${REFERENCE:-hf-compiled,hf-eager}
-RUN_ARGS=${RUN_ARGS:-}  # more arguments for every run (the rehearsal's fixed costs)
+RUN_ARGS=${RUN_ARGS:-}  # more arguments for every run of the default target (the rehearsal: fixed costs)
 source scripts/device/common.sh  # say, step, device_setup, finish
 
 if [ "${SKIP_SETUP:-0}" != 1 ]; then
