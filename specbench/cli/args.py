@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specbench.decode.runtime import RUNTIMES
-from specbench.decode.target import DEFAULT_TARGET
+from specbench.decode.names import DEFAULT_TARGET, RUNTIMES
 from specbench.errors import SpecbenchError
-from specbench.method import key_values
 from specbench.run.tasks import SOURCES, QuestionSelection, parse_category_map
 
 
@@ -40,6 +38,8 @@ def parse_layers(text: str) -> tuple[int, ...]:
 
 def parse_options(pairs: list[str]) -> dict[str, str]:
     """--opt key=value (repeated) as a dict."""
+    from specbench.method import key_values
+
     return key_values(pairs, lambda pair: f"--opt {pair!r}: expected key=value")
 
 
