@@ -7,9 +7,18 @@ import json
 
 import pytest
 
+from specbench.cli import main
 from specbench.decode.cost_model import CostCurve, CostModel, Measurement
 from specbench.decode.cost_rounds import SIZES, CostPlan, CostRounds, CostSamples, CostWatch, measure_curve
-from specbench.run.cost_store import Machine, MachineWatch, machine_costs, read_stored_costs, store_costs
+from specbench.errors import SpecbenchError
+from specbench.run.cost_store import (
+    Machine,
+    MachineWatch,
+    machine_costs,
+    read_stored_costs,
+    refresh_costs,
+    store_costs,
+)
 
 IDLE_MS = {1: 27.0, 2: 28.0, 4: 30.0, 8: 34.0, 12: 38.0, 16: 42.0, 24: 50.0, 32: 58.0}
 # The curve of issue 64, stored by a run that load arrived in: ten times the idle figures and falling at 16.
@@ -195,3 +204,48 @@ def test_a_stored_falling_curve_is_not_reused_and_a_refused_one_keeps_the_stored
     costs, lines, measured = run_costs(probe_ms=60.0, fresh=refused)
     assert measured == 1 and "refused (unsteady): not stored; this run keeps the stored ones" in lines[-1]
     assert costs.verify == bad.verify and "a new measurement was refused" in costs.source
+
+
+def test_refresh_replaces_the_stored_curve_unless_the_new_one_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
+    old = stored_curve(IDLE_MS)
+    old.drafting["level"] = 0.001
+    assert store_costs(machine(), old) is None
+    faster = stored_curve({k: v / 2 for k, v in IDLE_MS.items()})
+    before, now = refresh_costs(machine(), lambda watch: faster)
+    assert before.verify == old.verify and now is faster
+    assert read_stored_costs(machine()).verify == faster.verify and read_stored_costs(machine()).drafting == {}
+    refused = model_of(old.verify, Measurement("now", "now", "test", [0.9], [], 0.9, 27.0, 2, "unsteady"))
+    with pytest.raises(SpecbenchError, match=r"refused \(unsteady\); the stored costs are kept"):
+        refresh_costs(machine(), lambda watch: refused)
+    assert read_stored_costs(machine()).verify == faster.verify
+
+
+def test_costs_show_and_refresh_on_a_tiny_target(tiny_target_dir, tmp_path, monkeypatch, capsys):
+    """`costs refresh` measures the tiny target's curve for real: on a quiet machine it is stored and `costs show`
+    prints it with when, how and under what load; where the machine's load refuses it, one line says so, the exit
+    is 2 and what was stored stays. A stored curve that falls is shown as not used."""
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
+    assert main(["costs", "show"]) == 0
+    assert "no stored costs" in capsys.readouterr().out
+    code = main(["costs", "refresh", "--target", str(tiny_target_dir), "--threads", "1"])
+    out, err = capsys.readouterr()
+    files = [p for p in (tmp_path / "costs").glob("*.json") if not p.name.endswith(".samples.json")]
+    if code == 0:
+        assert "stored before: none" in out and "stored now:" in out and len(files) == 1
+        stored = json.loads(files[0].read_text())
+        assert stored["costs"]["measured"]["how"].startswith("fastest of 2 forwards")
+        assert stored["machine"]["threads"] == 1 and stored["machine"]["target"] == str(tiny_target_dir)
+        assert main(["costs", "show"]) == 0
+        shown = capsys.readouterr().out
+        assert str(files[0]) in shown and "T(k) ms: 1: " in shown and "others' load" in shown
+    else:
+        assert code == 2 and "refused" in err.splitlines()[-1] and files == []
+    path = machine().path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    legacy = CostModel("tiny", "cpu", "test", CostCurve(list(SIZES), [LOADED_MS[k] / 1000 for k in SIZES]))
+    path.write_text(json.dumps({"machine": {"target": "tiny"}, "costs": legacy.to_dict()}))
+    assert main(["costs", "show"]) == 0
+    assert "NOT USED by runs: not monotone: T(16) 126.00 ms is below T(12) 942.00 ms" in capsys.readouterr().out
+    assert main(["costs", "refresh", "--threads", "0"]) == 2
+    assert capsys.readouterr().err == "specbench: error: --threads must be >= 1, got 0\n"

@@ -99,8 +99,11 @@ class MachineWatch(CostWatch):
     def __init__(self, machine: Machine, progress: bool = True) -> None:
         self.machine, self.show = machine, progress
         self.meter = LoadMeter()
+        self.bar: tqdm | None = None
+        self.rounds = CostPlan().rounds
 
     def resume(self, plan: CostPlan) -> CostSamples:
+        self.rounds = plan.rounds
         path = self.machine.samples_path()
         with contextlib.suppress(OSError, ValueError):
             kept = CostSamples.from_dict(json.loads(path.read_text(encoding="utf-8")))
@@ -115,6 +118,10 @@ class MachineWatch(CostWatch):
         return self.meter.other_share(wait)
 
     def keep(self, samples: CostSamples) -> None:
+        if self.bar is not None:  # rounds measured again for load, or a second attempt, lengthen the bar
+            left = sum(row.count(None) for row in samples.seconds)
+            left += len(samples.sizes) * max(0, self.rounds - len(samples.seconds))
+            self.bar.total = max(self.bar.total, self.bar.n + left)
         path = self.machine.samples_path()
         with contextlib.suppress(OSError):  # a read-only cache: an interruption then loses the samples, no more
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,8 +133,8 @@ class MachineWatch(CostWatch):
     @contextlib.contextmanager
     def progress(self, total: int, done: int) -> Iterator[Callable[[], None]]:
         with tqdm(total=total, initial=min(done, total), desc="measuring costs", unit="size", file=sys.stderr,
-                  disable=not self.show, leave=False) as bar:
-            yield bar.update
+                  disable=not self.show, leave=False) as self.bar:
+            yield self.bar.update
 
 
 def machine_costs(machine: Machine, measure: Callable[[MachineWatch], CostModel], probe: Callable[[], float],
@@ -166,3 +173,53 @@ def machine_costs(machine: Machine, measure: Callable[[MachineWatch], CostModel]
     if stored:
         return replace(stored, source=f"stored: {path} (a new measurement was refused: {refused})")
     return replace(costs, source=f"measured at the run's start, refused for storing: {refused}")
+
+
+def stored_costs() -> list[tuple[Path, dict, CostModel | str]]:
+    """Every stored cost file: (path, the machine it is for, its costs or why they cannot be read)."""
+    found = []
+    for path in sorted(cost_store().glob("*.json")) if cost_store().is_dir() else []:
+        if path.name.endswith(".samples.json"):
+            continue
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            found.append((path, raw.get("machine") or {}, CostModel.from_dict(raw.get("costs"), str(path))))
+        except (OSError, ValueError, AttributeError, SpecbenchError) as exc:
+            found.append((path, {}, f"unreadable ({exc})"))
+    return found
+
+
+def describe_costs(path: Path, machine: dict, costs: CostModel | str) -> list[str]:
+    """`costs show`'s lines for one stored file."""
+    keys = ("target", "device", "dtype", "runtime", "threads", "torch", "transformers")
+    lines = [str(path), "  " + ", ".join(f"{k} {machine[k]}" for k in keys if k in machine)]
+    if isinstance(costs, str):
+        return [*lines, f"  {costs}"]
+    curve = costs.verify
+    lines.append("  T(k) ms: " + "  ".join(f"{k}: {s * 1000:.2f}" for k, s in zip(curve.sizes, curve.seconds)))
+    if costs.drafting:
+        lines.append("  drafting ms: " + "  ".join(f"{k}: {s * 1000:.3f}" for k, s in costs.drafting.items()))
+    lines.append("  " + (costs.measured.describe() if costs.measured else
+                         "measured before specbench recorded when, how and under what load"))
+    trouble = unusable(costs)
+    return [*lines, f"  NOT USED by runs: {trouble}"] if trouble else lines
+
+
+def refresh_costs(machine: Machine, measure: Callable[[MachineWatch], CostModel]) -> tuple[CostModel | None, CostModel]:
+    """Measure this machine's costs anew and replace the stored ones (their drafting costs go: the next run's
+    methods measure theirs again); a refused curve replaces nothing (SpecbenchError, after `measure`)."""
+    try:
+        old = read_stored_costs(machine)
+    except SpecbenchError:  # an unreadable file is what a refresh replaces
+        old = None
+    watch = MachineWatch(machine)
+    new = measure(watch)
+    watch.finish()
+    refused = new.measured.problem if new.measured else None
+    if refused:
+        kept = "the stored costs are kept" if old else "nothing is stored"
+        raise SpecbenchError(f"the curve measured now is refused ({refused}); {kept} ({machine.path()})")
+    problem = store_costs(machine, new)
+    if problem:
+        raise SpecbenchError(problem.removeprefix("specbench: warning: "))
+    return old, new
