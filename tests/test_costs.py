@@ -249,3 +249,26 @@ def test_costs_show_and_refresh_on_a_tiny_target(tiny_target_dir, tmp_path, monk
     assert "NOT USED by runs: not monotone: T(16) 126.00 ms is below T(12) 942.00 ms" in capsys.readouterr().out
     assert main(["costs", "refresh", "--threads", "0"]) == 2
     assert capsys.readouterr().err == "specbench: error: --threads must be >= 1, got 0\n"
+
+
+def test_run_json_names_the_costs_a_run_decided_with(tiny_target_dir, tmp_path, monkeypatch):
+    """run.json's costs say where they came from: this machine's stored file (and when it was measured), a
+    measurement at the run's start (refused for storing when the machine's load or the checks said so), or
+    --cost-curve; a resumed run keeps what it started with."""
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
+    args = ["run", "--target", str(tiny_target_dir), "--methods", "vanilla", "--tasks", "gsm8k", "--limit", "1",
+            "--max-new-tokens", "4", "--temperatures", "0"]
+    first = tmp_path / "first"
+    assert main([*args, "--out", str(first), "--report-dir", str(tmp_path / "report1")]) == 0
+    costs = json.loads((first / "run.json").read_text())["costs"]
+    assert costs["source"].startswith(("measured at the run's start", "stored: "))
+    assert costs["measured"]["how"].startswith("fastest of 2 forwards")
+    stored = list((tmp_path / "cache" / "costs").glob("*.json"))
+    assert ("refused" in costs["source"]) == (stored == [])  # a refused curve is never stored, an accepted one is
+    second = tmp_path / "second"
+    args += ["--report-dir", str(tmp_path / "report2"), "--cost-curve", str(first / "run.json")]
+    assert main([*args, "--out", str(second)]) == 0
+    reused = json.loads((second / "run.json").read_text())["costs"]
+    assert reused["source"] == f"--cost-curve {first / 'run.json'}" and reused["verify_ms"] == costs["verify_ms"]
+    assert main([*args, "--out", str(second), "--limit", "2"]) == 0
+    assert json.loads((second / "run.json").read_text())["costs"]["source"] == reused["source"]
