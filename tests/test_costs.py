@@ -12,6 +12,7 @@ from specbench.decode.cost_model import CostCurve, CostModel, Measurement
 from specbench.decode.cost_rounds import SIZES, CostPlan, CostRounds, CostSamples, CostWatch, measure_curve
 from specbench.errors import SpecbenchError
 from specbench.run.cost_store import (
+    BESIDE_OTHER_WORK,
     Machine,
     MachineWatch,
     machine_costs,
@@ -168,8 +169,8 @@ def stored_curve(table: dict[int, float], spread: float = 0.02) -> CostModel:
 def run_costs(probe_ms: float, quiet: bool = True, fresh: CostModel | None = None) -> tuple[CostModel, list[str], int]:
     lines, measured = [], []
 
-    def measure_now(watch) -> CostModel:
-        measured.append(watch)
+    def measure_now(watch, plan) -> CostModel:
+        measured.append(plan)
         return fresh or stored_curve(IDLE_MS)
 
     costs = machine_costs(machine(), measure_now, lambda: probe_ms / 1000, False, quiet, lines.append)
@@ -212,12 +213,12 @@ def test_refresh_replaces_the_stored_curve_unless_the_new_one_is_refused(tmp_pat
     old.drafting["level"] = 0.001
     assert store_costs(machine(), old) is None
     faster = stored_curve({k: v / 2 for k, v in IDLE_MS.items()})
-    before, now = refresh_costs(machine(), lambda watch: faster)
+    before, now = refresh_costs(machine(), lambda watch, plan: faster)
     assert before.verify == old.verify and now is faster
     assert read_stored_costs(machine()).verify == faster.verify and read_stored_costs(machine()).drafting == {}
     refused = model_of(old.verify, Measurement("now", "now", "test", [0.9], [], 0.9, 27.0, 2, "unsteady"))
     with pytest.raises(SpecbenchError, match=r"refused \(unsteady\); the stored costs are kept"):
-        refresh_costs(machine(), lambda watch: refused)
+        refresh_costs(machine(), lambda watch, plan: refused)
     assert read_stored_costs(machine()).verify == faster.verify
 
 
@@ -272,3 +273,21 @@ def test_run_json_names_the_costs_a_run_decided_with(tiny_target_dir, tmp_path, 
     assert reused["source"] == f"--cost-curve {first / 'run.json'}" and reused["verify_ms"] == costs["verify_ms"]
     assert main([*args, "--out", str(second), "--limit", "2"]) == 0
     assert json.loads((second / "run.json").read_text())["costs"]["source"] == reused["source"]
+
+
+def test_a_run_busy_at_its_start_measures_for_itself_alone(tmp_path, monkeypatch):
+    """Busy as it starts, with nothing stored: its rounds are measured once each (load is expected there, so none
+    is measured again), and the curve, however it looks, is marked as measured beside other work: never stored."""
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
+    lines, plans = [], []
+
+    def measure_now(watch, plan) -> CostModel:
+        plans.append(plan)
+        curve, measured = measure(FakeTimer(IDLE_MS), ScriptedLoad([0.9]), plan)
+        return model_of(curve, measured)
+
+    costs = machine_costs(machine(), measure_now, lambda: 0.027, False, False, lines.append)
+    assert plans[0].attempts == 1 and costs.measured.dropped == [] and costs.measured.loads == [0.9] * 3
+    assert costs.measured.problem == BESIDE_OTHER_WORK and "refused for storing" in costs.source
+    assert "refused (the machine was busy as the run started): not stored" in lines[-1]
+    assert store_costs(machine(), costs) is None and not machine().path().exists()

@@ -130,13 +130,14 @@ def probe_seconds(model: PreTrainedModel, static: StaticTarget | None = None, re
 
 
 def measure_cost_model(model: PreTrainedModel, target: str, rounds: int = 3, static: StaticTarget | None = None,
-                       watch: CostWatch | None = None) -> CostModel:
+                       watch: CostWatch | None = None, plan: CostPlan | None = None) -> CostModel:
     """The run's verification curve, measured in interleaved rounds with the load read during them and checked
     before it may be kept (specbench.decode.cost_rounds; its Measurement says when, how, under what load and, where
     it failed its checks, why). static: the target's static runtime, where the run decodes on it. watch: how the
-    load is read, the samples kept and progress shown (default: no load reading, nothing kept, no progress)."""
+    load is read, the samples kept and progress shown (default: no load reading, nothing kept, no progress). plan:
+    how (default CostPlan with `rounds`)."""
     watch = watch or CostWatch()
-    plan = CostPlan(rounds=rounds)
+    plan = plan or CostPlan(rounds=rounds)
     samples = watch.resume(plan)
     timed = forward_timer(model, True, plan.repeats, CONTEXT, static)
     done = sum(x is not None for row in samples.seconds for x in row)

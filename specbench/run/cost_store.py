@@ -137,12 +137,17 @@ class MachineWatch(CostWatch):
             yield self.bar.update
 
 
-def machine_costs(machine: Machine, measure: Callable[[MachineWatch], CostModel], probe: Callable[[], float],
-                  anew: bool, quiet: bool, say: Callable[[str], None]) -> CostModel:
+Measure = Callable[[MachineWatch, CostPlan], CostModel]  # measures the curve as the plan says, reporting to the watch
+BESIDE_OTHER_WORK = "the machine was busy as the run started"
+
+
+def machine_costs(machine: Machine, measure: Measure, probe: Callable[[], float], anew: bool, quiet: bool,
+                  say: Callable[[str], None]) -> CostModel:
     """The costs a run on this machine decides with, their `source` saying where they came from: the stored ones
     when they are usable and (quiet: the machine was idle as the run started) a probe of T(1) agrees with them;
     else measured now (anew: --measure-costs), with `say`ing why in one line. A fresh curve that is refused is
-    used by this run alone, never stored; where a stored one exists the run keeps that instead."""
+    used by this run alone, never stored; where a stored one exists the run keeps that instead. A run busy at its
+    start measures its rounds once each (load is expected: none is measured again) for itself alone."""
     path = machine.path()
     stored = None if anew else read_stored_costs(machine)
     if stored is not None:
@@ -163,8 +168,10 @@ def machine_costs(machine: Machine, measure: Callable[[MachineWatch], CostModel]
             f"by more than the machine's spread ({noise:.0%}): measuring anew")
     say("specbench: measuring this machine's costs (kept for later runs when the machine is idle)")
     watch = MachineWatch(machine)
-    costs = measure(watch)
+    costs = measure(watch, CostPlan() if quiet else CostPlan(busy_share=1.0, attempts=1))
     watch.finish()
+    if not quiet and costs.measured is not None and costs.measured.problem is None:
+        costs = replace(costs, measured=replace(costs.measured, problem=BESIDE_OTHER_WORK))
     refused = costs.measured.problem if costs.measured else None
     if refused is None:
         return replace(costs, source=f"measured at the run's start (for {path})")
@@ -205,7 +212,7 @@ def describe_costs(path: Path, machine: dict, costs: CostModel | str) -> list[st
     return [*lines, f"  NOT USED by runs: {trouble}"] if trouble else lines
 
 
-def refresh_costs(machine: Machine, measure: Callable[[MachineWatch], CostModel]) -> tuple[CostModel | None, CostModel]:
+def refresh_costs(machine: Machine, measure: Measure) -> tuple[CostModel | None, CostModel]:
     """Measure this machine's costs anew and replace the stored ones (their drafting costs go: the next run's
     methods measure theirs again); a refused curve replaces nothing (SpecbenchError, after `measure`)."""
     try:
@@ -213,7 +220,7 @@ def refresh_costs(machine: Machine, measure: Callable[[MachineWatch], CostModel]
     except SpecbenchError:  # an unreadable file is what a refresh replaces
         old = None
     watch = MachineWatch(machine)
-    new = measure(watch)
+    new = measure(watch, CostPlan())
     watch.finish()
     refused = new.measured.problem if new.measured else None
     if refused:

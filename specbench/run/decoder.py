@@ -11,6 +11,7 @@ from typing import Any, Iterator
 from tqdm import tqdm
 
 from specbench.decode.cost_model import CostModel
+from specbench.decode.cost_rounds import CostPlan
 from specbench.decode.costs import cpu_description, measure_copy_bandwidth, measure_cost_model, probe_seconds
 from specbench.decode.draft import Drafter
 from specbench.decode.sampling import Sampling
@@ -82,8 +83,9 @@ class Decoder:
             self.store_costs(costs)
         return self.with_bandwidth(costs)
 
-    def measure_costs(self, watch: MachineWatch) -> CostModel:
-        return measure_cost_model(self.target.model, self.cfg.target, static=self.target.static, watch=watch)
+    def measure_costs(self, watch: MachineWatch, plan: CostPlan) -> CostModel:
+        return measure_cost_model(self.target.model, self.cfg.target, static=self.target.static, watch=watch,
+                                  plan=plan)
 
     def with_bandwidth(self, costs: CostModel) -> CostModel:
         """The costs with the device's copy bandwidth, measured now where they came without it (costs stored
