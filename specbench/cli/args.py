@@ -29,6 +29,11 @@ def parse_batch_sizes(text: str) -> list[int]:
     return sorted(set(sizes))  # sizes > 0: checked with the run's other settings (plan.validate)
 
 
+def check_threads(threads: int | None) -> None:
+    if threads is not None and threads < 1:
+        raise SpecbenchError(f"--threads must be >= 1, got {threads}")
+
+
 def parse_layers(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(i) for i in csv_list(text))

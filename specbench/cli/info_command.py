@@ -1,4 +1,5 @@
-"""`list`, `doctor` and `bench`: what is installed, and what the engine costs on this machine."""
+"""`list`, `doctor`, `bench` and `costs`: what is installed, what the engine costs on this machine, and the
+costs stored for it."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +10,7 @@ from specbench.cli.args import (
     add_method_file,
     add_model_args,
     add_question_args,
+    check_threads,
     question_selection,
 )
 from specbench.errors import SpecbenchError
@@ -86,14 +88,16 @@ def add_costs_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_costs(args: argparse.Namespace) -> int:
     from specbench.run.cost_store import cost_store, describe_costs, stored_costs
 
-    if args.threads is not None and args.threads < 1:
-        raise SpecbenchError(f"--threads must be >= 1, got {args.threads}")
+    check_threads(args.threads)
     if args.action == "show":
         found = stored_costs()
         for path, machine, costs in found:
             print("\n".join(describe_costs(path, machine, costs)))
         if not found:
             print(f"no stored costs in {cost_store()} (the first idle run of a target measures them)")
+        for kept in sorted(cost_store().glob("*.samples.json")):
+            print(f"{kept}: the samples of an unfinished measurement (the next run or refresh of its machine resumes "
+                  "from them)")
         return 0
     import torch
 
@@ -103,6 +107,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
     from specbench.run.plan import RunConfig
 
     torch.set_num_threads(decoding_threads(args.threads, busy=False))  # the threads an idle run decodes with
+    # The Decoder reads the model settings only (no run folder: `out` is not written).
     decoder = Decoder(RunConfig(out=cost_store(), target=args.target, device=args.device, dtype=args.dtype,
                                 runtime=args.runtime), {})
     machine = decoder.machine()

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 from specbench.decode.cost_model import CostCurve, Measurement, noise
 
 SIZES = [1, 2, 4, 8, 12, 16, 24, 32]  # tokens per forward at which the curve is measured
-MAX_SPREAD = 0.5  # rounds disagreeing by more than this: the machine was not steady enough to keep the curve
+MAX_SPREAD = 0.3  # rounds disagreeing by more than this: the machine was not steady enough to keep the curve
 BUSY_SHARE = 0.25  # a round during which other processes used more than this share of the CPUs is measured again
 
 
