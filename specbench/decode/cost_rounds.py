@@ -8,6 +8,9 @@ each size's fastest over the kept rounds; the machine's spread is the largest di
 is refused when it falls with k by more than its noise (max(NOISE_FLOOR, spread)), when its rounds disagree by more
 than MAX_SPREAD, or when a quick re-probe of T(1) after it disagrees by more than its noise; a refused curve is
 measured once more (CostPlan.attempts), and one still refused is never stored (specbench.run.cost_store).
+As the curve is each size's fastest over the rounds, a fall that some round contradicts is never larger than the
+spread: load shows as spread (refused past MAX_SPREAD), and a fall beyond the noise is one that every round
+measured (a runtime whose kernel for k tokens is slower than its kernel for more; refused as well, and said).
 
 Everything here reads the clock only through the callables it is given (the timed forward, the load reading), so a
 test can drive it with a fake timer; nothing here runs while decoding. Samples are handed to `keep` after every
@@ -32,14 +35,15 @@ class CostPlan:
     sizes: list[int] = field(default_factory=lambda: list(SIZES))
     rounds: int = 3  # rounds kept
     repeats: int = 2  # timed forwards per size and round (after one untimed), the fastest kept
-    busy_share: float = BUSY_SHARE
+    busy_share: float = BUSY_SHARE  # 1.0: no round is measured again for load (a run busy at its start)
     redo: int = 3  # rounds that may be measured again because load arrived, per attempt
     attempts: int = 2  # whole measurements before a curve that fails its checks is refused
 
     def describe(self) -> str:
+        redo = (f"rounds with other processes above {self.busy_share:.0%} of the CPUs measured again"
+                if self.busy_share < 1 else "no round measured again for load (the run started beside other work)")
         return (f"fastest of {self.repeats} forwards per size after one untimed, in each of {self.rounds} interleaved "
-                f"rounds (ascending, then descending), rounds with other processes above {self.busy_share:.0%} of the "
-                f"CPUs measured again")
+                f"rounds (ascending, then descending), {redo}")
 
 
 @dataclass
