@@ -158,6 +158,9 @@ def test_an_interrupted_measurement_resumes_from_the_sizes_it_finished(tmp_path,
     assert measured.problem is None and curve.seconds == [IDLE_MS[k] / 1000 for k in SIZES]
     watch.finish()
     assert not machine().samples_path().exists()
+    for garbage in ("{not json", '{"sizes": [1], "repeats": 2, "started": "x", "seconds": 5}', "[1]"):
+        machine().samples_path().write_text(garbage)  # unreadable samples: a fresh measurement, no error
+        assert KeptWatch(machine(), progress=False).resume(plan).seconds == []
 
 
 def stored_curve(table: dict[int, float], spread: float = 0.02) -> CostModel:

@@ -67,10 +67,11 @@ class CostSamples:
         """Samples kept by an interrupted measurement, or None when they are not readable as such."""
         try:
             samples = CostSamples(**raw)
-        except TypeError:
+            widths = {len(row) for row in samples.seconds + samples.busy}
+            fits = widths <= {len(samples.sizes)} and len(samples.loads) == len(samples.seconds)
+        except TypeError:  # not an object of these fields, or fields of other types
             return None
-        widths = {len(row) for row in samples.seconds + samples.busy}
-        return samples if widths <= {len(samples.sizes)} and len(samples.loads) == len(samples.seconds) else None
+        return samples if fits else None
 
     def fits(self, plan: CostPlan) -> bool:
         return self.sizes == plan.sizes and self.repeats == plan.repeats
