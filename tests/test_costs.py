@@ -9,7 +9,7 @@ import pytest
 
 from specbench.cli import main
 from specbench.decode.cost_model import CostCurve, CostModel, Measurement
-from specbench.decode.cost_rounds import SIZES, CostPlan, CostRounds, CostSamples, CostWatch, measure_curve
+from specbench.decode.cost_rounds import SIZES, CostPlan, CostRounds, CostWatch, measure_curve
 from specbench.errors import SpecbenchError
 from specbench.run.cost_store import (
     BESIDE_OTHER_WORK,
@@ -27,7 +27,7 @@ LOADED_MS = {1: 272.0, 2: 393.0, 4: 391.0, 8: 605.0, 12: 942.0, 16: 126.0, 24: 9
 
 
 class FakeTimer:
-    """time(k) from a table of milliseconds; `slow` calls (by their index) take `factor` times as long."""
+    """time(k) from a table of milliseconds; the calls in `slow` (by index) take their factor times as long."""
 
     def __init__(self, table: dict[int, float], slow: dict[int, float] | None = None) -> None:
         self.table, self.slow, self.calls = table, slow or {}, []
@@ -38,20 +38,17 @@ class FakeTimer:
 
 
 class ScriptedLoad(CostWatch):
-    """Load readings from a script (the last repeats), as a watch that reads the load; keeps every save."""
+    """Load readings from a script (the last repeats), as a watch that reads the load."""
     reads_load = True
 
     def __init__(self, shares: list[float]) -> None:
-        self.shares, self.readings, self.saved = shares, 0, []
+        self.shares, self.readings = shares, 0
 
     def load(self, wait: bool) -> float | None:
         self.readings += 1
         if self.readings == 1:  # the window's opening
             return None
         return self.shares[min(self.readings - 2, len(self.shares) - 1)]
-
-    def keep(self, samples: CostSamples) -> None:
-        self.saved.append(json.loads(json.dumps(samples.to_dict())))
 
 
 def measure(timer: FakeTimer, watch: CostWatch, plan: CostPlan | None = None) -> tuple[CostCurve, Measurement]:
