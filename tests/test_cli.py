@@ -230,7 +230,7 @@ def test_module_entry_point_exits_non_zero_without_traceback(tmp_path):
 
 
 def test_version_help_and_argument_errors_answer_before_torch_is_imported():
-    """The CLI parses before it imports torch or transformers (16-22 s on a busy machine), so `--version`, `--help`,
+    """The CLI parses before it imports torch or transformers (many seconds on a busy machine), so `--version`, `--help`,
     a misspelled option, a bad choice and `costs show` answer at once; checked by what they imported, not timed."""
     script = ("import sys\nfrom specbench.cli import main\n"
               "for argv in (['--version'], ['--help'], ['run', '--bogus'], ['run', '--runtime', 'nope'],\n"
