@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from specbench.cli import main
 from specbench.decode.cost_model import CostCurve, CostModel, Measurement
@@ -229,7 +230,11 @@ def test_costs_show_and_refresh_on_a_tiny_target(tiny_target_dir, tmp_path, monk
     monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
     assert main(["costs", "show"]) == 0
     assert "no stored costs" in capsys.readouterr().out
-    code = main(["costs", "refresh", "--target", str(tiny_target_dir), "--threads", "1"])
+    before = torch.get_num_threads()
+    try:
+        code = main(["costs", "refresh", "--target", str(tiny_target_dir), "--threads", "1"])
+    finally:
+        torch.set_num_threads(before)  # refresh sets the threads an idle run would decode with
     out, err = capsys.readouterr()
     files = [p for p in (tmp_path / "costs").glob("*.json") if not p.name.endswith(".samples.json")]
     if code == 0:
