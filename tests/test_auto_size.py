@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from specbench.decode.cost_model import CostCurve
+from specbench.decode.cost_rounds import SIZES as SIZES_MEASURED
 from specbench.decode.costs import CONTEXT, measure_cost_model
-from specbench.decode.costs import SIZES as SIZES_MEASURED
 from specbench.decode.engine import generate, generate_batch
 from specbench.decode.sampling import Sampling
 from specbench.decode.static import StaticTarget

@@ -229,6 +229,20 @@ def test_module_entry_point_exits_non_zero_without_traceback(tmp_path):
     assert "Traceback" not in result.stderr and "unknown method nope" in result.stderr
 
 
+def test_version_help_and_argument_errors_answer_before_torch_is_imported():
+    """The CLI parses before it imports torch or transformers (many seconds on a busy machine), so `--version`, `--help`,
+    a misspelled option, a bad choice and `costs show` answer at once; checked by what they imported, not timed."""
+    script = ("import sys\nfrom specbench.cli import main\n"
+              "for argv in (['--version'], ['--help'], ['run', '--bogus'], ['run', '--runtime', 'nope'],\n"
+              "             ['train', 'eagle', '--autocast', 'fp8'], ['costs', 'show']):\n"
+              "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+              "print('imported:', sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO)
+    assert result.stdout.splitlines()[-1] == "imported: []", result.stderr
+    assert "specbench " in result.stdout and "unrecognized arguments: --bogus" in result.stderr
+    assert "invalid choice: 'nope'" in result.stderr and "invalid choice: 'fp8'" in result.stderr
+
+
 def test_list_shows_methods_and_tasks(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out

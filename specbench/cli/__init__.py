@@ -1,4 +1,5 @@
-"""python -m specbench run | tune | report | export | check | list | doctor | bench | train | distill | datastore | tasks"""
+"""python -m specbench run | tune | report | export | check | list | doctor | bench | costs | train | distill | datastore |
+tasks"""
 from __future__ import annotations
 
 import os

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specbench.decode.runtime import RUNTIMES
-from specbench.decode.target import DEFAULT_TARGET
+from specbench.decode.names import DEFAULT_TARGET, RUNTIMES
 from specbench.errors import SpecbenchError
-from specbench.method import key_values
 from specbench.run.tasks import SOURCES, QuestionSelection, parse_category_map
 
 
@@ -31,6 +29,11 @@ def parse_batch_sizes(text: str) -> list[int]:
     return sorted(set(sizes))  # sizes > 0: checked with the run's other settings (plan.validate)
 
 
+def check_threads(threads: int | None) -> None:
+    if threads is not None and threads < 1:
+        raise SpecbenchError(f"--threads must be >= 1, got {threads}")
+
+
 def parse_layers(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(i) for i in csv_list(text))
@@ -40,6 +43,8 @@ def parse_layers(text: str) -> tuple[int, ...]:
 
 def parse_options(pairs: list[str]) -> dict[str, str]:
     """--opt key=value (repeated) as a dict."""
+    from specbench.method import key_values
+
     return key_values(pairs, lambda pair: f"--opt {pair!r}: expected key=value")
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from specbench.cli.info_command import (
                                         add_bench_parser,
+                                        add_costs_parser,
                                         add_doctor_parser,
                                         add_list_parser,
                                         cmd_bench,
+                                        cmd_costs,
                                         cmd_doctor,
                                         cmd_list,
 )
@@ -31,7 +33,7 @@ from specbench.cli.train_command import (
 
 PARSERS = (add_run_parser, add_tune_parser, add_report_parser, add_export_parser, add_check_parser, add_doctor_parser,
            add_list_parser, add_train_parser, add_distill_parser, add_datastore_parser, add_tasks_parser,
-           add_bench_parser)
+           add_bench_parser, add_costs_parser)
 COMMANDS = {"run": cmd_run, "distill": cmd_distill, "report": cmd_report, "export": cmd_export, "check": cmd_check,
             "list": cmd_list, "bench": cmd_bench, "train": cmd_train, "datastore": cmd_datastore, "tune": cmd_tune,
-            "doctor": cmd_doctor, "tasks": cmd_tasks}
+            "doctor": cmd_doctor, "tasks": cmd_tasks, "costs": cmd_costs}

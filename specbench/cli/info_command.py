@@ -1,13 +1,16 @@
-"""`list`, `doctor` and `bench`: what is installed, and what the engine costs on this machine."""
+"""`list`, `doctor`, `bench` and `costs`: what is installed, what the engine costs on this machine, and the
+costs stored for it."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from pathlib import Path
 
 from specbench.cli.args import (
     add_method_file,
     add_model_args,
     add_question_args,
+    check_threads,
     question_selection,
 )
 from specbench.errors import SpecbenchError
@@ -65,6 +68,56 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from specbench.cli.doctor import doctor
 
     return doctor(args.method_files)
+
+
+def add_costs_parser(sub: argparse._SubParsersAction) -> None:
+    costs = sub.add_parser(
+        "costs", help="this machine's stored costs (the verification curve runs size trees from): show, or "
+                      "measure anew and replace",
+        description="show: every stored cost curve (~/.cache/specbench/costs/, or $SPECBENCH_CACHE/costs), with the "
+                    "machine it is for and when, how and under what load it was measured. refresh: measure the "
+                    "curve of --target (with --device, --dtype, --runtime and --threads as a run on an idle machine "
+                    "uses) anew and replace the stored one; a curve that fails its checks replaces nothing (exit 2).",
+        epilog="example: python -m specbench costs refresh --target smollm2-135m-instruct")
+    costs.add_argument("action", choices=["show", "refresh"])
+    add_model_args(costs)
+    costs.add_argument("--threads", type=int, help="torch threads (default as an idle run: OMP_NUM_THREADS when "
+                                                   "set, else the cores this process may use)")
+
+
+def cmd_costs(args: argparse.Namespace) -> int:
+    from specbench.run.cost_store import cost_store, describe_costs, stored_costs
+
+    check_threads(args.threads)
+    if args.action == "show":
+        found = stored_costs()
+        for path, machine, costs in found:
+            print("\n".join(describe_costs(path, machine, costs)))
+        if not found:
+            print(f"no stored costs in {cost_store()} (the first idle run of a target measures them)")
+        for kept in sorted(cost_store().glob("*.samples.json")):
+            print(f"{kept}: the samples of an unfinished measurement (the next run or refresh of its machine resumes "
+                  "from them)")
+        return 0
+    import torch
+
+    from specbench.run.cost_store import refresh_costs
+    from specbench.run.decoder import Decoder
+    from specbench.run.load import decoding_threads
+    from specbench.run.plan import RunConfig
+
+    torch.set_num_threads(decoding_threads(args.threads, busy=False))  # the threads an idle run decodes with
+    # The Decoder reads the model settings only (no run folder: `out` is not written).
+    decoder = Decoder(RunConfig(out=cost_store(), target=args.target, device=args.device, dtype=args.dtype,
+                                runtime=args.runtime), {})
+    machine = decoder.machine()
+    old, new = refresh_costs(machine, decoder.measure_costs)
+    print("stored before:" if old else "stored before: none")
+    if old:
+        print("\n".join(describe_costs(machine.path(), asdict(machine), old)))
+    print("stored now:")
+    print("\n".join(describe_costs(machine.path(), asdict(machine), new)))
+    return 0
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:

@@ -10,13 +10,13 @@ from specbench.cli.args import (
     add_method_file,
     add_model_args,
     add_question_args,
+    check_threads,
     csv_list,
     parse_batch_sizes,
     parse_options,
     question_selection,
     temperature_list,
 )
-from specbench.errors import SpecbenchError
 
 
 def add_run_parser(sub: argparse._SubParsersAction) -> None:
@@ -85,8 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     out = args.out or Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
     report_dir = args.report_dir or out / "report"
-    if args.threads is not None and args.threads < 1:
-        raise SpecbenchError(f"--threads must be >= 1, got {args.threads}")
+    check_threads(args.threads)
     check_report_dir(report_dir, read_run_info(out).started or None)  # before hours of decoding, not after
     methods = args.methods
     if args.settings is not None:

@@ -11,9 +11,9 @@ from specbench.cli.args import (
     parse_options,
     parse_shard,
 )
-from specbench.decode.target import DEFAULT_TARGET
+from specbench.decode.names import DEFAULT_TARGET
 from specbench.errors import SpecbenchError
-from specbench.train.training import AUTOCAST_TYPES
+from specbench.train.names import AUTOCAST_NAMES
 
 
 def add_feature_layers(p: argparse.ArgumentParser, which: str, so: str) -> None:
@@ -51,7 +51,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                             "from it at once")
     train.add_argument("--max-tokens", type=int, default=2_000_000, help="training positions to stop after")
     train.add_argument("--hours", type=float, default=0.0, help="training time to stop after (0 = no limit)")
-    train.add_argument("--autocast", choices=sorted(AUTOCAST_TYPES),
+    train.add_argument("--autocast", choices=AUTOCAST_NAMES,
                        help="mixed precision: each step's loss under torch.autocast (weights, optimizer and held-out "
                             "evaluation stay fp32); on a CPU it pays only with native bf16 (avx512_bf16 or AMX)")
     train.add_argument("--lr", type=float, default=3e-4)

@@ -4,11 +4,13 @@ machine's description that goes with every timing."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import torch
 from transformers import PreTrainedModel
 
 from specbench.decode.cost_model import CostCurve, CostModel
+from specbench.decode.cost_rounds import CostPlan, CostRounds, CostWatch, measure_curve
 from specbench.decode.draft import Draft
 from specbench.decode.inputs import batch_inputs, row_block, tree_inputs
 from specbench.decode.kv import new_cache, truncate_cache
@@ -16,7 +18,6 @@ from specbench.decode.layout import AttentionLayout
 from specbench.decode.runtime import fastest_seconds
 from specbench.decode.static import BLOCK_SIZES, StaticTarget, bucket
 
-SIZES = [1, 2, 4, 8, 12, 16, 24, 32]  # tokens per forward at which the curve is measured
 CONTEXT = 256  # cached context tokens before the measured forward
 COPY_BYTES = 256 * 2**20  # the copy probe's tensor: far beyond any CPU's last-level cache and an H100's L2
 
@@ -44,24 +45,33 @@ def bushy_tree(tokens: list[int]) -> Draft:
     return Draft(list(tokens), [(i - 1) // 2 if i > 0 else -1 for i in range(len(tokens))])
 
 
-@torch.inference_mode()
 def measure_forward_curve(model: PreTrainedModel, sizes: list[int], tree: bool, repeats: int = 5,
                           context: int = CONTEXT, static: StaticTarget | None = None) -> CostCurve:
     """Fastest of `repeats` forwards over n new tokens after a cached context, for each n (after one warm-up).
     tree=True: one pending token and n - 1 tree nodes under the engine's 4D tree mask (what verification runs);
     tree=False: n tokens under the model's own causal mask. The minimum is the least load-sensitive statistic.
     static: the target's static runtime, where the run decodes on it (its padded shapes, captured on CUDA)."""
+    timed = forward_timer(model, tree, repeats, context, static)
+    return CostCurve(list(sizes), [timed(n) for n in sizes])
+
+
+def forward_timer(model: PreTrainedModel, tree: bool, repeats: int, context: int = CONTEXT,
+                  static: StaticTarget | None = None) -> Callable[[int], float]:
+    """time(n): the fastest of `repeats` forwards over n new tokens (after one untimed) after a context cached once
+    here, as measure_forward_curve times them; the cache is truncated back after each forward."""
     if static is not None:
-        return static_forward_curve(static, sizes, tree, repeats, context)
+        return static_forward_timer(static, tree, repeats, context)
     device = model.device
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
     cache = new_cache()
     layout = AttentionLayout.of(model.config)
-    model(input_ids=torch.randint(0, vocab, (1, context), generator=gen).to(device), cache=cache,
-          use_cache=True, logits_to_keep=1)
-    seconds = []
-    for n in sizes:
+    with torch.inference_mode():
+        model(input_ids=torch.randint(0, vocab, (1, context), generator=gen).to(device), cache=cache,
+              use_cache=True, logits_to_keep=1)
+
+    @torch.inference_mode()
+    def timed(n: int) -> float:
         tokens = torch.randint(0, vocab, (n,), generator=gen).tolist()
         draft = bushy_tree(tokens[1:]) if tree else Draft()
         inputs = tree_inputs(tokens[:1] if tree else tokens, draft, context, model.dtype, device, layout)
@@ -71,14 +81,14 @@ def measure_forward_curve(model: PreTrainedModel, sizes: list[int], tree: bool, 
                   attention_mask=inputs.attention_mask, cache=cache, use_cache=True, logits_to_keep=n)
             truncate_cache(cache, context)
 
-        seconds.append(fastest_seconds(forward, device, repeats))
-    return CostCurve(list(sizes), seconds)
+        return fastest_seconds(forward, device, repeats)
+
+    return timed
 
 
-def static_forward_curve(static: StaticTarget, sizes: list[int], tree: bool, repeats: int, context: int
-                         ) -> CostCurve:
-    """measure_forward_curve's forwards as the static runtime runs them: each block padded to its bucketed size,
-    written after the cached context at fixed slots (nothing to truncate), replayed from its graph on CUDA."""
+def static_forward_timer(static: StaticTarget, tree: bool, repeats: int, context: int) -> Callable[[int], float]:
+    """forward_timer's forwards as the static runtime runs them: each block padded to its bucketed size, written
+    after the cached context at fixed slots (nothing to truncate), replayed from its graph on CUDA."""
     model = static.model
     device, layout = model.device, AttentionLayout.of(model.config)
     gen = torch.Generator().manual_seed(0)
@@ -89,15 +99,18 @@ def static_forward_curve(static: StaticTarget, sizes: list[int], tree: bool, rep
         return {"input_ids": made.input_ids, "position_ids": made.position_ids, "attention_mask": made.attention_mask}
 
     prompt = torch.randint(0, model.config.vocab_size, (context,), generator=gen).tolist()
-    static.forward(inputs(row_block(prompt, Draft(), 0), 0, context), 0, 1, False)
-    seconds = []
-    for n in sizes:
+    with torch.inference_mode():
+        static.forward(inputs(row_block(prompt, Draft(), 0), 0, context), 0, 1, False)
+
+    @torch.inference_mode()
+    def timed(n: int) -> float:
         tokens = torch.randint(0, model.config.vocab_size, (n,), generator=gen).tolist()
         block = row_block(tokens[:1], bushy_tree(tokens[1:]), context) if tree else row_block(tokens, Draft(), context)
         size = bucket(n, BLOCK_SIZES)
         named = inputs(block, context, size)
-        seconds.append(fastest_seconds(lambda: static.forward(named, context, size, False), device, repeats))
-    return CostCurve(list(sizes), seconds)
+        return fastest_seconds(lambda: static.forward(named, context, size, False), device, repeats)
+
+    return timed
 
 
 @torch.inference_mode()
@@ -110,12 +123,25 @@ def measure_copy_bandwidth(device: torch.device, nbytes: int = COPY_BYTES, repea
     return 2 * nbytes / seconds / 1e9
 
 
-def measure_cost_model(model: PreTrainedModel, target: str, rounds: int = 3,
-                       static: StaticTarget | None = None) -> CostModel:
-    """The run's verification curve: per size the fastest over `rounds` passes over all sizes (a busy neighbour on
-    a shared machine slows whole seconds at a time; one pass once read T(1) above T(2)). static: the target's
-    static runtime, where the run decodes on it."""
-    curves = [measure_forward_curve(model, SIZES, tree=True, static=static) for _ in range(rounds)]
-    fastest = [min(c.seconds[i] for c in curves) for i in range(len(SIZES))]
-    return CostModel(target, str(model.device), cpu_description(), CostCurve(list(SIZES), fastest),
-                     copy_gbps=measure_copy_bandwidth(model.device))
+def probe_seconds(model: PreTrainedModel, static: StaticTarget | None = None, repeats: int = 3) -> float:
+    """A quick T(1): the fastest of `repeats` tree-masked one-token forwards after the measurement's context (what a
+    run compares its stored T(1) with as it starts)."""
+    return forward_timer(model, True, repeats, CONTEXT, static)(1)
+
+
+def measure_cost_model(model: PreTrainedModel, target: str, rounds: int = 3, static: StaticTarget | None = None,
+                       watch: CostWatch | None = None, plan: CostPlan | None = None) -> CostModel:
+    """The run's verification curve, measured in interleaved rounds with the load read during them and checked
+    before it may be kept (specbench.decode.cost_rounds; its Measurement says when, how, under what load and, where
+    it failed its checks, why). static: the target's static runtime, where the run decodes on it. watch: how the
+    load is read, the samples kept and progress shown (default: no load reading, nothing kept, no progress). plan:
+    how (default CostPlan with `rounds`)."""
+    watch = watch or CostWatch()
+    plan = plan or CostPlan(rounds=rounds)
+    samples = watch.resume(plan)
+    timed = forward_timer(model, True, plan.repeats, CONTEXT, static)
+    done = sum(x is not None for row in samples.seconds for x in row)
+    with watch.progress(len(plan.sizes) * plan.rounds, done) as tick:
+        curve, measured = measure_curve(CostRounds(plan, timed, watch, tick), samples)
+    return CostModel(target, str(model.device), cpu_description(), curve, copy_gbps=measure_copy_bandwidth(model.device),
+                     measured=measured)

@@ -40,7 +40,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 
-RUNTIMES = ("auto", "fast", "stock", "compiled", "eager")
+from specbench.decode.names import RUNTIMES
 
 FEW_TOKENS = 32  # above this many rows (prefills) F.linear is as fast as anything else
 WXT_MAX_ROWS = 4  # W @ xT up to here, oneDNN-packed weights above (table in the module docstring)

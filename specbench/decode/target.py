@@ -18,12 +18,11 @@ from transformers import (
 )
 
 from specbench.decode.layout import AttentionLayout
+from specbench.decode.names import DEFAULT_TARGET
 from specbench.decode.runtime import RuntimeInfo, prepare
 from specbench.decode.shapes import is_shape, shape_model
 from specbench.decode.static import StaticTarget
 from specbench.errors import SpecbenchError
-
-DEFAULT_TARGET = "smollm2-135m-instruct"
 
 
 @dataclass(frozen=True)

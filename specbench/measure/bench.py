@@ -15,7 +15,8 @@ import torch
 from tqdm import tqdm
 
 from specbench.decode.cost_model import CostCurve, CostModel
-from specbench.decode.costs import SIZES, cpu_description, measure_forward_curve
+from specbench.decode.cost_rounds import SIZES
+from specbench.decode.costs import cpu_description, measure_forward_curve
 from specbench.decode.engine import generate
 from specbench.decode.runtime import FewTokenLinear, fastest_seconds, restore, stock_linears
 from specbench.decode.sampling import Sampling

@@ -11,7 +11,8 @@ from typing import Any, Iterator
 from tqdm import tqdm
 
 from specbench.decode.cost_model import CostModel
-from specbench.decode.costs import cpu_description, measure_copy_bandwidth, measure_cost_model
+from specbench.decode.cost_rounds import CostPlan
+from specbench.decode.costs import cpu_description, measure_copy_bandwidth, measure_cost_model, probe_seconds
 from specbench.decode.draft import Drafter
 from specbench.decode.engine import prepare_shapes
 from specbench.decode.sampling import Sampling
@@ -19,7 +20,7 @@ from specbench.decode.synthetic import SyntheticAcceptance
 from specbench.decode.target import load_model
 from specbench.method import BuildContext, MethodInfo
 from specbench.run.answer import answer_questions, check_prompts_fit, conversation_capacity, warm_up
-from specbench.run.cost_store import Machine, read_stored_costs, store_costs
+from specbench.run.cost_store import Machine, MachineWatch, machine_costs, store_costs
 from specbench.run.energy import open_counter
 from specbench.run.failures import target_step
 from specbench.run.footprint import target_bytes
@@ -82,19 +83,20 @@ class Decoder:
             self.target.static.reserve(max(self.cfg.batch_sizes), capacity)
         return capacity
 
-    def machine_costs(self, may_store: bool) -> CostModel:
-        """This machine's stored costs, else measured now (and stored when may_store: the machine was idle)."""
-        if not self.cfg.measure_costs:
-            stored = read_stored_costs(self.machine())
-            if stored is not None:
-                return self.with_bandwidth(stored)
-        tqdm.write("measuring this machine's costs (once: kept for later runs when the machine is idle)",
-                   file=sys.stderr)
+    def machine_costs(self, quiet: bool, store: bool) -> CostModel:
+        """This machine's costs (specbench.run.cost_store.machine_costs; quiet: the machine was idle as the run
+        started), stored now when store and freshly measured (else the caller stores them after setup)."""
         with target_step(self.target, "the cost measurement"):
-            costs = measure_cost_model(self.target.model, self.cfg.target, static=self.target.static)
-        if may_store:
+            costs = machine_costs(
+                self.machine(), self.measure_costs, lambda: probe_seconds(self.target.model, self.target.static),
+                self.cfg.measure_costs, quiet, lambda line: tqdm.write(line, file=sys.stderr))
+        if store and not costs.source.startswith("stored"):
             self.store_costs(costs)
-        return costs
+        return self.with_bandwidth(costs)
+
+    def measure_costs(self, watch: MachineWatch, plan: CostPlan) -> CostModel:
+        return measure_cost_model(self.target.model, self.cfg.target, static=self.target.static, watch=watch,
+                                  plan=plan)
 
     def with_bandwidth(self, costs: CostModel) -> CostModel:
         """The costs with the device's copy bandwidth, measured now where they came without it (costs stored

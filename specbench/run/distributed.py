@@ -41,8 +41,8 @@ class DecodeWorker:
     def info(self) -> dict[str, Any]:
         return asdict(self.decoder.info)
 
-    def machine_costs(self, may_store: bool) -> dict[str, Any]:
-        return self.decoder.machine_costs(may_store).to_dict()
+    def machine_costs(self, quiet: bool) -> dict[str, Any]:
+        return self.decoder.machine_costs(quiet, store=quiet).to_dict()
 
     def setup(self, plan: RunPlan, costs: dict[str, Any]) -> None:
         self.decoder.setup(plan.methods, CostModel.from_dict(costs, "the run's costs"), plan.questions)

@@ -2,7 +2,7 @@
 (checked once, here), and the jobs still to do in the run folder."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +129,7 @@ def stored_costs(cfg: RunConfig) -> CostModel | None:
     if own:
         return CostModel.from_dict(own, str(cfg.out / "run.json"))
     if cfg.cost_curve is not None:
-        return read_cost_model(cfg.cost_curve, cfg.target)
+        return replace(read_cost_model(cfg.cost_curve, cfg.target), source=f"--cost-curve {cfg.cost_curve}")
     return None
 
 

@@ -20,6 +20,7 @@ from tqdm import tqdm
 from specbench.decode.costs import cpu_description
 from specbench.errors import SpecbenchError
 from specbench.train.features import FeatureCache, chunk_layers
+from specbench.train.names import AUTOCAST_NAMES
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,7 @@ def log_eval(log, state: dict, metrics: dict[str, float], final: bool = False) -
 
 
 # bfloat16 only: float16 would need a gradient scaler against underflow, which the loop does not have.
-AUTOCAST_TYPES = {"bfloat16": torch.bfloat16}
+AUTOCAST_TYPES = {name: getattr(torch, name) for name in AUTOCAST_NAMES}
 
 
 def autocast_type(name: str | None) -> torch.dtype | None:
