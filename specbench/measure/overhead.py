@@ -97,7 +97,8 @@ class Residence:
     proxy every tensor is on the CPU, so the host tensors are tracked as a GPU run would have them: made from
     Python data or by a factory without a device, brought over by `.cpu()`/`.numpy()`, or computed from host
     tensors alone; everything else (the models, what drafters and the engine build on the model's device, and what
-    is computed from it) counts as on the device, and `.to(device)` brings a tensor there."""
+    is computed from it) counts as on the device, and `.to(device)` brings a tensor there (on the CPU it returns
+    the tensor itself, which then counts as on the device)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device, self.proxy = device, device.type == "cpu"
@@ -147,9 +148,13 @@ class Residence:
         return None, host
 
     def place(self, output: Any, host: bool) -> None:
-        if self.proxy and host:
-            for t in tensors_in(output):
+        """Record where a call's output tensors live (on the CPU a `.to(device)` may return its input itself: it
+        is then on the device)."""
+        for t in tensors_in(output) if self.proxy else ():
+            if host:
                 self.hosts[t] = True
+            else:
+                self.hosts.pop(t, None)
 
 
 class ForwardClock:
