@@ -49,7 +49,7 @@ def test_counter_counts_a_toy_loops_waits_and_changes_nothing():
     torch.manual_seed(0)
     model = Syncing()
     plain = [toy_step(model, device) for _ in range(steps)]
-    with ForwardClock() as clock, SyncCounter(device, clock) as counter:
+    with ForwardClock(device) as clock, SyncCounter(device, clock) as counter:
         counted = [toy_step(model, device) for _ in range(steps)]
     assert counted == plain
     assert clock.depth == 0 and clock.cpu > 0
@@ -63,7 +63,7 @@ def test_counter_counts_a_toy_loops_waits_and_changes_nothing():
 def test_real_device_rules_count_by_the_tensors_own_device():
     """On an accelerator the tensors' own devices decide; here a 'device' other than the CPU makes every CPU tensor
     a host one, so that no call on it waits (the rules without a GPU)."""
-    with ForwardClock() as clock, SyncCounter(torch.device("meta"), clock) as counter:
+    with ForwardClock(torch.device("cpu")) as clock, SyncCounter(torch.device("meta"), clock) as counter:
         x = torch.tensor([1.0, 2.0])
         x.tolist()
         x.cpu().numpy()
@@ -102,3 +102,11 @@ def test_bench_overhead_options_refused_without_overhead(capsys):
     assert main(["bench", "--batch-size", "4"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "specbench: error: --batch-size goes with --overhead"
+
+
+@needs_default_tokenizer
+def test_bench_overhead_needs_two_steps(capsys):
+    code = main(["bench", "--overhead", "--target", "shape:tiny-llama", "--methods", "vanilla", "--batch-size", "1",
+                 "--max-new-tokens", "1", "--rounds", "1", "--runtime", "fast", "--tasks", "gsm8k"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("specbench: error: bench --overhead: vanilla decoded") and "\n" not in err

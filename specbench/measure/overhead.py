@@ -42,8 +42,10 @@ from torch.utils.weak import WeakIdKeyDictionary
 from specbench.decode.costs import cpu_description
 from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate_batch
+from specbench.decode.runtime import synchronize
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import LoadedModel
+from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo
 
 OVERHEAD_TARGET = "shape:smollm2-135m-tiny"
@@ -159,10 +161,10 @@ class Residence:
 
 class ForwardClock:
     """Process CPU and wall time inside outermost module calls (forwards), through torch's global module hooks
-    (registered on enter, removed on exit)."""
+    (registered on enter, removed on exit). On an accelerator a forward ends when the device has run it."""
 
-    def __init__(self) -> None:
-        self.depth = 0
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.depth = device, 0
         self.cpu = self.wall = 0.0
         self.started = (0.0, 0.0)
         self.handles: list[Any] = []
@@ -175,6 +177,7 @@ class ForwardClock:
     def after(self, module: torch.nn.Module, inputs: Any, output: Any) -> None:
         self.depth -= 1
         if self.depth == 0:
+            synchronize(self.device)
             self.cpu += time.process_time() - self.started[0]
             self.wall += time.perf_counter() - self.started[1]
 
@@ -196,7 +199,7 @@ class Counts:
 
 
 class SyncCounter(TorchFunctionMode):
-    """Counts host-blocking points (blocking_kind) and torch calls, inside and outside the clock's forwards;
+    """Counts host-blocking points (Residence.blocking) and torch calls, inside and outside the clock's forwards;
     every call runs as it was made."""
 
     def __init__(self, device: torch.device, clock: ForwardClock) -> None:
@@ -219,12 +222,42 @@ class SyncCounter(TorchFunctionMode):
 
 @dataclass
 class Mark:
-    """The counters at the end of a step."""
+    """The clocks and counters at the end of a step."""
     cpu: float
     wall: float
     forward_cpu: float
     forward_wall: float
     counts: Counts
+
+
+@dataclass
+class Window:
+    """A generation from the end of its first step (the prefill) to the end of its last."""
+    tokens: list[list[int]]
+    first: Mark
+    last: Mark
+    steps: int
+
+    @classmethod
+    def of(cls, tokens: list[list[int]], marks: list[Mark], method: str) -> Window:
+        if len(marks) < 2:
+            raise SpecbenchError(f"bench --overhead: {method} decoded its tokens in one step; measuring needs two "
+                                 "or more (raise --max-new-tokens)")
+        return cls(tokens, marks[0], marks[-1], len(marks) - 1)
+
+    def host_cpu(self) -> float:
+        """Seconds of process CPU time per step outside forwards."""
+        return (self.last.cpu - self.first.cpu - (self.last.forward_cpu - self.first.forward_cpu)) / self.steps
+
+    def host_wall(self) -> float:
+        return (self.last.wall - self.first.wall - (self.last.forward_wall - self.first.forward_wall)) / self.steps
+
+    def forward_cpu(self) -> float:
+        return (self.last.forward_cpu - self.first.forward_cpu) / self.steps
+
+    def per_step(self, counter: Callable[[Counts], Counter]) -> dict[str, float]:
+        first, last = counter(self.first.counts), counter(self.last.counts)
+        return {k: (last[k] - first[k]) / self.steps for k in sorted(last)}
 
 
 @dataclass
@@ -252,8 +285,8 @@ class Overhead:
 
 
 def marked_generation(target: LoadedModel, drafters: list[Drafter], prompt: list[int], tokens: int,
-                      counter: SyncCounter | None, clock: ForwardClock) -> tuple[list[list[int]], list[Mark]]:
-    """One generation of len(drafters) rows, with the counters read at the end of every step."""
+                      clock: ForwardClock, method: str, counter: SyncCounter | None = None) -> Window:
+    """One generation of len(drafters) rows, the clocks and counters read at the end of every step."""
     marks: list[Mark] = []
     counts = counter.counts if counter else Counts()
 
@@ -262,46 +295,28 @@ def marked_generation(target: LoadedModel, drafters: list[Drafter], prompt: list
 
     results = generate_batch(target.model, [prompt] * len(drafters), drafters, Sampling(), tokens, set(),
                              on_step=mark, static=target.static)
-    return [g.token_ids for g in results], marks
-
-
-def per_step(first: Counter, last: Counter, steps: int) -> dict[str, float]:
-    return {k: (last[k] - first[k]) / steps for k in last}
+    return Window.of([g.token_ids for g in results], marks, method)
 
 
 def measure_cell(target: LoadedModel, info: MethodInfo, drafter: Drafter, prompt: list[int], batch: int, tokens: int,
                  rounds: int) -> Overhead:
     """A method at one batch size: a warm-up, `rounds` timed generations (the fastest kept), one counted."""
     drafters = [drafter] + [drafter.fork() for _ in range(batch - 1)]
-    with ForwardClock() as clock:
-        marked_generation(target, drafters, prompt, min(tokens, 4), None, clock)  # warm-up
-        timed = []
-        for _ in range(rounds):
-            out, marks = marked_generation(target, drafters, prompt, tokens, None, clock)
-            timed.append((out, marks[0], marks[-1], len(marks) - 1))
-        counter = SyncCounter(target.model.device, clock)
-        with counter:
-            counted, marks = marked_generation(target, drafters, prompt, tokens, counter, clock)
-    if len(marks) < 2:
-        raise ValueError(f"{info.name}: {tokens} tokens make one step; measuring needs two or more")
-    steps = len(marks) - 1
-
-    def host(cell: tuple) -> float:
-        _, a, b, n = cell
-        return (b.cpu - a.cpu - (b.forward_cpu - a.forward_cpu)) / n
-
-    best = min(timed, key=host)
-    _, a, b, n = best
-    first, last = marks[0].counts, marks[-1].counts
-    blocking = per_step(first.outside, last.outside, steps)
-    kinds = {kind: sum(v for k, v in blocking.items() if k.startswith(f"{kind} ")) for kind in KINDS}
-    calls = per_step(first.calls, last.calls, steps)
-    top = dict(sorted(calls.items(), key=lambda kv: -kv[1])[:12])
-    return Overhead(info.name, target.runtime.name if target.runtime else "stock", batch, steps, 1000 * host(best),
-                    1000 * (b.wall - a.wall - (b.forward_wall - a.forward_wall)) / n,
-                    1000 * (b.forward_cpu - a.forward_cpu) / n, *(kinds[k] for k in KINDS),
-                    sum(per_step(first.inside, last.inside, steps).values()), sum(calls.values()), top,
-                    dict(sorted(blocking.items())), all(out == counted for out, *_ in timed))
+    with ForwardClock(target.model.device) as clock:
+        generate_batch(target.model, [prompt] * batch, drafters, Sampling(), min(tokens, 4), set(),
+                       static=target.static)  # warm-up
+        timed = [marked_generation(target, drafters, prompt, tokens, clock, info.name) for _ in range(rounds)]
+        with SyncCounter(target.model.device, clock) as counter:
+            counted = marked_generation(target, drafters, prompt, tokens, clock, info.name, counter)
+    best = min(timed, key=Window.host_cpu)
+    blocking = counted.per_step(lambda c: c.outside)
+    calls = counted.per_step(lambda c: c.calls)
+    return Overhead(info.name, target.runtime.name if target.runtime else "stock", batch, best.steps,
+                    1000 * best.host_cpu(), 1000 * best.host_wall(), 1000 * best.forward_cpu(),
+                    *(sum(v for k, v in blocking.items() if k.startswith(f"{kind} ")) for kind in KINDS),
+                    sum(counted.per_step(lambda c: c.inside).values()), sum(calls.values()),
+                    dict(sorted(calls.items(), key=lambda kv: -kv[1])[:12]), blocking,
+                    all(t.tokens == counted.tokens for t in timed))
 
 
 def overhead_benchmark(targets: Iterator[LoadedModel], methods: list[MethodInfo], prompt: list[int],
