@@ -84,6 +84,11 @@ class Residence:
     def on_device(self, t: Any) -> bool:
         return isinstance(t, torch.Tensor) and not self.host(t)
 
+    def is_device(self, where: torch.device) -> bool:
+        """`where` names the device ("cuda" names "cuda:0" when that is the current one)."""
+        index = torch.cuda.current_device() if where.index is None and where.type == "cuda" else where.index
+        return where.type == self.device.type and index == self.device.index
+
     def blocking(self, name: str, args: tuple, kwargs: dict) -> tuple[str | None, bool]:
         """The kind of wait a call makes ("d2h", "h2d", "shape" or None) and whether its output lives on the host
         (module docstring)."""
@@ -100,7 +105,7 @@ class Residence:
             return ("h2d" if self.host(first) and not pinned else None), False
         if name in FROM_HOST and not isinstance(first, torch.Tensor) or name in FACTORIES:
             where = kwargs.get("device")
-            on = where is not None and (self.proxy or torch.device(where) == self.device)
+            on = where is not None and (self.proxy or self.is_device(torch.device(where)))
             return ("h2d" if on and name in FROM_HOST else None), not on
         if name == "new_tensor":
             return ("h2d" if self.on_device(first) else None), self.host(first)
