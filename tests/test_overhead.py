@@ -95,7 +95,12 @@ def test_bench_overhead_runs_two_methods_on_both_runtimes(tmp_path, capsys):
     assert (remade.methods, remade.batch_size, remade.max_new_tokens) == (["vanilla", "eagle@total_tokens=4"], [1, 2], 4)
     report = (out / "README.md").read_text()
     assert records["command"] in report and report.count("| eagle@total_tokens=4 |") == 4
-    assert printed.count("eagle@total_tokens=4") == 4
+    assert report.count("host ms per added row from B=1 to B=2") == 4 and report.count("x vanilla's") == 2
+    lines = [line for line in printed.splitlines() if line.startswith("eagle@total_tokens=4 ")]
+    assert len(lines) == 6 and sum("per added row" in line for line in lines) == 2  # 4 cells, 2 summary lines
+    (out / "README.md").unlink()
+    assert main(["bench", "--overhead", "--remake", str(out)]) == 0  # the report remade from its records alone
+    assert (out / "README.md").read_text() == report
 
 
 def test_bench_overhead_options_refused_without_overhead(capsys):
@@ -110,3 +115,9 @@ def test_bench_overhead_needs_two_steps(capsys):
                  "--max-new-tokens", "1", "--rounds", "1", "--runtime", "fast", "--tasks", "gsm8k"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("specbench: error: bench --overhead: vanilla decoded") and "\n" not in err
+
+
+def test_bench_overhead_remake_refuses_a_folder_without_records(tmp_path, capsys):
+    assert main(["bench", "--overhead", "--remake", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"specbench: error: --remake {tmp_path}: no overhead.json there"
+    assert list(tmp_path.iterdir()) == []

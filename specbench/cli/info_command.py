@@ -95,6 +95,8 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--threads", type=int, help="torch CPU threads (default: 1 with --overhead, torch's own else)")
     bench.add_argument("--out", type=Path, help="--overhead: also write the table as DIR/README.md and the cells as "
                                                 "DIR/overhead.json")
+    bench.add_argument("--remake", type=Path, metavar="DIR", help="--overhead: rewrite DIR/README.md from "
+                                                                  "DIR/overhead.json (nothing is measured)")
     # --max-new-tokens: 128, or 32 with --overhead; --target and --runtime: their defaults, or --overhead's
     bench.set_defaults(limit=2, target=None, runtime=None)
 
@@ -109,6 +111,27 @@ def overhead_command(args: argparse.Namespace, tokens: int, methods: list[str], 
             f"--threads {threads} --tasks {','.join(args.tasks)}"
             + "".join(f" {flag} {value}" for flag, value in given if value)
             + (f" --device {args.device}" if args.device != "auto" else ""))
+
+
+def remake_overhead(folder: Path) -> int:
+    """DIR/README.md rewritten from DIR/overhead.json, printed."""
+    import json
+
+    from specbench.measure.overhead import overhead_markdown, overhead_table, read_overhead
+
+    source = folder / "overhead.json"
+    try:
+        records = json.loads(source.read_text())
+        rows, setting, command = read_overhead(records), records["setting"], records["command"]
+    except FileNotFoundError:
+        raise SpecbenchError(f"--remake {folder}: no overhead.json there") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SpecbenchError(f"--remake {folder}: {source} is not bench --overhead's records ({exc})") from None
+    (folder / "README.md").write_text(overhead_markdown(rows, setting, command))
+    print(setting)
+    print(overhead_table(rows))
+    print(f"report: {folder / 'README.md'}")
+    return 0
 
 
 def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
@@ -127,6 +150,7 @@ def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
         overhead_line,
         overhead_markdown,
         overhead_records,
+        overhead_summary,
         overhead_table,
     )
     from specbench.run.registry import select_methods
@@ -149,8 +173,7 @@ def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
     print(overhead_table([]))
     rows = overhead_benchmark(iter(targets), methods, prompt, batches, tokens, args.rounds,
                               lambda cell: print(overhead_line(cell), flush=True))
-    if not all(r.same_tokens for r in rows):
-        print(overhead_table(rows).splitlines()[-1])
+    print("\n".join(overhead_summary(rows)))
     if args.out:
         command = overhead_command(args, tokens, names, batches, threads)
         args.out.mkdir(parents=True, exist_ok=True)
@@ -180,11 +203,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise SpecbenchError(f"--rounds must be > 0, got {args.rounds}")
     if args.threads is not None and args.threads < 1:
         raise SpecbenchError(f"--threads must be >= 1, got {args.threads}")
-    overhead_only = [f"--{n.replace('_', '-')}" for n in ("methods", "batch_size", "out") if getattr(args, n)]
+    overhead_only = [f"--{n.replace('_', '-')}" for n in ("methods", "batch_size", "out", "remake")
+                     if getattr(args, n)]
     if overhead_only and not args.overhead:
         raise SpecbenchError(f"{overhead_only[0]} goes with --overhead")
     if args.overhead:
-        return cmd_overhead(args, tokens)
+        return remake_overhead(args.remake) if args.remake else cmd_overhead(args, tokens)
     if args.threads:
         torch.set_num_threads(args.threads)
     args.target, args.runtime = args.target or DEFAULT_TARGET, args.runtime or "auto"

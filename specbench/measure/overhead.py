@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Callable, Iterator
 
 import torch
@@ -188,24 +188,55 @@ def overhead_line(r: Overhead) -> str:
     return aligned(overhead_values(r))
 
 
-def overhead_table(rows: list[Overhead]) -> str:
-    """The table as printed: its head, one line per cell, columns aligned."""
-    lines = [aligned([n for n, _, _ in COLUMNS]), *map(overhead_line, rows)]
+def added_per_row(rows: list[Overhead]) -> list[str]:
+    """Per method and runtime, the host time one more row adds: between the two largest batch sizes measured, and
+    against vanilla's on the same runtime where vanilla was measured."""
+    cells = {(r.method, r.runtime, r.batch): r.host_ms for r in rows}
+    batches = sorted({r.batch for r in rows})
+    if len(batches) < 2:
+        return []
+    low, high = batches[-2:]
+    slope = {(m, rt): (cells[m, rt, high] - cells[m, rt, low]) / (high - low)
+             for m, rt, b in cells if b == high and (m, rt, low) in cells}
+    lines = []
+    for (method, runtime), ms in slope.items():
+        base = slope.get(("vanilla", runtime))
+        versus = f" ({ms / base:.1f}x vanilla's)" if base and method != "vanilla" else ""
+        lines.append(f"{method} on {runtime}: {ms:.2f} host ms per added row from B={low} to B={high}{versus}")
+    return lines
+
+
+def overhead_summary(rows: list[Overhead]) -> list[str]:
+    """What follows the cells: the host time per added row, and a warning where counting changed the tokens."""
+    lines = added_per_row(rows)
     if not all(r.same_tokens for r in rows):
         lines.append("WARNING: a counted generation emitted other tokens than its timed ones: "
                      + ", ".join(f"{r.method} B={r.batch} {r.runtime}" for r in rows if not r.same_tokens))
-    return "\n".join(lines)
+    return lines
+
+
+def overhead_table(rows: list[Overhead]) -> str:
+    """The table as printed: its head, one line per cell, columns aligned; then the summary."""
+    return "\n".join([aligned([n for n, _, _ in COLUMNS]), *map(overhead_line, rows), *overhead_summary(rows)])
 
 
 def overhead_markdown(rows: list[Overhead], header: str, command: str) -> str:
-    """The report: its command, the setting and the table (markdown)."""
+    """The report: its command, the setting, the table and the host time per added row (markdown)."""
     names = [n for n, _, _ in COLUMNS]
     lines = ["# Host work per decode step (`bench --overhead`)", "", f"Command: `{command}`", "", header, "",
              "| " + " | ".join(names) + " |", "|" + "|".join("---" for _ in names) + "|",
-             *("| " + " | ".join(overhead_values(r)) + " |" for r in rows)]
+             *("| " + " | ".join(overhead_values(r)) + " |" for r in rows), "",
+             *(f"- {line}" for line in overhead_summary(rows))]
     return "\n".join(lines) + "\n"
 
 
 def overhead_records(rows: list[Overhead], header: str, command: str) -> dict:
+    """What overhead.json holds: the command, the setting and every cell."""
     return {"command": command, "setting": header, "threads": torch.get_num_threads(), "cpu": cpu_description(),
             "cells": [{**asdict(r), "blocking": r.blocking} for r in rows]}
+
+
+def read_overhead(records: dict) -> list[Overhead]:
+    """The cells of an overhead.json (overhead_records)."""
+    names = {f.name for f in fields(Overhead)}
+    return [Overhead(**{k: v for k, v in cell.items() if k in names}) for cell in records["cells"]]
