@@ -93,14 +93,14 @@ def test_bench_overhead_runs_two_methods_on_both_runtimes(tmp_path, capsys):
     assert "--runtime" not in records["command"] and records["threads"] == 1  # both runtimes: the default
     remade = parser().parse_args(shlex.split(records["command"])[3:])  # the report's command parses as written
     assert (remade.methods, remade.batch_size, remade.max_new_tokens) == (["vanilla", "eagle@total_tokens=4"], [1, 2], 4)
-    report = (out / "README.md").read_text()
+    report = (out / "overhead.md").read_text()
     assert records["command"] in report and report.count("| eagle@total_tokens=4 |") == 4
     assert report.count("host ms per added row from B=1 to B=2") == 4 and report.count("x vanilla's") == 2
     lines = [line for line in printed.splitlines() if line.startswith("eagle@total_tokens=4 ")]
     assert len(lines) == 6 and sum("per added row" in line for line in lines) == 2  # 4 cells, 2 summary lines
-    (out / "README.md").unlink()
+    (out / "overhead.md").unlink()
     assert main(["bench", "--overhead", "--remake", str(out)]) == 0  # the report remade from its records alone
-    assert (out / "README.md").read_text() == report
+    assert (out / "overhead.md").read_text() == report
 
 
 def test_bench_overhead_options_refused_without_overhead(capsys):

@@ -93,9 +93,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                                                         "sps)")
     bench.add_argument("--batch-size", type=parse_batch_sizes, help="--overhead: batch sizes (default 1,4,64)")
     bench.add_argument("--threads", type=int, help="torch CPU threads (default: 1 with --overhead, torch's own else)")
-    bench.add_argument("--out", type=Path, help="--overhead: also write the table as DIR/README.md and the cells as "
+    bench.add_argument("--out", type=Path, help="--overhead: also write the table as DIR/overhead.md and the cells as "
                                                 "DIR/overhead.json")
-    bench.add_argument("--remake", type=Path, metavar="DIR", help="--overhead: rewrite DIR/README.md from "
+    bench.add_argument("--remake", type=Path, metavar="DIR", help="--overhead: rewrite DIR/overhead.md from "
                                                                   "DIR/overhead.json (nothing is measured)")
     # --max-new-tokens: 128, or 32 with --overhead; --target and --runtime: their defaults, or --overhead's
     bench.set_defaults(limit=2, target=None, runtime=None)
@@ -114,7 +114,7 @@ def overhead_command(args: argparse.Namespace, tokens: int, methods: list[str], 
 
 
 def remake_overhead(folder: Path) -> int:
-    """DIR/README.md rewritten from DIR/overhead.json, printed."""
+    """DIR/overhead.md rewritten from DIR/overhead.json, printed."""
     import json
 
     from specbench.measure.overhead import overhead_markdown, overhead_table, read_overhead
@@ -127,10 +127,10 @@ def remake_overhead(folder: Path) -> int:
         raise SpecbenchError(f"--remake {folder}: no overhead.json there") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise SpecbenchError(f"--remake {folder}: {source} is not bench --overhead's records ({exc})") from None
-    (folder / "README.md").write_text(overhead_markdown(rows, setting, command))
+    (folder / "overhead.md").write_text(overhead_markdown(rows, setting, command))
     print(setting)
     print(overhead_table(rows))
-    print(f"report: {folder / 'README.md'}")
+    print(f"report: {folder / 'overhead.md'}")
     return 0
 
 
@@ -177,9 +177,9 @@ def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
     if args.out:
         command = overhead_command(args, tokens, names, batches, threads)
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "README.md").write_text(overhead_markdown(rows, header, command))
+        (args.out / "overhead.md").write_text(overhead_markdown(rows, header, command))
         (args.out / "overhead.json").write_text(json.dumps(overhead_records(rows, header, command), indent=1))
-        print(f"report: {args.out / 'README.md'}, {args.out / 'overhead.json'}")
+        print(f"report: {args.out / 'overhead.md'}, {args.out / 'overhead.json'}")
     return 0
 
 
