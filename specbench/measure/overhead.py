@@ -6,8 +6,8 @@ On a GPU a small target's forward replays in well under a millisecond, so a step
 This measures that on any machine, a CPU included (the CPU proxy): the methods decode through the engine exactly as
 `run` does (`generate_batch` with the target's runtime, its static cache on `compiled`), on a model of the default
 target's depth at tiny width (`shape:smollm2-135m-tiny`, random weights: what it emits means nothing; the trained
-methods get random drafters of its shape, so acceptance means nothing either and the host's work is that of
-rejected drafts), one thread, T=0, no stop token (every row decodes its whole budget).
+methods get random drafters of its shape, so acceptance means nothing either, while the host's work per step is
+that of a real step), one thread, T=0, no stop token (every row decodes its whole budget).
 
 - Host time: process CPU time (`time.process_time`) from the end of the first step (the prefill) to the end of the
   last, less the CPU time inside forwards (specbench.measure.host_waits.ForwardClock: the target's, every drafter's
@@ -163,9 +163,9 @@ def overhead_header(target: LoadedModel, prompt: int, tokens: int, rounds: int) 
     model = target.model
     return (f"target {target.name} ({model.config.num_hidden_layers} layers, hidden {model.config.hidden_size}), "
             f"{model.device} {str(model.dtype).removeprefix('torch.')}, {torch.get_num_threads()} thread(s), "
-            f"{cpu_description()}; T=0, a {prompt}-token prompt, {tokens} new tokens per row, no stop token; host = process CPU time "
-            f"outside forwards per step after the prefill, the fastest of {rounds}; blocking points and torch calls "
-            "per step outside forwards (d2h/h2d/shape: docs/measuring.md)")
+            f"{cpu_description()}; T=0, a {prompt}-token prompt, {tokens} new tokens per row, no stop token; "
+            f"host = process CPU time outside forwards per step after the prefill, the fastest of {rounds}; blocking "
+            "points and torch calls per step outside forwards (d2h/h2d/shape: docs/measuring.md)")
 
 
 COLUMNS = (("method", 24, "s"), ("runtime", 10, "s"), ("B", 4, "d"), ("steps", 6, "d"), ("host ms", 9, ".2f"),
