@@ -1,6 +1,7 @@
-"""`bench --overhead` (specbench.measure.overhead, its instruments in specbench.measure.host_waits): the sync counter counts a known number of host-blocking points in
-a toy loop, on the CPU proxy's rules, without changing what the loop computes; the bench runs end to end for two
-methods on both cache paths' runtimes and writes its report. Nothing here asserts a time."""
+"""`bench --overhead` (specbench.measure.overhead; its instruments in specbench.measure.host_waits): the sync counter
+counts a known number of host-blocking points in a toy loop, on the CPU proxy's rules, without changing what the
+loop computes; the bench runs end to end for two methods on both cache paths' runtimes and writes its report.
+Nothing here asserts a time."""
 from __future__ import annotations
 
 import importlib.util
