@@ -11,8 +11,11 @@ from specbench.cli.args import (
     add_model_args,
     add_question_args,
     check_threads,
+    csv_list,
+    parse_batch_sizes,
     question_selection,
 )
+from specbench.decode.names import DEFAULT_TARGET
 from specbench.errors import SpecbenchError
 
 
@@ -133,18 +136,113 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                                                              "of all rounds (default 3); --overhead: generations per "
                                                              "cell, the fastest kept")
     bench.add_argument("--overhead", action="store_true",
-                       help="the engine's own time per step (all but the target forward and the drafter) at tree "
-                            "sizes 1, 16, 64 and batch sizes 1, 8, at T=0 and T=1 (--max-new-tokens per row, "
-                            "default 32 here)")
-    bench.set_defaults(limit=2)  # --max-new-tokens: 128, or 32 with --overhead
+                       help="the host's work per decode step outside the forwards (process CPU ms) and its "
+                            "host-blocking points, per method, batch size and runtime, on --target's shape (default "
+                            "shape:smollm2-135m-tiny: the default target's depth at tiny width), on each cache "
+                            "path's runtime (fast: growing, compiled: static) unless --runtime names one; "
+                            "docs/measuring.md")
+    bench.add_argument("--methods", type=csv_list, help="--overhead: the methods (default vanilla, pld, "
+                                                        "eagle@total_tokens=16, eagle3@total_tokens=16, medusa, hydra, "
+                                                        "sps)")
+    bench.add_argument("--batch-size", type=parse_batch_sizes, help="--overhead: batch sizes (default 1,4,64)")
+    bench.add_argument("--threads", type=int, help="torch CPU threads (default: 1 with --overhead, torch's own else)")
+    bench.add_argument("--out", type=Path, help="--overhead: also write the table as DIR/overhead.md and the cells as "
+                                                "DIR/overhead.json")
+    bench.add_argument("--remake", type=Path, metavar="DIR", help="--overhead: rewrite DIR/overhead.md from "
+                                                                  "DIR/overhead.json (nothing is measured)")
+    # --max-new-tokens: 128, or 32 with --overhead; --target and --runtime: their defaults, or --overhead's
+    bench.set_defaults(limit=2, target=None, runtime=None)
+
+
+def overhead_command(args: argparse.Namespace, tokens: int, methods: list[str], batches: tuple[int, ...],
+                     threads: int) -> str:
+    """The command that remakes an --overhead table, every setting spelled out (the prompt: the first question of
+    the selection)."""
+    given = [(f"--{name.replace('_', '-')}", getattr(args, name)) for name in ("runtime", "suite", "question_dir")]
+    return (f"python -m specbench bench --overhead --target {args.target} --methods {','.join(methods)} "
+            f"--batch-size {','.join(map(str, batches))} --max-new-tokens {tokens} --rounds {args.rounds} "
+            f"--threads {threads} --tasks {','.join(args.tasks)}"
+            + "".join(f" {flag} {value}" for flag, value in given if value)
+            + (f" --device {args.device}" if args.device != "auto" else ""))
+
+
+def remake_overhead(folder: Path) -> int:
+    """DIR/overhead.md rewritten from DIR/overhead.json, printed."""
+    import json
+
+    from specbench.measure.overhead import overhead_markdown, overhead_table, read_overhead
+
+    source = folder / "overhead.json"
+    try:
+        records = json.loads(source.read_text())
+        rows, setting, command = read_overhead(records), records["setting"], records["command"]
+    except FileNotFoundError:
+        raise SpecbenchError(f"--remake {folder}: no overhead.json there") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SpecbenchError(f"--remake {folder}: {source} is not bench --overhead's records ({exc})") from None
+    (folder / "overhead.md").write_text(overhead_markdown(rows, setting, command))
+    print(setting)
+    print(overhead_table(rows))
+    print(f"report: {folder / 'overhead.md'}")
+    return 0
+
+
+def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
+    import json
+
+    import torch
+
+    from specbench.decode.target import chat_prompt, load_model
+    from specbench.measure.overhead import (
+        OVERHEAD_BATCHES,
+        OVERHEAD_METHODS,
+        OVERHEAD_RUNTIMES,
+        OVERHEAD_TARGET,
+        overhead_benchmark,
+        overhead_header,
+        overhead_line,
+        overhead_markdown,
+        overhead_records,
+        overhead_summary,
+        overhead_table,
+    )
+    from specbench.run.registry import select_methods
+    from specbench.run.tasks import resolve_questions
+
+    names = args.methods or list(OVERHEAD_METHODS)
+    methods = select_methods(names)
+    batches = tuple(args.batch_size or OVERHEAD_BATCHES)
+    if any(b <= 0 for b in batches):
+        raise SpecbenchError(f"--batch-size must be > 0, got {','.join(map(str, batches))}")
+    runtimes = (args.runtime,) if args.runtime else OVERHEAD_RUNTIMES
+    threads = args.threads or 1
+    torch.set_num_threads(threads)
+    args.target = args.target or OVERHEAD_TARGET
+    questions = [q for _, qs in resolve_questions(question_selection(args)) for q in qs]
+    targets = [load_model(args.target, args.device, args.dtype, runtime) for runtime in runtimes]
+    prompt = chat_prompt(targets[0].tokenizer, [{"role": "user", "content": questions[0].turns[0]}])
+    header = overhead_header(targets[0], len(prompt), tokens, args.rounds)
+    print(header)
+    print(overhead_table([]))
+    rows = overhead_benchmark(iter(targets), methods, prompt, batches, tokens, args.rounds,
+                              lambda cell: print(overhead_line(cell), flush=True))
+    print("\n".join(overhead_summary(rows)))
+    if args.out:
+        command = overhead_command(args, tokens, names, batches, threads)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "overhead.md").write_text(overhead_markdown(rows, header, command))
+        (args.out / "overhead.json").write_text(json.dumps(overhead_records(rows, header, command), indent=1))
+        print(f"report: {args.out / 'overhead.md'}, {args.out / 'overhead.json'}")
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
+    import torch
+
     from specbench.decode.target import chat_prompt, load_model
     from specbench.measure.bench import benchmark, cost_benchmark, format_costs
-    from specbench.measure.overhead import format_overhead, overhead_benchmark
     from specbench.run.tasks import resolve_questions
 
     tokens = args.max_new_tokens or (32 if args.overhead else 128)
@@ -156,6 +254,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise SpecbenchError("--cost and --overhead are two benchmarks: run them one at a time")
     if args.rounds <= 0:
         raise SpecbenchError(f"--rounds must be > 0, got {args.rounds}")
+    if args.threads is not None and args.threads < 1:
+        raise SpecbenchError(f"--threads must be >= 1, got {args.threads}")
+    overhead_only = [f"--{n.replace('_', '-')}" for n in ("methods", "batch_size", "out", "remake")
+                     if getattr(args, n)]
+    if overhead_only and not args.overhead:
+        raise SpecbenchError(f"{overhead_only[0]} goes with --overhead")
+    if args.overhead:
+        return remake_overhead(args.remake) if args.remake else cmd_overhead(args, tokens)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.target, args.runtime = args.target or DEFAULT_TARGET, args.runtime or "auto"
     if args.cost:
         target = load_model(args.target, args.device, args.dtype, args.runtime)
         result = cost_benchmark(target, rounds=args.rounds)
@@ -168,9 +277,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     questions = [q for _, qs in resolve_questions(question_selection(args)) for q in qs]
     target = load_model(args.target, args.device, args.dtype, args.runtime)
     prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": q.turns[0]}]) for q in questions]
-    if args.overhead:
-        print(format_overhead(target, overhead_benchmark(target, prompts[0], tokens, args.rounds), tokens, args.rounds))
-        return 0
     print(f"{len(prompts)} prompts, {tokens} new tokens, target {args.target} on {target.model.device}")
     print(benchmark(target, prompts, tokens))
     return 0

@@ -1,111 +1,242 @@
-"""`bench --overhead`: the engine's own time per step, everything but the target forward and the drafter (building
-the inputs and masks, verification, emission, cache compaction, bookkeeping), at several tree and batch sizes.
+"""`bench --overhead`: the host's work per decode step, per method, batch size and runtime, outside the target's and
+the drafters' forwards (drafting's bookkeeping, inputs and masks, verification, emission, cache compaction), and the
+points per step where the host would wait for a GPU.
 
-A fixed-tree drafter proposes the same bushy tree of random tokens every step, so drafting costs nothing measurable;
-the target is wrapped so that the time inside its forward (device-synchronised) is known. Per step:
-engine = (wall time - forward time - drafting time) / steps, the fastest of `rounds` generations. On a GPU, where a
-7B forward takes about 20 ms, this is what separates a harness from a serving engine."""
+On a GPU a small target's forward replays in well under a millisecond, so a step costs what the host does around it.
+This measures that on any machine, a CPU included (the CPU proxy): the methods decode through the engine exactly as
+`run` does (`generate_batch` with the target's runtime, its static cache on `compiled`), on a model of the default
+target's depth at tiny width (`shape:smollm2-135m-tiny`, random weights: what it emits means nothing; the trained
+methods get random drafters of its shape, so acceptance means nothing either, while the host's work per step is
+that of a real step), one thread, T=0, no stop token (every row decodes its whole budget).
+
+- Host time: process CPU time (`time.process_time`) from the end of the first step (the prefill) to the end of the
+  last, less the CPU time inside forwards (specbench.measure.host_waits.ForwardClock: the target's, every drafter's
+  heads and draft models), per step; the fastest of `rounds` generations. Process CPU time counts only this
+  process's work, so a machine shared with other jobs disturbs it less than wall time (caches and memory bandwidth
+  are still shared); the wall-time figure is kept beside it. On the CPU the tensor work outside forwards (the
+  logits' copies, a random head's top-k over the whole vocabulary) is host time too, where a GPU would queue it.
+- Host-blocking points and torch calls: counted in one more generation under host_waits.SyncCounter, which runs
+  every call as it was made (the same tokens: checked); what counts as a wait, and how the CPU proxy tells the
+  tensors a GPU run would keep on the host: that module's docstring.
+"""
 from __future__ import annotations
 
+import copy
 import time
-from dataclasses import dataclass
-from typing import Any
+from collections import Counter
+from dataclasses import asdict, dataclass, fields
+from typing import Callable, Iterator
 
 import torch
-from transformers import PreTrainedModel
 
-from specbench.decode.costs import bushy_tree, cpu_description
-from specbench.decode.draft import DecodeContext, Draft, Drafter
+from specbench.decode.costs import cpu_description
+from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate_batch
-from specbench.decode.runtime import synchronize
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import LoadedModel
+from specbench.errors import SpecbenchError
+from specbench.measure.host_waits import KINDS, Counts, ForwardClock, SyncCounter
+from specbench.method import BuildContext, MethodInfo
 
-TREE_SIZES = (1, 16, 64)
-BATCH_SIZES = (1, 8)
+OVERHEAD_TARGET = "shape:smollm2-135m-tiny"
+# Eagle's and eagle3's trees are fixed in size (total_tokens=auto would size them from this machine's costs)
+OVERHEAD_METHODS = ("vanilla", "pld", "eagle@total_tokens=16", "eagle3@total_tokens=16", "medusa", "hydra", "sps")
+OVERHEAD_BATCHES = (1, 4, 64)
+OVERHEAD_RUNTIMES = ("fast", "compiled")  # the growing cache and the static one: each decode path once
+@dataclass
+class Mark:
+    """The clocks and counters at the end of a step."""
+    cpu: float
+    wall: float
+    forward_cpu: float
+    forward_wall: float
+    counts: Counts
 
 
-class FixedTreeDrafter(Drafter):
-    """The same bushy tree of `size` random tokens at every step (a measuring instrument, not a method)."""
+@dataclass
+class Window:
+    """A generation from the end of its first step (the prefill) to the end of its last."""
+    tokens: list[list[int]]
+    first: Mark
+    last: Mark
+    steps: int
 
-    def __init__(self, size: int, vocab: int, seed: int = 0) -> None:
-        tokens = torch.randint(0, vocab, (size,), generator=torch.Generator().manual_seed(seed)).tolist()
-        self.draft = bushy_tree(tokens)
+    @classmethod
+    def of(cls, tokens: list[list[int]], marks: list[Mark], method: str) -> Window:
+        if len(marks) < 2:
+            raise SpecbenchError(f"bench --overhead: {method} decoded its tokens in one step; measuring needs two "
+                                 "or more (raise --max-new-tokens)")
+        return cls(tokens, marks[0], marks[-1], len(marks) - 1)
 
-    def propose(self, ctx: DecodeContext) -> Draft:
-        return self.draft
+    def host_cpu(self) -> float:
+        """Seconds of process CPU time per step outside forwards."""
+        return (self.last.cpu - self.first.cpu - (self.last.forward_cpu - self.first.forward_cpu)) / self.steps
 
+    def host_wall(self) -> float:
+        return (self.last.wall - self.first.wall - (self.last.forward_wall - self.first.forward_wall)) / self.steps
 
-class TimedTarget:
-    """The target as the engine sees it (attributes pass through), adding up the time spent inside its forward."""
+    def forward_cpu(self) -> float:
+        return (self.last.forward_cpu - self.first.forward_cpu) / self.steps
 
-    def __init__(self, model: PreTrainedModel) -> None:
-        self.model, self.seconds, self.forwards = model, 0.0, 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.model, name)
-
-    def __call__(self, **inputs: Any) -> Any:
-        synchronize(self.model.device)
-        t0 = time.perf_counter()
-        out = self.model(**inputs)
-        synchronize(self.model.device)
-        self.seconds += time.perf_counter() - t0
-        self.forwards += 1
-        return out
+    def per_step(self, counter: Callable[[Counts], Counter]) -> dict[str, float]:
+        first, last = counter(self.first.counts), counter(self.last.counts)
+        return {k: (last[k] - first[k]) / self.steps for k in sorted(last)}
 
 
 @dataclass
 class Overhead:
-    tree: int
+    """One cell: a method at a batch size on a runtime; figures per step, after the first (the prefill)."""
+    method: str
+    runtime: str
     batch: int
-    temperature: float
-    steps: int
-    forward_ms: float  # per step
-    engine_ms: float  # per step: everything but the forward and the drafter
+    steps: int  # steps measured
+    host_ms: float  # process CPU time outside forwards (the fastest of the rounds)
+    host_wall_ms: float  # wall time outside forwards, in the same generation
+    forward_ms: float  # process CPU time inside forwards, in the same generation
+    d2h: float  # host-blocking points outside forwards, by kind
+    h2d: float
+    shape: float
+    blocking_in_forwards: float  # inside the target's and drafters' forwards (all kinds)
+    torch_calls: float  # outside forwards
+    top_calls: dict[str, float]  # the most frequent torch calls outside forwards
+    blocking_calls: dict[str, float]  # "kind name" -> per step, outside forwards
+    same_tokens: bool  # the counted generation emitted the timed ones' tokens
+
+    @property
+    def blocking(self) -> float:
+        return self.d2h + self.h2d + self.shape
 
 
-def measure(target: LoadedModel, prompt: list[int], tree: int, batch: int, sampling: Sampling, tokens: int,
-            rounds: int) -> Overhead:
-    best: Overhead | None = None
-    for r in range(rounds):
-        timed = TimedTarget(target.model)
-        drafters: list[Drafter] = [FixedTreeDrafter(tree, target.model.config.vocab_size) for _ in range(batch)]
-        generators = [torch.Generator(device=target.model.device).manual_seed(r * 100 + b) for b in range(batch)]
-        started = time.perf_counter()
-        results = generate_batch(timed, [prompt] * batch, drafters, sampling, tokens, set(), generators)
-        wall = time.perf_counter() - started
-        steps = timed.forwards
-        drafting = sum(sum(g.draft_times) for g in results)  # a step's drafting, split across its rows, sums back
-        found = Overhead(tree, batch, sampling.temperature, steps, 1000 * timed.seconds / steps,
-                         1000 * (wall - timed.seconds - drafting) / steps)
-        if best is None or found.engine_ms < best.engine_ms:
-            best = found
-    assert best is not None
-    return best
+def marked_generation(target: LoadedModel, drafters: list[Drafter], prompt: list[int], tokens: int,
+                      clock: ForwardClock, method: str, counter: SyncCounter | None = None) -> Window:
+    """One generation of len(drafters) rows, the clocks and counters read at the end of every step."""
+    marks: list[Mark] = []
+    counts = counter.counts if counter else Counts()
+
+    def mark(_: int) -> None:
+        marks.append(Mark(time.process_time(), time.perf_counter(), clock.cpu, clock.wall, copy.deepcopy(counts)))
+
+    results = generate_batch(target.model, [prompt] * len(drafters), drafters, Sampling(), tokens, set(),
+                             on_step=mark, static=target.static)
+    return Window.of([g.token_ids for g in results], marks, method)
 
 
-def overhead_benchmark(target: LoadedModel, prompt: list[int], tokens: int = 32, rounds: int = 3,
-                       trees: tuple[int, ...] = TREE_SIZES, batches: tuple[int, ...] = BATCH_SIZES,
-                       temperatures: tuple[float, ...] = (0.0, 1.0)) -> list[Overhead]:
+def measure_cell(target: LoadedModel, info: MethodInfo, drafter: Drafter, prompt: list[int], batch: int, tokens: int,
+                 rounds: int) -> Overhead:
+    """A method at one batch size: a warm-up, `rounds` timed generations (the fastest kept), one counted."""
+    drafters = [drafter] + [drafter.fork() for _ in range(batch - 1)]
+    with ForwardClock(target.model.device) as clock:
+        generate_batch(target.model, [prompt] * batch, drafters, Sampling(), min(tokens, 4), set(),
+                       static=target.static)  # warm-up
+        timed = [marked_generation(target, drafters, prompt, tokens, clock, info.name) for _ in range(rounds)]
+        with SyncCounter(target.model.device, clock) as counter:
+            counted = marked_generation(target, drafters, prompt, tokens, clock, info.name, counter)
+    best = min(timed, key=Window.host_cpu)
+    blocking = counted.per_step(lambda c: c.outside)
+    calls = counted.per_step(lambda c: c.calls)
+    return Overhead(info.name, target.runtime.name if target.runtime else "stock", batch, best.steps,
+                    1000 * best.host_cpu(), 1000 * best.host_wall(), 1000 * best.forward_cpu(),
+                    *(sum(v for k, v in blocking.items() if k.startswith(f"{kind} ")) for kind in KINDS),
+                    sum(counted.per_step(lambda c: c.inside).values()), sum(calls.values()),
+                    dict(sorted(calls.items(), key=lambda kv: -kv[1])[:12]), blocking,
+                    all(t.tokens == counted.tokens for t in timed))
+
+
+def overhead_benchmark(targets: Iterator[LoadedModel], methods: list[MethodInfo], prompt: list[int],
+                       batches: tuple[int, ...], tokens: int, rounds: int,
+                       on_cell: Callable[[Overhead], None] | None = None) -> list[Overhead]:
+    """Every method at every batch size, on each target (one per runtime, loaded in turn)."""
     rows = []
-    for t in temperatures:
-        sampling = Sampling(t)
-        measure(target, prompt, 1, 1, sampling, 4, 1)  # warm-up
-        for batch in batches:
-            for tree in trees:
-                rows.append(measure(target, prompt, tree, batch, sampling, tokens, rounds))
+    for target in targets:
+        context = BuildContext(target)
+        for info in methods:
+            drafter = info.drafter(context)
+            for batch in batches:
+                rows.append(measure_cell(target, info, drafter, prompt, batch, tokens, rounds))
+                if on_cell is not None:
+                    on_cell(rows[-1])
     return rows
 
 
-def format_overhead(target: LoadedModel, rows: list[Overhead], tokens: int, rounds: int) -> str:
+def overhead_header(target: LoadedModel, prompt: int, tokens: int, rounds: int) -> str:
+    """The setting, in words: the model, the machine, the prompt's and generation's lengths, what is counted."""
     model = target.model
-    lines = [f"target {target.name}, {model.device} {str(model.dtype).removeprefix('torch.')}, "
-             f"{torch.get_num_threads()} threads, {cpu_description()}; {tokens} new tokens per row, fastest of "
-             f"{rounds}; a fixed bushy tree of random tokens every step",
-             f"{'T':>4}{'batch':>7}{'tree':>6}{'steps':>7}{'forward ms/step':>17}{'engine ms/step':>16}{'share':>8}"]
-    for r in rows:
-        share = r.engine_ms / (r.engine_ms + r.forward_ms)
-        lines.append(f"{r.temperature:>4g}{r.batch:>7}{r.tree:>6}{r.steps:>7}{r.forward_ms:>17.2f}"
-                     f"{r.engine_ms:>16.3f}{share:>8.1%}")
-    return "\n".join(lines)
+    return (f"target {target.name} ({model.config.num_hidden_layers} layers, hidden {model.config.hidden_size}), "
+            f"{model.device} {str(model.dtype).removeprefix('torch.')}, {torch.get_num_threads()} thread(s), "
+            f"{cpu_description()}; T=0, a {prompt}-token prompt, {tokens} new tokens per row, no stop token; "
+            f"host = process CPU time outside forwards per step after the prefill, the fastest of {rounds}; blocking "
+            "points and torch calls per step outside forwards (d2h/h2d/shape: docs/measuring.md)")
+
+
+COLUMNS = (("method", 24, "s"), ("runtime", 10, "s"), ("B", 4, "d"), ("steps", 6, "d"), ("host ms", 9, ".2f"),
+           ("wall ms", 9, ".2f"), ("fwd ms", 9, ".2f"), ("blocking", 9, ".1f"), ("d2h", 6, ".1f"), ("h2d", 6, ".1f"),
+           ("shape", 6, ".1f"), ("in fwd", 7, ".1f"), ("torch calls", 12, ".0f"))
+
+
+def overhead_values(r: Overhead) -> list[str]:
+    values = (r.method, r.runtime, r.batch, r.steps, r.host_ms, r.host_wall_ms, r.forward_ms, r.blocking, r.d2h,
+              r.h2d, r.shape, r.blocking_in_forwards, r.torch_calls)
+    return [f"{v:{f}}" for v, (_, _, f) in zip(values, COLUMNS)]
+
+
+def aligned(cells: list[str]) -> str:
+    return "".join(c.ljust(w) if f == "s" else c.rjust(w) for c, (_, w, f) in zip(cells, COLUMNS))
+
+
+def overhead_line(r: Overhead) -> str:
+    """A cell's line of the printed table."""
+    return aligned(overhead_values(r))
+
+
+def added_per_row(rows: list[Overhead]) -> list[str]:
+    """Per method and runtime, the host time one more row adds: between the two largest batch sizes measured, and
+    against vanilla's on the same runtime where vanilla was measured."""
+    cells = {(r.method, r.runtime, r.batch): r.host_ms for r in rows}
+    batches = sorted({r.batch for r in rows})
+    if len(batches) < 2:
+        return []
+    low, high = batches[-2:]
+    slope = {(m, rt): (cells[m, rt, high] - cells[m, rt, low]) / (high - low)
+             for m, rt, b in cells if b == high and (m, rt, low) in cells}
+    lines = []
+    for (method, runtime), ms in slope.items():
+        base = slope.get(("vanilla", runtime))
+        versus = f" ({ms / base:.1f}x vanilla's)" if base and method != "vanilla" else ""
+        lines.append(f"{method} on {runtime}: {ms:.2f} host ms per added row from B={low} to B={high}{versus}")
+    return lines
+
+
+def overhead_summary(rows: list[Overhead]) -> list[str]:
+    """What follows the cells: the host time per added row, and a warning where counting changed the tokens."""
+    lines = added_per_row(rows)
+    if not all(r.same_tokens for r in rows):
+        lines.append("WARNING: a counted generation emitted other tokens than its timed ones: "
+                     + ", ".join(f"{r.method} B={r.batch} {r.runtime}" for r in rows if not r.same_tokens))
+    return lines
+
+
+def overhead_table(rows: list[Overhead]) -> str:
+    """The table as printed: its head, one line per cell, columns aligned; then the summary."""
+    return "\n".join([aligned([n for n, _, _ in COLUMNS]), *map(overhead_line, rows), *overhead_summary(rows)])
+
+
+def overhead_markdown(rows: list[Overhead], header: str, command: str) -> str:
+    """The report: its command, the setting, the table and the host time per added row (markdown)."""
+    names = [n for n, _, _ in COLUMNS]
+    lines = ["# Host work per decode step (`bench --overhead`)", "", f"Command: `{command}`", "", header, "",
+             "| " + " | ".join(names) + " |", "|" + "|".join("---" for _ in names) + "|",
+             *("| " + " | ".join(overhead_values(r)) + " |" for r in rows), "",
+             *(f"- {line}" for line in overhead_summary(rows))]
+    return "\n".join(lines) + "\n"
+
+
+def overhead_records(rows: list[Overhead], header: str, command: str) -> dict:
+    """What overhead.json holds: the command, the setting and every cell."""
+    return {"command": command, "setting": header, "threads": torch.get_num_threads(), "cpu": cpu_description(),
+            "cells": [{**asdict(r), "blocking": r.blocking} for r in rows]}
+
+
+def read_overhead(records: dict) -> list[Overhead]:
+    """The cells of an overhead.json (overhead_records)."""
+    names = {f.name for f in fields(Overhead)}
+    return [Overhead(**{k: v for k, v in cell.items() if k in names}) for cell in records["cells"]]
