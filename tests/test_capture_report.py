@@ -9,8 +9,9 @@ import pytest
 
 from specbench.cli import main
 from specbench.decode.engine import generate, generate_batch, prepare_shapes
+from specbench.decode.graphs import CaptureError
 from specbench.decode.sampling import Sampling
-from specbench.decode.static import BATCH_SIZES, BLOCK_SIZES, CaptureError, StaticTarget
+from specbench.decode.static import BATCH_SIZES, BLOCK_SIZES, StaticTarget
 from specbench.methods.vanilla import VanillaDrafter
 from specbench.run.run_info import RunInfo, uncaptured_note
 from tests.conftest import tiny_llama

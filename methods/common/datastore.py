@@ -23,7 +23,7 @@ from specbench.cache import cache_root
 from specbench.decode.target import load_tokenizer
 from specbench.errors import SpecbenchError
 from specbench.method import Option
-from specbench.methods.common.shipped import shipped_drafters
+from specbench.shipped import shipped_drafters
 
 SEPARATOR = -1  # between documents: no match runs across two of them
 DEFAULT_DATA = Path("../shared/data/train/prompts.jsonl")

@@ -1,6 +1,6 @@
 """A feature head's KV cache and forwards on the static runtime (EAGLE-1/2/3 beside a target on `--runtime
 compiled`): every row of a batch in one cache [rows, heads, capacity, dim] of fixed size, and every head forward
-padded to a bucketed shape and, on CUDA, captured as a graph (specbench.decode.static.Graphs), so a drafting step is
+padded to a bucketed shape and, on CUDA, captured as a graph (specbench.decode.graphs.Graphs), so a drafting step is
 a few replays and one copy of the finished trees to the host.
 
 - Slot s of a row holds the row's context position s, as the chain's do (specbench.decode.chain): a fill writes each
@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
+from specbench.decode.graphs import Graphs
 from specbench.decode.static import (
     BATCH_SIZES,
     BLOCK_SIZES,
-    Graphs,
     StaticSlotCache,
     StaticTarget,
     arrange,

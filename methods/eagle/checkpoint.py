@@ -9,8 +9,8 @@ from transformers import LlamaConfig
 
 from specbench.errors import SpecbenchError
 from specbench.methods.common.official import config_values, load_weights, read_config, read_weights, write_checkpoint
-from specbench.methods.common.shipped import shipped_folder
 from specbench.methods.eagle.head import EagleHead
+from specbench.shipped import shipped_folder
 
 # The default head's folder within a target's folder (heads/eagle/<target>/DEFAULT names it): `shifted` was the first recipe, `self-t0` the same stage 1
 # fine-tuned on more of the target's own replies, `self-t0-6m` on more of them for three times as long,

@@ -17,10 +17,11 @@ from specbench.method import BuildContext, MethodInfo
 from specbench.methods.common.feature_tree import FeatureTreeDrafter, dynamic_tree, size_automatically, tree_options
 from specbench.methods.common.official import target_embedding
 from specbench.methods.common.random_drafter import RANDOM_FROM, seeded, wants_random
-from specbench.methods.common.shipped import HEAD, shipped_folder
+from specbench.methods.common.shipped import HEAD
 from specbench.methods.eagle3.checkpoint import head_config, load_head
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
 from specbench.methods.eagle3.training import train
+from specbench.shipped import shipped_folder
 
 RANDOM_DRAFT_VOCAB = 32000  # the draft vocabulary of the official EAGLE-3 heads for Llama 3.1 8B
 

@@ -14,8 +14,9 @@ import torch
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
+from specbench.decode.graphs import Graphs
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
-from specbench.decode.static import Graphs, call_rows
+from specbench.decode.static import call_rows
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo
 from specbench.methods.common.random_drafter import RANDOM_FROM, seeded, wants_random

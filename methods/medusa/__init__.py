@@ -16,9 +16,10 @@ import torch
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
+from specbench.decode.graphs import Graphs
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.decode.sampling import Sampling, sample, target_probs
-from specbench.decode.static import Graphs, call_rows
+from specbench.decode.static import call_rows
 from specbench.decode.verify import Verdict, verify_greedy
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo, Option

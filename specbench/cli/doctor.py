@@ -26,8 +26,8 @@ def checks(method_files: list[Path]) -> list[Check]:
 
     from specbench.decode.costs import cpu_description
     from specbench.decode.target import DEFAULT_TARGET, PACKAGED_MODELS
-    from specbench.methods.common.shipped import shipped_folder
     from specbench.run.registry import ENTRY_POINTS, available_methods
+    from specbench.shipped import shipped_folder
 
     out: list[Check] = [("ok", f"python {platform.python_version()}")]
     cuda = torch.cuda.is_available()

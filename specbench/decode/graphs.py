@@ -1,0 +1,134 @@
+"""CUDA graphs for the static runtime (specbench.decode.static): one model's forwards captured per shape and
+replayed, the shapes a run met counted (and those first met once timing began), a failed capture reported once
+(or an error where the run requires capture), and the report run.json keeps (`cuda_graphs`)."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from specbench.errors import SpecbenchError
+
+
+@dataclass
+class Captured:
+    """One captured forward: the graph, the static inputs it reads and the output it writes."""
+    graph: Any  # torch.cuda.CUDAGraph
+    inputs: dict[str, Any]
+    output: Any
+
+
+class CaptureError(SpecbenchError):
+    """A capture failed where the run requires CUDA graphs (--require-graphs)."""
+
+
+@dataclass
+class StaticStats:
+    captures: int = 0
+    uncaptured: str = ""  # why these graphs stopped capturing ("" while they capture, or on the CPU)
+    shapes: int = 0  # shapes met (captured on CUDA; on the CPU, those that would have been)
+    timed: int = 0  # ... of which first met once timing began (a capture inside a timed question on CUDA)
+
+
+@dataclass
+class Graphs:
+    """One model's forwards captured per shape as CUDA graphs and replayed (the target's, a draft model's, a draft
+    head's; each set shares one memory pool). A forward is a function of a dict of tensors (nested dicts allowed)
+    that reads its cache from static buffers; the first call of a shape captures it, later calls copy their inputs
+    into the captured ones and replay. The output is the graph's own buffer, overwritten by the next replay: a
+    caller that keeps it across forwards of the same shape clones it."""
+    capture: bool  # CUDA graphs (CUDA only); turned off, for good, by a failed capture
+    required: bool = False  # a failed capture raises CaptureError instead (--require-graphs)
+    graphs: dict[tuple, Captured] = field(default_factory=dict)
+    pool: Any = None
+    stats: StaticStats = field(default_factory=StaticStats)
+    seen: set[tuple] = field(default_factory=set)  # every shape met, captured or not
+    timing: bool = False  # the run's timed questions have begun (shapes met from now on count as `timed`)
+
+    def call(self, key: tuple | None, run: Callable[[dict[str, Any]], Any], inputs: dict[str, Any]) -> Any:
+        """run(inputs), from the graph captured for `key` (None: a shape not to capture, run directly)."""
+        if key is not None:
+            self.note(key)
+        if not self.capture or key is None:
+            return run(inputs)
+        captured = self.graphs.get(key) or self.record(key, run, inputs)
+        if captured is None:
+            return run(inputs)
+        copy_into(captured.inputs, inputs)
+        captured.graph.replay()
+        return captured.output
+
+    def note(self, key: tuple) -> None:
+        """Count a shape the first time it is met (during timing too, where that is when it is)."""
+        if key not in self.seen:
+            self.seen.add(key)
+            self.stats.shapes += 1
+            self.stats.timed += self.timing
+
+    def record(self, key: tuple, run: Callable[[dict[str, Any]], Any], inputs: dict[str, Any]) -> Captured | None:
+        """Capture one shape (after two warm-up runs on a side stream, as CUDA graphs need); None when it fails."""
+        static = {name: clone(value) for name, value in inputs.items()}
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):  # writes the step's own slots, which the replay writes again
+                    run(static)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                output = run(static)
+        except RuntimeError as exc:
+            self.capture = False
+            self.stats.uncaptured = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if self.required:
+                raise CaptureError(f"CUDA graph capture failed and --require-graphs was given: "
+                                   f"{self.stats.uncaptured}") from exc
+            warnings.warn(f"CUDA graph capture failed, the static runtime runs uncaptured: {self.stats.uncaptured}",
+                          stacklevel=3)
+            return None
+        self.pool = graph.pool()
+        self.graphs[key] = Captured(graph, static, output)
+        self.stats.captures += 1
+        return self.graphs[key]
+
+
+@dataclass
+class CaptureReport:
+    """run.json's `cuda_graphs`: the shapes a run met and captured, and the ones first met inside timed questions
+    (on CUDA a capture there; on the CPU, where nothing is captured, the capture there would have been)."""
+    asked: bool  # CUDA graphs were asked for (the static runtime on CUDA)
+    target_shapes: int
+    drafting_shapes: int
+    target_captures: int
+    drafting_captures: int
+    target_timed: int
+    drafting_timed: int
+    uncaptured: str  # why a set of graphs stopped capturing ("" when none did)
+
+    def line(self) -> str:
+        timed = (f"; first met during timing: {self.target_timed} target and {self.drafting_timed} drafting shapes"
+                 if self.target_timed or self.drafting_timed else "; none first met during timing")
+        if not self.asked:
+            return (f"none (not on CUDA): {self.target_shapes} target and {self.drafting_shapes} drafting shapes met"
+                    + timed)
+        return (f"{self.target_captures} target shapes and {self.drafting_captures} drafting shapes captured" + timed
+                + (f"; UNCAPTURED: {self.uncaptured}" if self.uncaptured else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "line": self.line()}
+
+
+def clone(value: Any) -> Any:
+    return {k: v.clone() for k, v in value.items()} if isinstance(value, dict) else value.clone()
+
+
+def copy_into(static: dict[str, Any], inputs: dict[str, Any]) -> None:
+    for name, value in inputs.items():
+        if isinstance(value, dict):
+            for kind, tensor in value.items():
+                static[name][kind].copy_(tensor, non_blocking=True)
+        else:
+            static[name].copy_(value, non_blocking=True)
