@@ -70,6 +70,7 @@ def test_speedup_is_token_rate_ratio_and_tau_counts_the_bonus():
         ("vanilla", "alpaca", 50, 5.0, 50), ("pld", "alpaca", 50, 10.0, 50),
     ], columns=["method", "task", "new_tokens", "wall_time", "steps"])
     frame["lossless"] = True
+    frame["question_id"] = ["1", "2", "1", "2", "1", "1"]
     table = speedup_table(frame)
     assert table.loc["vanilla", ("gsm8k", "Speedup")] == 1.0
     assert table.loc["pld", ("gsm8k", "Speedup")] == pytest.approx(2.0)
@@ -86,6 +87,7 @@ def test_specbench_speedup_is_a_ratio_of_per_question_means_and_best_is_bold():
         ("pld", "gsm8k", 10, 1.0, 10), ("pld", "gsm8k", 100, 21.0, 100),
     ], columns=["method", "task", "new_tokens", "wall_time", "steps"])
     frame["lossless"] = True
+    frame["question_id"] = ["1", "2"] * 3
     headline = speedup_table(frame)
     spec_bench = speedup_table(frame, per_question_means=True)
     assert headline.loc["eagle", ("gsm8k", "Speedup")] == pytest.approx((110 / 20.5) / (110 / 21.0))
@@ -105,9 +107,13 @@ def test_repeats_give_mean_and_a_student_t_interval():
     table, half = table_with_interval(frame)
     speedups = np.array([2.5, 2.0, 10 / 6])
     assert table.loc["pld", ("gsm8k", "Speedup")] == pytest.approx(speedups.mean())
-    assert half.loc["pld", ("gsm8k", "Speedup")] == pytest.approx(4.302653 * speedups.std(ddof=1) / 3 ** 0.5, rel=1e-5)
+    # log scale: [mean·e^-h, mean·e^h], h = t × sd(log speedup) / √3; its lower end above zero
+    h = 4.302653 * np.log(speedups).std(ddof=1) / 3 ** 0.5
+    assert half.loc["pld", ("gsm8k", "Speedup")] == pytest.approx(h, rel=1e-5)
     assert half.loc["pld", ("gsm8k", "τ")] == pytest.approx(0.0)
-    assert " ± " in to_markdown(table, half) and r"$_{\pm 1.04}$" in to_latex(table, "c", half)
+    low, high = speedups.mean() * np.exp(-h), speedups.mean() * np.exp(h)
+    assert f"2.06× [{low:.2f}, {high:.2f}]" in to_markdown(table, half) and 0 < low < speedups.min()
+    assert rf"2.06$\times$$^{{+{high - 2.06:.2f}}}_{{-{2.06 - low:.2f}}}$" in to_latex(table, "c", half)
     assert table_with_interval(frame[frame["repeat"] == 0])[1] is None  # one question: no interval over questions
 
 
@@ -124,7 +130,7 @@ def paired_frame(seed: int = 0, questions: int = 30, lossy: str = "") -> pd.Data
             rows.append(("pld", task, str(q), tokens, base / rng.uniform(1.1, 1.9), tokens / rng.uniform(1.3, 2.2)))
             rows.append(("eagle@head=heads/x/y/z", task, str(q), tokens, base * rng.uniform(1.0, 1.3), tokens / 1.2))
     frame = pd.DataFrame(rows, columns=["method", "task", "question_id", "new_tokens", "wall_time", "steps"])
-    return frame.assign(lossless=frame["method"] != lossy, repeat=0, category="")
+    return frame.assign(lossless=frame["method"] != lossy, repeat=0, category="", temperature=0.0, turns=1)
 
 
 def test_interval_over_questions_matches_a_jackknife():
@@ -144,7 +150,8 @@ def test_interval_over_questions_matches_a_jackknife():
     n = len(questions)
     jackknife_se = np.sqrt((n - 1) / n * np.sum((leave_one_out - leave_one_out.mean()) ** 2))
     assert table.loc["pld", ("mt_bench", "Speedup")] == pytest.approx(speedup(questions))
-    assert half.loc["pld", ("mt_bench", "Speedup")] == pytest.approx(2.045 * jackknife_se, rel=0.15)
+    # log half-width × the cell ≈ the half-width on the cell's own scale
+    assert half.loc["pld", ("mt_bench", "Speedup")] * speedup(questions) == pytest.approx(2.045 * jackknife_se, rel=0.15)
     # the mean over three tasks is tighter than any one task
     assert half.loc["pld", ("Mean", "Speedup")] < half.loc["pld", [(t, "Speedup") for t in ["mt_bench", "cnn_dm"]]].min()
 
@@ -162,7 +169,7 @@ def test_latex_is_a_booktabs_float_with_display_names_and_no_bold_vanilla():
     rows = {line.split(" & ")[0]: line for line in latex.splitlines() if " & " in line}
     assert "eagle" in rows and "\\textbf" not in rows["vanilla"]  # vanilla is the reference, never bold
     assert table.loc["vanilla", ("cnn_dm", "Speedup")] > table.loc["pld", ("cnn_dm", "Speedup")]
-    assert rows["pld"].count("$_{\\pm") == 2  # intervals on the mean (every cell's: the CSV)
+    assert rows["pld"].count("$^{+") == 2  # intervals on the mean (every cell's: the CSV)
     assert "\\label{tab:x}" in latex and "\\caption{Speedup and $\\tau$}" in latex
     assert "Speedup" in to_markdown(table, half) and "MT-bench Speedup" in to_markdown(table, half)
 
@@ -176,10 +183,11 @@ def test_csv_has_one_header_row_and_captions_mention_lossy_only_when_present(tmp
     write_table(table, tmp_path, "speedup_T0", "Speedup", ["command: x"], half, question_counts(frame),
                 caption_notes(frame))
     lines = (tmp_path / "speedup_T0.csv").read_text(encoding="utf-8").splitlines()
-    assert lines[0] == "# command: x" and lines[1].startswith("method,mt_bench_speedup,mt_bench_speedup_ci95,")
+    assert lines[0] == "# command: x"
+    assert lines[1].startswith("method,mt_bench_speedup,mt_bench_speedup_ci95_low,mt_bench_speedup_ci95_high,")
     assert lines[2].startswith("vanilla,1.0,")
     csv = pd.read_csv(tmp_path / "speedup_T0.csv", comment="#", index_col="method")
-    assert list(csv["mt_bench_questions"]) == [4, 4, 4] and "mean_tau_ci95" in csv.columns
+    assert list(csv["mt_bench_questions"]) == [4, 4, 4] and "mean_tau_ci95_high" in csv.columns
     assert all(len(str(v).split(".")[-1]) <= 3 for v in csv["pld" == csv.index].iloc[0] if isinstance(v, float))
     assert "(lossy)" not in (tmp_path / "speedup_T0.md").read_text(encoding="utf-8")
     assert "4 questions per task" in (tmp_path / "speedup_T0.tex").read_text(encoding="utf-8")
@@ -201,4 +209,4 @@ def test_speedup_figure_has_error_bars_no_vanilla_bars_and_fixed_colours():
         for container, method in zip(bars, ["eagle@head=heads/x/y/z", "pld"]):
             assert container.patches[0].get_facecolor()[:3] == pytest.approx(colours[method][:3])
     assert [t.get_text() for t in figure.axes[1].get_xticklabels()] == [
-        "MT-bench", "CNN/DM", "Natural Questions", "Mean"]
+        "MT-bench\nn=5", "CNN/DM\nn=5", "Natural Questions\nn=5", "Mean\nn=15"]

@@ -1,9 +1,11 @@
 """A report table as LaTeX for a paper: booktabs rules, a two-level header (task, then Speedup / τ), the tasks'
 display names, methods by name, a float of its own (table* when it is wide) with a short caption and a label.
-Intervals: subscripts, in the last column group (the mean over tasks, or a leaderboard's) when the table has several
-groups, so that 14 columns fit a two-column page's width (452 pt at 8 pt type, under ACL's 455 pt); every cell's
-interval is in the Markdown and CSV forms."""
+Intervals: their distances up and down from the value (super- and subscript), in the last column group (the mean
+over tasks, or a leaderboard's) when the table has several groups, so that 14 columns fit a two-column page's width
+(452 pt at 8 pt type, under ACL's 455 pt); every cell's interval is in the Markdown and CSV forms."""
 from __future__ import annotations
+
+import re
 
 import pandas as pd
 
@@ -24,11 +26,20 @@ def escape(text: str) -> str:
     return out
 
 
+CELL = re.compile(r"(?P<value>\S+)(?: \[(?P<low>[-\d.]+), (?P<high>[-\d.]+)\])?(?P<rest>.*)")
+
+
 def _cell(text: str) -> str:
-    r"""A formatted cell (maybe **bold**) as LaTeX, its interval a subscript: 1.35$\times$$_{\pm 0.10}$."""
+    r"""A formatted cell (maybe **bold**) as LaTeX, its 95% interval [low, high] as the distances to its ends, up and
+    down: 1.35$\times$$^{+0.12}_{-0.10}$ (as narrow as a ± subscript); any "(n=N)" after it as it is."""
     bold = text.startswith("**") and text.endswith("**")
-    value, _, half = text.strip("*").partition(" ± ")
-    cell = escape(value) + (rf"$_{{\pm {half}}}$" if half else "")
+    parts = CELL.fullmatch(text.strip("*"))
+    value = parts["value"]
+    cell = escape(value)
+    if parts["low"]:
+        number = float(value.rstrip("×"))
+        cell += rf"$^{{+{float(parts['high']) - number:.2f}}}_{{-{number - float(parts['low']):.2f}}}$"
+    cell += escape(parts["rest"])
     return r"\textbf{" + cell + "}" if bold else cell
 
 
@@ -56,11 +67,13 @@ def header_rows(columns: pd.MultiIndex, narrow: bool = False) -> list[str]:
     return [" & ".join(top) + r" \\", "".join(rules), " & ".join(stats) + r" \\"]
 
 
-def to_latex(table: pd.DataFrame, caption: str, half_width: pd.DataFrame | None = None, label: str = "") -> str:
-    """The table as a LaTeX float (see the module's docstring); `caption` is plain text."""
+def to_latex(table: pd.DataFrame, caption: str, half_width: pd.DataFrame | None = None, label: str = "",
+             counts: pd.DataFrame | None = None) -> str:
+    """The table as a LaTeX float (see the module's docstring); `caption` is plain text; `counts` as in
+    format_table."""
     groups = list(dict.fromkeys(task for task, _ in table.columns))
     last = {c for c in table.columns if c[0] == groups[-1]} if len(groups) > 1 else None
-    text = format_table(table, half_width=half_width, interval_columns=last)
+    text = format_table(table, half_width=half_width, interval_columns=last, counts=counts)
     names = short_labels(list(text.index), base_only=True)
     body = [" & ".join([escape(names[method])] + [_cell(str(v)) for v in row]) + r" \\"
             for method, row in text.iterrows()]

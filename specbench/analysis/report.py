@@ -35,8 +35,9 @@ from specbench.analysis.efficiency import (
     run_facts,
 )
 from specbench.analysis.goodput import goodput_frame, goodput_table
-from specbench.analysis.latency import latency_long, latency_samples, latency_table
+from specbench.analysis.latency import latency_long, latency_samples, latency_table, turns_per_method
 from specbench.analysis.latex import flat_latex, to_latex
+from specbench.analysis.pairs import PAIR_KEYS, paired_with
 from specbench.analysis.tables import (
     batch_cost_table,
     batch_frame,
@@ -50,6 +51,7 @@ from specbench.analysis.tables import (
     table_with_interval,
     throughput_table,
     to_markdown,
+    uneven_counts,
     with_reference_column,
 )
 from specbench.analysis.verify import write_made_from
@@ -78,22 +80,37 @@ def provenance(info: RunInfo) -> list[str]:
     ] + [line for line in [describe_load(info.load)] if line]
 
 
+def report_labels(info: RunInfo) -> tuple[list[str], str, list[str]]:
+    """The provenance lines of every file, the target as every caption names it, and the marks every caption and
+    plot carries (TIMING-ONLY, and the load warning: in the caption, not only in a comment a PDF loses)."""
+    origin, target = provenance(info), str(info.settings.get("target", ""))
+    marks = [line for line in (run_timing_only(info.settings), describe_load(info.load)) if line]
+    only = run_timing_only(info.settings)
+    if only:
+        origin = [*origin, only]
+    return origin, f"{target} ({'; '.join(marks)})" if marks else target, marks
+
+
 def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, origin: list[str],
                 half_width: pd.DataFrame | None = None, counts: pd.DataFrame | None = None, notes: str = "",
-                tag: str = "") -> str:
+                tag: str = "", pairs: pd.DataFrame | None = None) -> str:
     """stem.md (every cell's interval), stem.tex (a float for a paper, specbench.analysis.latex) and stem.csv
     (one header row, rounded numbers). The caption gets the number of questions when `counts` are given, then
-    `notes` (caption_notes: what ± and (lossy) mean). The LaTeX label is tab:TAG:STEM (TAG: the run folder's name,
-    so that the tables of several reports can share a paper)."""
+    `notes` (caption_notes: what the intervals and (lossy) mean). `pairs` (uneven_counts): the questions a speedup
+    is over, in its cell, where fewer than the rows finished. The LaTeX label is tab:TAG:STEM (TAG: the run
+    folder's name, so that the tables of several reports can share a paper)."""
     caption += f", {questions_note(counts)}." if counts is not None else "."
-    markdown = to_markdown(table, half_width)
+    if pairs is not None:
+        caption += (" A speedup is over the questions both rows finished: (n=N) where that is fewer than either "
+                    "finished.")
+    markdown = to_markdown(table, half_width, pairs)
     tex_notes = notes
     if half_width is not None and len(set(table.columns.get_level_values(0))) > 1:
         tex_notes = notes.replace(".", f"; shown on the mean only, every cell's in {stem}.csv.", 1)
     label = f"tab:{tag}:{stem}" if tag else f"tab:{stem}"
     write_files(out_dir, stem, origin, f"{caption} {notes}".rstrip() + f"\n\n{markdown}",
-                to_latex(table, f"{caption} {tex_notes}".rstrip(), half_width, label=label),
-                flat_frame(table, half_width, counts))
+                to_latex(table, f"{caption} {tex_notes}".rstrip(), half_width, label=label, counts=pairs),
+                flat_frame(table, half_width, counts, pairs=pairs))
     return markdown
 
 
@@ -110,13 +127,39 @@ def write_files(out_dir: Path, stem: str, origin: list[str], markdown: str, late
 
 
 def caption_notes(part: pd.DataFrame) -> str:
-    """What the ± and (lossy) mean, where the table has them."""
+    """What the intervals and (lossy) mean, where the table has them; where methods emitted other numbers of tokens
+    than vanilla on the same questions (at T=0, or in a TIMING-ONLY run), that their speedups time other texts."""
     repeats = part["repeat"].nunique()
-    notes = [f"±: 95% Student-t interval over {repeats} repeats." if repeats > 1 else
-             "±: 95% Student-t interval over the questions, paired with vanilla's (delta method)."]
+    notes = [f"[low, high]: 95% Student-t interval over {repeats} repeats, on the log scale." if repeats > 1 else
+             "[low, high]: 95% Student-t interval over the questions, paired with vanilla's (delta method, on the "
+             "log scale)."]
     if not part["lossless"].all():
         notes.append("(lossy): does not reproduce the target's distribution.")
+    differ = token_differences(part)
+    if differ:
+        notes.append(f"Tokens emitted on the questions vanilla answered differ from vanilla's ({differ}): those "
+                     "speedups time other texts.")
     return " ".join(notes)
+
+
+def token_differences(part: pd.DataFrame) -> str:
+    """"pld 10 vs 32, ..." for the methods whose total new tokens on the questions paired with vanilla's differ
+    from vanilla's, at T=0 (at T > 0 each method samples its own text); "" where none does."""
+    if part["temperature"].iloc[0] != 0:
+        return ""
+    paired = paired_with(part)
+    sums = paired.groupby("method", sort=False)[["new_tokens", "new_tokens_base"]].sum()
+    differ = sums[sums["new_tokens"] != sums["new_tokens_base"]]
+    return ", ".join(f"{m} {row.new_tokens} vs {row.new_tokens_base}" for m, row in differ.iterrows())
+
+
+def fewer_questions(part: pd.DataFrame, baseline: str = "vanilla") -> str:
+    """"pld 8 of 10, ..." for the methods that finished fewer questions than the baseline; "" where none did."""
+    finished = part.groupby("method")[PAIR_KEYS].apply(lambda rows: len(rows.drop_duplicates()))
+    if baseline not in finished.index:
+        return ""
+    fewer = finished[finished < finished[baseline]]
+    return ", ".join(f"{m} {n} of {finished[baseline]}" for m, n in fewer.items())
 
 
 def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str],
@@ -125,14 +168,18 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
     temperature, and the batch size or device kind where there are several); captions name them in words."""
     printed = []
     shown = f"{part['temperature'].iloc[0]:g}"
+    fewer = fewer_questions(part)
+    if fewer:
+        printed.append(f"warning: T={shown}, {target}: fewer questions finished than vanilla ({fewer}): their "
+                       "speedups are over the questions both finished")
     notes = caption_notes(part)
-    counts = question_counts(part)
+    counts, pairs = question_counts(part), uneven_counts(part)
     caption = f"Speedup over vanilla (tokens/s) and τ (tokens per target forward), T={shown}, {target}"
     table, half = table_with_interval(part)
-    markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half, counts, notes, tag)
+    markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half, counts, notes, tag, pairs)
     caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={shown}, {target}"
     table, half = table_with_interval(part, per_question_means=True)
-    write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half, counts, notes, tag)
+    write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half, counts, notes, tag, pairs)
     printed.append(f"T={shown}\n{markdown}")
     reference = COMPILED in set(part["method"])
     if reference:
@@ -140,7 +187,7 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
                    f"{target}")
         table, half = table_with_interval(part, baseline=COMPILED)
         markdown = write_table(table, out_dir, f"speedup_vs_hf_compiled_T{t}", caption, origin, half, counts,
-                               notes.replace("vanilla's", f"{COMPILED}'s"), tag)
+                               notes.replace("vanilla's", f"{COMPILED}'s"), tag, uneven_counts(part, COMPILED))
         printed.append(f"T={shown}, speedup over {COMPILED}\n{markdown}")
     caption = f"Leaderboard, T={shown}, {target}: speedup over vanilla" + (f" and over {COMPILED}" if reference else "") \
         + " and τ over all tasks together"
@@ -150,8 +197,10 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
     if reference:
         board, board_half = with_reference_column(board, board_half, *table_with_interval(overall, baseline=COMPILED))
         board_notes = notes.replace("vanilla's", f"vanilla's (over {COMPILED}: with {COMPILED}'s)")
+    board_pairs = uneven_counts(overall)
     board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half,
-                           question_counts(overall).loc[board.index], board_notes, tag)
+                           question_counts(overall).loc[board.index], board_notes, tag,
+                           None if board_pairs is None else board_pairs.reindex(board.index)[[("Overall", "Speedup")]])
     printed.append(f"Leaderboard T={shown}\n{board_md}")
     for task, rows in part.groupby("task", sort=False):
         if rows["category"].nunique() > 1:  # e.g. MT-bench's eight categories
@@ -159,7 +208,7 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
             by_category = rows.assign(task=rows["category"])
             table, half = table_with_interval(by_category)
             write_table(table, out_dir, f"categories_{task}_T{t}", caption, origin, half,
-                        question_counts(by_category), notes, tag)
+                        question_counts(by_category), notes, tag, uneven_counts(by_category))
     if "vanilla" not in set(part["method"]):
         printed.append("(no vanilla records at this temperature: speedups cannot be computed)")
     return printed
@@ -217,8 +266,16 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True, slo_tpot_ms: 
         return printed
 
 
+def latency_note(samples: pd.DataFrame) -> str:
+    """"n = 20 turns per method", or each method's count where they differ."""
+    turns = turns_per_method(samples)
+    if turns.nunique() == 1:
+        return f"n = {turns.iloc[0]} turns per method"
+    return "n = " + ", ".join(f"{method} {n}" for method, n in turns.items()) + " turns"
+
+
 def latency_tables(samples: pd.DataFrame, out_dir: Path, origin: list[str], target: str, tag: str,
-                   plots: bool) -> None:
+                   plots: bool, marks: list[str]) -> None:
     """latency_T<t>[_B<b>]: TTFT, TPOT and ITL percentiles per method, per task and over all tasks (md and csv),
     the pooled table as a LaTeX float (specbench.analysis.latency), and latency_cdf_T<t>[_B<b>] (ITL per task).
     Nothing for records without step times."""
@@ -227,24 +284,23 @@ def latency_tables(samples: pd.DataFrame, out_dir: Path, origin: list[str], targ
         stem = f"latency_T{temperature:g}" + ("" if sizes == [1] else f"_B{size}")
         caption = (f"Per-token latency (ms): time to first token, time per output token after it, and inter-token "
                    f"latency (a step's tokens share its time), p50/p95/p99 over all tasks' turns, T={temperature:g}, "
-                   f"{target}" + (f", batch size {size}" if sizes != [1] else "") + ".")
+                   f"{target}" + (f", batch size {size}" if sizes != [1] else "") + f", {latency_note(part)}.")
         long = latency_long(part).reset_index()
+        if (long["ITL p50 ms"] == 0).any():
+            caption += (" An ITL p50 of 0.00 ms: most of that method's tokens came after the first of their step, "
+                        "at the step's time (0 ms after it).")
         write_files(out_dir, stem, origin, f"{caption} Per task, then all tasks.\n\n{long.to_markdown(index=False)}",
                     to_latex(latency_table(part), caption, label=f"tab:{tag}:{stem}" if tag else f"tab:{stem}"),
                     long, csv_index=False)
         if plots:
             from specbench.analysis.plots import latency_cdf
 
-            latency_cdf(part, out_dir, stem.replace("latency", "latency_cdf"))
+            latency_cdf(part, out_dir, stem.replace("latency", "latency_cdf"), marks)
 
 
 def _write_report(frame: pd.DataFrame, latency: pd.DataFrame, info: RunInfo, out_dir: Path, plots: bool,
                   tag: str = "") -> str:
-    origin = provenance(info)
-    target = info.settings.get("target", "")
-    only = run_timing_only(info.settings)
-    if only:  # every caption says it: these numbers are timings only
-        origin, target = [*origin, only], f"{target} ({only})"
+    origin, target, marks = report_labels(info)  # every caption says TIMING-ONLY and the load warning
     printed = ["\n".join(origin)]
     kinds = sorted(frame["device"].unique())
     if len(kinds) > 1:  # a distributed run over mixed hardware: a speedup is only a ratio on one kind of device
@@ -271,11 +327,11 @@ def _write_report(frame: pd.DataFrame, latency: pd.DataFrame, info: RunInfo, out
                                                   out_dir, origin, tag))
         if sizes != [1]:
             printed.extend(throughput_tables(part, t, target_on, out_dir, origin, tag))
-    latency_tables(latency, out_dir, origin, target, tag, plots)
+    latency_tables(latency, out_dir, origin, target, tag, plots, marks)
     if plots:
         from specbench.analysis.plots import make_plots
 
-        written = make_plots(frame, out_dir)
+        written = make_plots(frame, out_dir, marks)
         printed.append("plots: " + ", ".join(p.name for p in written))
     return "\n\n".join(printed)
 
@@ -284,7 +340,7 @@ def run_cost_tables(records: list[Record], info: RunInfo, out_dir: Path, tag: st
     """efficiency_T<t>[_B<b>] (roofline and energy per method, specbench.analysis.efficiency; none for records from
     before schema 4) and, with a TPOT bound, goodput_T<t>[_B<b>] (specbench.analysis.goodput; records from schema
     3 on); returns what to print."""
-    origin, target = provenance(info), info.settings.get("target", "")
+    origin, target, _ = report_labels(info)
     facts, copy_gbps = run_facts(info)
     sizes = sorted({r.batch_size for r in records})
     frames = {"efficiency": efficiency_frame(records, facts)}
