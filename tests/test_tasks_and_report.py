@@ -1,12 +1,14 @@
 """Task sources (embedded, question files, HF field mappings on a local dataset) and the report's arithmetic."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from specbench.analysis.latex import to_latex
-from specbench.analysis.tables import speedup_table, table_with_interval, to_markdown
+from specbench.analysis.tables import format_table, speedup_table, table_with_interval, to_markdown
 from specbench.run.tasks import available_tasks, load_hf_questions, load_questions, questions_from_rows
 from tests.conftest import SHARED_DATA
 
@@ -210,3 +212,96 @@ def test_speedup_figure_has_error_bars_no_vanilla_bars_and_fixed_colours():
             assert container.patches[0].get_facecolor()[:3] == pytest.approx(colours[method][:3])
     assert [t.get_text() for t in figure.axes[1].get_xticklabels()] == [
         "MT-bench\nn=5", "CNN/DM\nn=5", "Natural Questions\nn=5", "Mean\nn=15"]
+
+
+def cut_frame() -> pd.DataFrame:
+    """A run cut after some questions: vanilla finished ten gsm8k questions, pld the first eight; pld is twice as
+    fast as vanilla on those eight, and vanilla's last two are fast ones (over all ten vanilla looks faster)."""
+    rows = [("vanilla", str(q), 100, 10.0 if q < 8 else 1.0, 100) for q in range(10)]
+    rows += [("pld", str(q), 100, 5.0, 40) for q in range(8)]
+    frame = pd.DataFrame(rows, columns=["method", "question_id", "new_tokens", "wall_time", "steps"])
+    return frame.assign(task="gsm8k", lossless=True, repeat=0, turns=1, category="", temperature=0.0)
+
+
+def test_a_cut_run_gives_speedups_over_the_shared_questions_only(tmp_path):
+    from specbench.analysis.report import fewer_questions, write_table
+    from specbench.analysis.tables import question_counts, uneven_counts
+
+    frame = cut_frame()
+    for per_question_means in (False, True):
+        table = speedup_table(frame, per_question_means)
+        assert table.loc["pld", ("gsm8k", "Speedup")] == pytest.approx(2.0)  # not (800/40) / (1000/82)
+    table, half = table_with_interval(frame)
+    pairs = uneven_counts(frame)
+    assert pairs.loc["pld", ("gsm8k", "Speedup")] == 8 and np.isnan(pairs.loc["vanilla", ("gsm8k", "Speedup")])
+    assert uneven_counts(frame[frame["question_id"].astype(int) < 8]) is None  # the same sets: no n in the cells
+    assert fewer_questions(frame) == "pld 8 of 10"
+    write_table(table, tmp_path, "speedup_T0", "Speedup", ["command: x"], half, question_counts(frame), "", "", pairs)
+    markdown = (tmp_path / "speedup_T0.md").read_text(encoding="utf-8")
+    assert "2.00× [2.00, 2.00] (n=8)" in markdown and "questions per task: GSM8K 8–10" in markdown
+    csv = pd.read_csv(tmp_path / "speedup_T0.csv", comment="#", index_col="method")
+    assert csv.loc["pld", "gsm8k_speedup_n"] == 8 and csv.loc["pld", "gsm8k_speedup"] == 2.0
+
+
+def test_throughput_speedup_pairs_the_batches_both_decoded():
+    from specbench.analysis.tables import throughput_table
+
+    frame = cut_frame().assign(batch_size=2, device="cpu", accept_lengths=None, turn_steps=None,
+                               turn_verify_time=None, draft_time=0.0, verify_time=0.0)
+    frame = frame.assign(batch_index=frame["question_id"].astype(int) // 2, batch_wall_time=frame["wall_time"],
+                         turn_steps=[(s,) for s in frame["steps"]], turn_verify_time=[(0.0,)] * len(frame))
+    table = throughput_table(frame)
+    assert table.loc["pld", ("B=2", "Speedup")] == pytest.approx(2.0)  # batches 0-3, not vanilla's fast batch 4
+    assert table.loc["vanilla", ("B=2", "tok/s")] == pytest.approx(1000 / 41)  # its own batches, all five
+
+
+def two_question_frame() -> pd.DataFrame:
+    """Two questions a task whose speedups and τ differ wildly: a symmetric interval would reach below zero (and τ
+    below one)."""
+    rows = []
+    for task in ("mt_bench", "gsm8k"):
+        rows += [("vanilla", task, "1", 100, 10.0, 100), ("vanilla", task, "2", 100, 10.0, 100),
+                 ("pld", task, "1", 100, 1.0, 20), ("pld", task, "2", 100, 30.0, 99)]
+    frame = pd.DataFrame(rows, columns=["method", "task", "question_id", "new_tokens", "wall_time", "steps"])
+    return frame.assign(lossless=True, repeat=0, turns=1, category="", temperature=0.0)
+
+
+def test_a_two_question_table_and_plot_keep_their_intervals_inside_the_bounds_and_state_n(tmp_path):
+    pytest.importorskip("matplotlib")
+    from specbench.analysis.plots import method_colours, speedup_figure
+    from specbench.analysis.report import caption_notes, write_table
+    from specbench.analysis.tables import intervals, question_counts
+
+    frame = two_question_frame()
+    table, half = table_with_interval(frame)
+    bounds = intervals(table, half)
+    for (task, stat), frame_bounds in bounds.items():
+        low = frame_bounds.loc["pld", "low"]
+        assert low > (1.0 if stat == "τ" else 0.0) or (stat == "τ" and low == 1.0), (task, stat, low)
+        assert low <= table.loc["pld", (task, stat)] <= frame_bounds.loc["pld", "high"]
+    write_table(table, tmp_path, "speedup_T0", "Speedup", ["command: x"], half, question_counts(frame),
+                caption_notes(frame))
+    markdown = (tmp_path / "speedup_T0.md").read_text(encoding="utf-8")
+    assert "2 questions per task" in markdown
+    cells = [c.strip() for line in markdown.splitlines() if line.startswith("| pld") for c in line.split("|")[2:-1]]
+    for cell in cells:  # "1.23× [0.45, 3.38]": every low end above the quantity's bound
+        value, low, high = re.fullmatch(r"\**([\d.]+)×? \[([\d.e-]+), ([\d.e+-]+)\]\**", cell).groups()
+        assert 0 < float(low) <= float(value) <= float(high)
+    assert all(float(re.search(r"\[([\d.e-]+),", c).group(1)) >= 1.0 for c in cells[1::2])  # τ ≥ 1
+    figure = speedup_figure(frame, method_colours(list(frame["method"])), "0")
+    for ax in figure.axes[:2]:
+        for container in (c for c in ax.containers if hasattr(c, "errorbar")):
+            segments = container.errorbar.lines[2][0].get_segments()
+            assert all(segment[0][1] > 0 for segment in segments)  # lower ends above zero
+    assert [t.get_text() for t in figure.axes[1].get_xticklabels()] == ["MT-bench\nn=2", "GSM8K\nn=2", "Mean\nn=4"]
+    assert "n: questions" in figure.axes[0].get_title()
+
+
+def test_bold_only_beats_the_baseline():
+    frame = cut_frame()
+    frame = pd.concat([frame[frame["method"] == "vanilla"],
+                       frame[frame["method"] == "pld"].assign(wall_time=20.0),
+                       frame[frame["method"] == "pld"].assign(method="sps", wall_time=15.0, steps=100)])
+    text = format_table(speedup_table(frame))  # pld 0.50×, sps 0.67×: the fastest method is slower than vanilla
+    assert not any("**" in cell for cell in text[("gsm8k", "Speedup")])
+    assert text.loc["pld", ("gsm8k", "τ")] == "**2.50**"  # pld's τ beats vanilla's 1.00

@@ -9,7 +9,7 @@ import re
 
 import pandas as pd
 
-from specbench.analysis.tables import display_names, format_table, short_labels
+from specbench.analysis.tables import bound, display_names, format_table, short_labels
 
 PREAMBLE = r"% Needs \usepackage{booktabs} in the preamble (for its rules: top, mid, cmid, bottom)."
 WIDE = 6  # more numeric columns than this: table* (both columns of a two-column page)
@@ -26,7 +26,7 @@ def escape(text: str) -> str:
     return out
 
 
-CELL = re.compile(r"(?P<value>\S+)(?: \[(?P<low>[-\d.]+), (?P<high>[-\d.]+)\])?(?P<rest>.*)")
+CELL = re.compile(r"(?P<value>\S+)(?: \[(?P<low>[-\d.e]+), (?P<high>[-\d.e]+)\])?(?P<rest>.*)")
 
 
 def _cell(text: str) -> str:
@@ -38,7 +38,7 @@ def _cell(text: str) -> str:
     cell = escape(value)
     if parts["low"]:
         number = float(value.rstrip("×"))
-        cell += rf"$^{{+{float(parts['high']) - number:.2f}}}_{{-{number - float(parts['low']):.2f}}}$"
+        cell += rf"$^{{+{bound(float(parts['high']) - number)}}}_{{-{bound(number - float(parts['low']))}}}$"
     cell += escape(parts["rest"])
     return r"\textbf{" + cell + "}" if bold else cell
 

@@ -228,6 +228,12 @@ def intervals(table: pd.DataFrame, half_width: pd.DataFrame) -> dict[tuple[str, 
     return out
 
 
+def bound(value: float) -> str:
+    """An interval's end: two decimals, or two significant digits below 0.01 (a wide interval's low end stays
+    visibly above zero)."""
+    return f"{value:.2f}" if value >= 0.01 else f"{value:.2g}"
+
+
 def format_table(table: pd.DataFrame, bold: tuple[str, str] = ("**", "**"),
                  half_width: pd.DataFrame | None = None, interval_columns: set | None = None,
                  counts: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -251,7 +257,7 @@ def format_table(table: pd.DataFrame, bold: tuple[str, str] = ("**", "**"),
                 continue
             cell = f"{v:.{digits}f}{suffix}"
             if show and not pd.isna(bounds[column].loc[method, "low"]):
-                cell += f" [{bounds[column].loc[method, 'low']:.2f}, {bounds[column].loc[method, 'high']:.2f}]"
+                cell += f" [{bound(bounds[column].loc[method, 'low'])}, {bound(bounds[column].loc[method, 'high'])}]"
             if counts is not None and column in counts.columns and not pd.isna(counts.loc[method, column]):
                 cell += f" (n={int(counts.loc[method, column])})"
             beats = best is not None and v == best and method in rivals.index and v > threshold
