@@ -262,7 +262,8 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True, slo_tpot_ms: 
     with folder_lock(out_dir, "report folder"):
         printed = _write_report(frame, latency_samples(records), info, out_dir, plots, run_dir.resolve().name)
         printed += run_cost_tables(records, info, out_dir, run_dir.resolve().name, slo_tpot_ms)
-        write_made_from(run_dir, out_dir, [] if slo_tpot_ms is None else ["--slo-tpot-ms", f"{slo_tpot_ms:g}"])  # the records it was made from, for `report --verify`
+        options = [] if slo_tpot_ms is None else ["--slo-tpot-ms", f"{slo_tpot_ms:g}"]
+        write_made_from(run_dir, out_dir, options, run_timing_only(info.settings))  # the records, for `report --verify`
         return printed
 
 

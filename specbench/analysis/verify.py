@@ -46,9 +46,10 @@ class Provenance:
     options: list[str] = field(default_factory=list)  # the report's own options (e.g. --slo-tpot-ms 50)
 
 
-def write_made_from(run_dir: Path, out_dir: Path, options: list[str] | None = None) -> None:
+def write_made_from(run_dir: Path, out_dir: Path, options: list[str] | None = None,
+                    timing_only: str | None = None) -> None:
     """Name the run folder a report was made from (relative paths, so the repository may move) and the options it
-    was made with; keep `also`."""
+    was made with (and, for a TIMING-ONLY run, why it is: every file of its report says so); keep `also`."""
     root = Path.cwd()
     path = out_dir / MADE_FROM
     also = json.loads(path.read_text(encoding="utf-8")).get("also", {}) if path.is_file() else {}
@@ -61,6 +62,8 @@ def write_made_from(run_dir: Path, out_dir: Path, options: list[str] | None = No
         data["options"] = list(options)
     if also:
         data["also"] = also
+    if timing_only:
+        data["timing_only"] = timing_only
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
