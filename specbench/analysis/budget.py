@@ -27,11 +27,25 @@ def _last_log_line(folder: Path) -> dict[str, Any]:
     return last
 
 
+def repository_path(folder: str) -> str:
+    """A drafter folder as the repository names it: from its last `heads` part on (heads/eagle/...), whichever
+    checkout the run loaded it from; other folders as they are."""
+    parts = Path(folder).parts
+    if Path(folder).is_absolute() and "heads" in parts:
+        last = len(parts) - 1 - parts[::-1].index("heads")
+        return Path(*parts[last:]).as_posix()
+    return folder
+
+
 def training_budget(folder: str) -> dict[str, str]:
-    """What the weights in `folder` were trained on, as table cells; "unknown" where nothing recorded it."""
+    """What the weights in `folder` were trained on, as table cells (read where the run loaded them, else in this
+    checkout's heads/); "unknown" where nothing recorded it."""
     path = Path(folder)
     if not path.is_dir():
-        return {"data": f"{folder} (not a local folder: its training is not recorded here)", "positions": "unknown",
+        path = Path(repository_path(folder))
+    if not path.is_dir():
+        return {"data": f"{repository_path(folder)} (not a local folder: its training is not recorded here)",
+                "positions": "unknown",
                 "precision": "unknown", "time": "unknown"}
     final = _last_log_line(path)
     positions = f"{final['tokens'] / 1e6:.2f}M" if "tokens" in final else "unknown"
@@ -89,5 +103,5 @@ def budget_table(info: RunInfo) -> str:
             lines.append(f"| {spec} | {shown} | training-free | | | | |")
             continue
         b = training_budget(folder)
-        lines.append(f"| {spec} | {shown} | {folder} | {b['data']} | {b['positions']} | {b['precision']} | {b['time']} |")
+        lines.append(f"| {spec} | {shown} | {repository_path(folder)} | {b['data']} | {b['positions']} | {b['precision']} | {b['time']} |")
     return "\n".join(lines)

@@ -43,10 +43,14 @@ def _cell(text: str) -> str:
     return r"\textbf{" + cell + "}" if bold else cell
 
 
-def _task_header(name: str) -> str:
-    """A task's name in the header; two words on two lines (Natural Questions), to keep the columns narrow."""
+def _task_header(name: str, longer: bool = False) -> str:
+    """A name in the header; two words on two lines (Natural Questions), to keep the columns narrow (longer: more
+    words too, the first half on the first line: "% of / copy")."""
     words = name.split(" ")
-    return escape(name) if len(words) != 2 else rf"\shortstack{{{escape(words[0])}\\{escape(words[1])}}}"
+    if len(words) < 2 or len(words) > 2 and not longer:
+        return escape(name)
+    half = (len(words) + 1) // 2
+    return rf"\shortstack{{{escape(' '.join(words[:half]))}\\{escape(' '.join(words[half:]))}}}"
 
 
 def header_rows(columns: pd.MultiIndex, narrow: bool = False) -> list[str]:
@@ -88,10 +92,11 @@ def to_latex(table: pd.DataFrame, caption: str, half_width: pd.DataFrame | None 
 
 
 def flat_latex(text: pd.DataFrame, caption: str, label: str = "") -> str:
-    """A frame of formatted cells (one header row, no bold, the first column left-aligned) as a LaTeX float."""
+    """A frame of formatted cells (one header row, its names of several words on two lines; no bold; the first
+    column left-aligned) as a LaTeX float."""
     body = [" & ".join(escape(str(v)) for v in row) + r" \\" for row in text.itertuples(index=False)]
     lines = [PREAMBLE, r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{escape(caption)}}}",
              rf"\label{{{label}}}" if label else "", r"\begin{tabular}{l" + "r" * (text.shape[1] - 1) + "}",
-             r"\toprule", " & ".join(escape(str(c)) for c in text.columns) + r" \\", r"\midrule", *body,
+             r"\toprule", " & ".join(_task_header(str(c), longer=True) for c in text.columns) + r" \\", r"\midrule", *body,
              r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(line for line in lines if line) + "\n"
