@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -305,3 +306,19 @@ def test_bold_only_beats_the_baseline():
     text = format_table(speedup_table(frame))  # pld 0.50×, sps 0.67×: the fastest method is slower than vanilla
     assert not any("**" in cell for cell in text[("gsm8k", "Speedup")])
     assert text.loc["pld", ("gsm8k", "τ")] == "**2.50**"  # pld's τ beats vanilla's 1.00
+
+
+def test_budget_is_complete_for_the_shipped_drafters_with_repository_paths():
+    from specbench.analysis.budget import repository_path, training_budget
+
+    root = Path(__file__).resolve().parents[1]
+    defaults = sorted(root.glob("heads/*/*/DEFAULT"))
+    if not defaults:
+        pytest.skip("no heads/ folder here (an installed package without the checkout's drafters)")
+    for default in defaults:
+        folder = (default.parent / default.read_text(encoding="utf-8").strip()).resolve()
+        elsewhere = f"/another/checkout/{folder.relative_to(root).as_posix()}"  # as another checkout's run.json names it
+        assert repository_path(elsewhere) == folder.relative_to(root).as_posix()
+        cells = training_budget(str(folder))
+        text = " ".join(cells.values())
+        assert "unknown" not in text and "not recorded" not in text and "/work" not in text, (folder, cells)

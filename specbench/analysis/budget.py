@@ -38,11 +38,11 @@ def repository_path(folder: str) -> str:
 
 
 def training_budget(folder: str) -> dict[str, str]:
-    """What the weights in `folder` were trained on, as table cells (read where the run loaded them, else in this
-    checkout's heads/); "unknown" where nothing recorded it."""
-    path = Path(folder)
+    """What the weights in `folder` were trained on, as table cells (read in this checkout's heads/, else where the
+    run loaded them); "unknown" where nothing recorded it."""
+    path = Path(repository_path(folder))
     if not path.is_dir():
-        path = Path(repository_path(folder))
+        path = Path(folder)
     if not path.is_dir():
         return {"data": f"{repository_path(folder)} (not a local folder: its training is not recorded here)",
                 "positions": "unknown",
@@ -56,11 +56,13 @@ def training_budget(folder: str) -> dict[str, str]:
     train = json.loads(train_file.read_text(encoding="utf-8"))
     data, settings, machine = train.get("data", {}), train.get("settings", {}), train.get("machine", {})
     source = data.get("dataset") or data.get("data") or data.get("features", "?")
-    described = f"{Path(str(source)).name}: {data.get('conversations', '?')} conversations ({data.get('chunks', '?')} chunks)"
+    described = f"{Path(str(source)).name}: {data.get('conversations', '?')} conversations" + (
+        f" ({data['chunks']} chunks)" if "chunks" in data else f" ({data['mode']} replies)" if "mode" in data else "")
     hardware = machine.get("cuda_device") or machine.get("cpu", "?")
+    threads = f", {machine['torch_threads']} threads" if "torch_threads" in machine else ""
     return {"data": described, "positions": positions,
             "precision": settings.get("autocast") or "fp32",
-            "time": f"{final.get('hours', float('nan')):.2f} h on {hardware}, {machine.get('torch_threads', '?')} threads"
+            "time": f"{final.get('hours', float('nan')):.2f} h on {hardware}{threads}"
                     f"; lr {settings.get('lr', '?')}, {settings.get('batch_tokens', '?')} tokens per batch"}
 
 
