@@ -17,3 +17,20 @@ def paired_with(frame: pd.DataFrame, baseline: str = "vanilla") -> pd.DataFrame:
     keys = [k for k in PAIR_KEYS if k in frame.columns or k in ("task", "question_id")]  # repeat, turns: if there
     base = frame.loc[frame["method"] == baseline, [*keys, "new_tokens", "wall_time"]]
     return frame.merge(base, on=keys, suffixes=("", "_base"))
+
+
+def paired_speedups(frame: pd.DataFrame, per_question_means: bool = False,
+                    baseline: str = "vanilla") -> tuple[pd.Series, pd.Series]:
+    """Per (method, task): the speedup over `baseline` on the questions both finished (total tokens / total time of
+    the method ÷ the same of the baseline; per_question_means: the ratio of the mean per-question tokens/s), and how
+    many questions that is."""
+    paired = paired_with(frame, baseline)
+    keys = [paired["method"], paired["task"]]
+    if per_question_means:
+        rates = pd.DataFrame({"own": paired["new_tokens"] / paired["wall_time"],
+                              "base": paired["new_tokens_base"] / paired["wall_time_base"]}).groupby(keys).mean()
+        speedup = rates["own"] / rates["base"]
+    else:
+        sums = paired[["new_tokens", "wall_time", "new_tokens_base", "wall_time_base"]].groupby(keys).sum()
+        speedup = (sums["new_tokens"] / sums["wall_time"]) / (sums["new_tokens_base"] / sums["wall_time_base"])
+    return speedup.astype(float), paired.groupby(keys).size()

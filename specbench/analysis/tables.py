@@ -8,7 +8,7 @@ import re
 import pandas as pd
 
 from specbench.analysis.intervals import delta_half_widths, interval_bounds, log_half_widths
-from specbench.analysis.pairs import paired_with
+from specbench.analysis.pairs import paired_speedups
 from specbench.run.record import Record
 from specbench.run.reference import COMPILED, REFERENCES
 from specbench.run.tasks import DEFAULT_SUITE, suites
@@ -70,23 +70,6 @@ def speedup_table(frame: pd.DataFrame, per_question_means: bool = False, baselin
     """Rows = methods (labelled), columns = (task, Speedup | τ) then (Mean, ...), for one temperature; speedups over
     `baseline`'s row (vanilla, or a reference row such as hf-compiled)."""
     return labelled_rows(raw_speedup_table(frame, per_question_means, baseline), frame)
-
-
-def paired_speedups(frame: pd.DataFrame, per_question_means: bool = False,
-                    baseline: str = "vanilla") -> tuple[pd.Series, pd.Series]:
-    """Per (method, task): the speedup over `baseline` on the questions both finished (total tokens / total time of
-    the method ÷ the same of the baseline; per_question_means: the ratio of the mean per-question tokens/s), and how
-    many questions that is."""
-    paired = paired_with(frame, baseline)
-    keys = [paired["method"], paired["task"]]
-    if per_question_means:
-        rates = pd.DataFrame({"own": paired["new_tokens"] / paired["wall_time"],
-                              "base": paired["new_tokens_base"] / paired["wall_time_base"]}).groupby(keys).mean()
-        speedup = rates["own"] / rates["base"]
-    else:
-        sums = paired[["new_tokens", "wall_time", "new_tokens_base", "wall_time_base"]].groupby(keys).sum()
-        speedup = (sums["new_tokens"] / sums["wall_time"]) / (sums["new_tokens_base"] / sums["wall_time_base"])
-    return speedup.astype(float), paired.groupby(keys).size()
 
 
 def raw_speedup_table(frame: pd.DataFrame, per_question_means: bool = False, baseline: str = "vanilla") -> pd.DataFrame:
