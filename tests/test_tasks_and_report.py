@@ -225,7 +225,7 @@ def cut_frame() -> pd.DataFrame:
 
 
 def test_a_cut_run_gives_speedups_over_the_shared_questions_only(tmp_path):
-    from specbench.analysis.report import fewer_questions, write_table
+    from specbench.analysis.report import fewer_questions, temperature_tables, write_table
     from specbench.analysis.tables import question_counts, uneven_counts
 
     frame = cut_frame()
@@ -237,6 +237,9 @@ def test_a_cut_run_gives_speedups_over_the_shared_questions_only(tmp_path):
     assert pairs.loc["pld", ("gsm8k", "Speedup")] == 8 and np.isnan(pairs.loc["vanilla", ("gsm8k", "Speedup")])
     assert uneven_counts(frame[frame["question_id"].astype(int) < 8]) is None  # the same sets: no n in the cells
     assert fewer_questions(frame) == "pld 8 of 10"
+    printed = temperature_tables(frame, "0", "target", tmp_path, ["command: x"])
+    warnings = [line for line in printed if line.startswith("warning:")]
+    assert len(warnings) == 1 and "\n" not in warnings[0] and "(pld 8 of 10)" in warnings[0]
     write_table(table, tmp_path, "speedup_T0", "Speedup", ["command: x"], half, question_counts(frame), "", "", pairs)
     markdown = (tmp_path / "speedup_T0.md").read_text(encoding="utf-8")
     assert "2.00× [2.00, 2.00] (n=8)" in markdown and "questions per task: GSM8K 8–10" in markdown

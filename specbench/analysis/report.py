@@ -219,7 +219,8 @@ def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, or
     """Throughput at each batch size: every B side by side over all tasks, then per task at each B."""
     shown = f"{part['temperature'].iloc[0]:g}"
     caption = (f"Throughput, T={shown}, {target}: tokens/s (total new tokens / total batch wall time) and speedup "
-               "over vanilla at the same batch size B, all tasks together")
+               "over vanilla at the same batch size B (on the batches both decoded), all tasks together, "
+               f"{questions_note(question_counts(part))} at each B")
     markdown = write_table(throughput_table(part), out_dir, f"throughput_T{t}", caption, origin, tag=tag)
     caption = (f"Cost per target forward at each batch size B, T={shown}, {target}: tokens emitted per forward by all rows "
                "together, the forward's time and the drafters' time per forward (ms; all rows' drafting in the step, a "
@@ -227,9 +228,10 @@ def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, or
     costs = write_table(batch_cost_table(part), out_dir, f"batch_costs_T{t}", caption, origin, tag=tag)
     for size, at_size in part.groupby("batch_size"):
         caption = (f"Throughput speedup over vanilla at batch size {size} and τ, T={shown}, {target}: total new tokens "
-                   "/ total batch wall time, per task")
+                   "/ total batch wall time on the batches both decoded, per task")
         batches = batch_frame(at_size).assign(category="", accept_lengths=None)
-        write_table(speedup_table(batches), out_dir, f"throughput_T{t}_B{size}", caption, origin, tag=tag)
+        write_table(speedup_table(batches), out_dir, f"throughput_T{t}_B{size}", caption, origin,
+                    counts=question_counts(at_size), tag=tag)
     return [f"Throughput T={shown}\n{markdown}", f"Cost per forward T={shown}\n{costs}"]
 
 
