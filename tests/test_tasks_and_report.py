@@ -178,7 +178,8 @@ def test_latex_is_a_booktabs_float_with_display_names_and_no_bold_vanilla():
 
 
 def test_csv_has_one_header_row_and_captions_mention_lossy_only_when_present(tmp_path):
-    from specbench.analysis.report import caption_notes, write_table
+    from specbench.analysis.notes import caption_notes
+    from specbench.analysis.report import write_table
     from specbench.analysis.tables import question_counts
 
     frame = paired_frame(questions=4)
@@ -225,7 +226,8 @@ def cut_frame() -> pd.DataFrame:
 
 
 def test_a_cut_run_gives_speedups_over_the_shared_questions_only(tmp_path):
-    from specbench.analysis.report import fewer_questions, temperature_tables, write_table
+    from specbench.analysis.notes import fewer_questions
+    from specbench.analysis.report import temperature_tables, write_table
     from specbench.analysis.tables import question_counts, uneven_counts
 
     frame = cut_frame()
@@ -272,8 +274,9 @@ def two_question_frame() -> pd.DataFrame:
 
 def test_a_two_question_table_and_plot_keep_their_intervals_inside_the_bounds_and_state_n(tmp_path):
     pytest.importorskip("matplotlib")
+    from specbench.analysis.notes import caption_notes
     from specbench.analysis.plots import method_colours, speedup_figure
-    from specbench.analysis.report import caption_notes, write_table
+    from specbench.analysis.report import write_table
     from specbench.analysis.tables import intervals, question_counts
 
     frame = two_question_frame()

@@ -35,9 +35,9 @@ from specbench.analysis.efficiency import (
     run_facts,
 )
 from specbench.analysis.goodput import goodput_frame, goodput_table
-from specbench.analysis.latency import latency_long, latency_samples, latency_table, turns_per_method
+from specbench.analysis.latency import latency_long, latency_samples, latency_table
 from specbench.analysis.latex import flat_latex, to_latex
-from specbench.analysis.pairs import PAIR_KEYS, paired_with
+from specbench.analysis.notes import caption_notes, fewer_questions, latency_note
 from specbench.analysis.tables import (
     batch_cost_table,
     batch_frame,
@@ -83,12 +83,9 @@ def provenance(info: RunInfo) -> list[str]:
 def report_labels(info: RunInfo) -> tuple[list[str], str, list[str]]:
     """The provenance lines of every file, the target as every caption names it, and the marks every caption and
     plot carries (TIMING-ONLY, and the load warning: in the caption, not only in a comment a PDF loses)."""
-    origin, target = provenance(info), str(info.settings.get("target", ""))
-    marks = [line for line in (run_timing_only(info.settings), describe_load(info.load)) if line]
-    only = run_timing_only(info.settings)
-    if only:
-        origin = [*origin, only]
-    return origin, f"{target} ({'; '.join(marks)})" if marks else target, marks
+    origin, target, only = provenance(info), str(info.settings.get("target", "")), run_timing_only(info.settings)
+    marks = [line for line in (only, describe_load(info.load)) if line]
+    return [*origin, only] if only else origin, f"{target} ({'; '.join(marks)})" if marks else target, marks
 
 
 def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, origin: list[str],
@@ -124,42 +121,6 @@ def write_files(out_dir: Path, stem: str, origin: list[str], markdown: str, late
     with (out_dir / f"{stem}.csv").open("w", encoding="utf-8") as f:
         f.write("".join(f"# {line}\n" for line in origin))
         csv.to_csv(f, index=csv_index)
-
-
-def caption_notes(part: pd.DataFrame) -> str:
-    """What the intervals and (lossy) mean, where the table has them; where methods emitted other numbers of tokens
-    than vanilla on the same questions (at T=0, or in a TIMING-ONLY run), that their speedups time other texts."""
-    repeats = part["repeat"].nunique()
-    notes = [f"[low, high]: 95% Student-t interval over {repeats} repeats, on the log scale." if repeats > 1 else
-             "[low, high]: 95% Student-t interval over the questions, paired with vanilla's (delta method, on the "
-             "log scale)."]
-    if not part["lossless"].all():
-        notes.append("(lossy): does not reproduce the target's distribution.")
-    differ = token_differences(part)
-    if differ:
-        notes.append(f"Tokens emitted on the questions vanilla answered differ from vanilla's ({differ}): those "
-                     "speedups time other texts.")
-    return " ".join(notes)
-
-
-def token_differences(part: pd.DataFrame) -> str:
-    """"pld 10 vs 32, ..." for the methods whose total new tokens on the questions paired with vanilla's differ
-    from vanilla's, at T=0 (at T > 0 each method samples its own text); "" where none does."""
-    if part["temperature"].iloc[0] != 0:
-        return ""
-    paired = paired_with(part)
-    sums = paired.groupby("method", sort=False)[["new_tokens", "new_tokens_base"]].sum()
-    differ = sums[sums["new_tokens"] != sums["new_tokens_base"]]
-    return ", ".join(f"{m} {row.new_tokens} vs {row.new_tokens_base}" for m, row in differ.iterrows())
-
-
-def fewer_questions(part: pd.DataFrame, baseline: str = "vanilla") -> str:
-    """"pld 8 of 10, ..." for the methods that finished fewer questions than the baseline; "" where none did."""
-    finished = part.groupby("method")[PAIR_KEYS].apply(lambda rows: len(rows.drop_duplicates()))
-    if baseline not in finished.index:
-        return ""
-    fewer = finished[finished < finished[baseline]]
-    return ", ".join(f"{m} {n} of {finished[baseline]}" for m, n in fewer.items())
 
 
 def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str],
@@ -267,14 +228,6 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True, slo_tpot_ms: 
         options = [] if slo_tpot_ms is None else ["--slo-tpot-ms", f"{slo_tpot_ms:g}"]
         write_made_from(run_dir, out_dir, options, run_timing_only(info.settings))  # the records, for `report --verify`
         return printed
-
-
-def latency_note(samples: pd.DataFrame) -> str:
-    """"n = 20 turns per method", or each method's count where they differ."""
-    turns = turns_per_method(samples)
-    if turns.nunique() == 1:
-        return f"n = {turns.iloc[0]} turns per method"
-    return "n = " + ", ".join(f"{method} {n}" for method, n in turns.items()) + " turns"
 
 
 def latency_tables(samples: pd.DataFrame, out_dir: Path, origin: list[str], target: str, tag: str,

@@ -147,7 +147,7 @@ def throughput_table(frame: pd.DataFrame) -> pd.DataFrame:
         every = at.assign(task="all", question_id=at["task"] + "/" + at["batch_id"])
         sums = every.groupby("method")[["new_tokens", "wall_time"]].sum()
         columns[(f"B={size}", "tok/s")] = sums["new_tokens"] / sums["wall_time"]
-        speedup = paired_speedups(every)[0]
+        speedup = paired_speedups(every)[0]  # empty without vanilla at this B
         columns[(f"B={size}", "Speedup")] = speedup.xs("all", level="task") if len(speedup) else sums["wall_time"] * float("nan")
     table = pd.DataFrame(columns)
     return labelled_rows(table, frame)

@@ -29,6 +29,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specbench.analysis.budget import repository_path
 from specbench.errors import SpecbenchError
 from specbench.run.run_info import read_run_info
 
@@ -112,10 +113,12 @@ def remake(prov: Provenance, dest: Path, plots: bool = False) -> dict[str, str]:
 
 
 def absent_drafters(prov: Provenance) -> list[str]:
-    """The drafter folders the run names that are not on this machine (budget.md cannot be remade without them)."""
+    """The drafter folders the run names that are neither in this checkout (heads/...) nor elsewhere on this machine
+    (budget.md cannot be remade without them)."""
     info = read_run_info(prov.root / prov.run)
     named = {folder for worker in info.workers for folder in (worker.get("trained_from") or {}).values()}
-    return sorted(folder for folder in named if not (prov.root / folder).is_dir())
+    return sorted(folder for folder in named
+                  if not (prov.root / repository_path(folder)).is_dir() and not (prov.root / folder).is_dir())
 
 
 def _tables(prov: Provenance, folder: Path) -> set[str]:
