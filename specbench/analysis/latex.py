@@ -93,9 +93,11 @@ def to_latex(table: pd.DataFrame, caption: str, half_width: pd.DataFrame | None 
 
 def flat_latex(text: pd.DataFrame, caption: str, label: str = "") -> str:
     """A frame of formatted cells (one header row, its names of several words on two lines; no bold; the first
-    column left-aligned) as a LaTeX float."""
+    column left-aligned; columns 4 pt apart, not 6) as a LaTeX float, narrow enough for the efficiency table's seven
+    columns."""
     body = [" & ".join(escape(str(v)) for v in row) + r" \\" for row in text.itertuples(index=False)]
-    lines = [PREAMBLE, r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{escape(caption)}}}",
+    lines = [PREAMBLE, r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}",
+             rf"\caption{{{escape(caption)}}}",
              rf"\label{{{label}}}" if label else "", r"\begin{tabular}{l" + "r" * (text.shape[1] - 1) + "}",
              r"\toprule", " & ".join(_task_header(str(c), longer=True) for c in text.columns) + r" \\", r"\midrule", *body,
              r"\bottomrule", r"\end{tabular}", r"\end{table}"]
