@@ -250,7 +250,7 @@ def test_a_cut_run_gives_speedups_over_the_shared_questions_only(tmp_path):
 
 
 def test_throughput_speedup_pairs_the_batches_both_decoded():
-    from specbench.analysis.tables import throughput_table
+    from specbench.analysis.tables import throughput_counts, throughput_table
 
     frame = cut_frame().assign(batch_size=2, device="cpu", accept_lengths=None, turn_steps=None,
                                turn_verify_time=None, draft_time=0.0, verify_time=0.0)
@@ -259,6 +259,10 @@ def test_throughput_speedup_pairs_the_batches_both_decoded():
     table = throughput_table(frame)
     assert table.loc["pld", ("B=2", "Speedup")] == pytest.approx(2.0)  # batches 0-3, not vanilla's fast batch 4
     assert table.loc["vanilla", ("B=2", "tok/s")] == pytest.approx(1000 / 41)  # its own batches, all five
+    counts = throughput_counts(frame)  # pld's cells state the 8 questions behind them
+    assert counts.loc["pld", ("B=2", "tok/s")] == 8 and counts.loc["pld", ("B=2", "Speedup")] == 8
+    assert counts.loc["vanilla"].isna().all()
+    assert "2.00× (n=8)" in to_markdown(table, counts=counts)
 
 
 def two_question_frame() -> pd.DataFrame:
@@ -328,3 +332,14 @@ def test_budget_is_complete_for_the_shipped_drafters_with_repository_paths():
         cells = training_budget(str(folder))
         text = " ".join(cells.values())
         assert "unknown" not in text and "not recorded" not in text and "/work" not in text, (folder, cells)
+
+
+def test_captions_say_where_methods_emitted_other_token_counts_than_vanilla():
+    from specbench.analysis.notes import caption_notes
+
+    frame = two_question_frame()
+    assert "differ from vanilla's" not in caption_notes(frame)
+    stopped = (frame["method"] == "pld") & (frame["task"] == "gsm8k") & (frame["question_id"] == "1")
+    frame.loc[stopped, "new_tokens"] = 10  # pld stopped early on one question (a synthetic run's output, say)
+    assert "(pld 310 vs 400)" in caption_notes(frame)
+    assert "differ from vanilla's" not in caption_notes(frame.assign(temperature=1.0))  # sampled: its own text

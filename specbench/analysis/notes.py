@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from specbench.analysis.latency import turns_per_method
-from specbench.analysis.pairs import PAIR_KEYS, paired_with
+from specbench.analysis.pairs import finished, paired_with
 
 
 def caption_notes(part: pd.DataFrame) -> str:
@@ -39,11 +39,11 @@ def token_differences(part: pd.DataFrame) -> str:
 
 def fewer_questions(part: pd.DataFrame, baseline: str = "vanilla") -> str:
     """"pld 8 of 10, ..." for the methods that finished fewer questions than the baseline; "" where none did."""
-    finished = part.groupby("method")[PAIR_KEYS].apply(lambda rows: len(rows.drop_duplicates()))
-    if baseline not in finished.index:
+    done = finished(part)
+    if baseline not in done.index:
         return ""
-    fewer = finished[finished < finished[baseline]]
-    return ", ".join(f"{m} {n} of {finished[baseline]}" for m, n in fewer.items())
+    fewer = done[done < done[baseline]]
+    return ", ".join(f"{m} {n} of {done[baseline]}" for m, n in fewer.items())
 
 
 def latency_note(samples: pd.DataFrame) -> str:

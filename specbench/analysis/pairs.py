@@ -34,3 +34,8 @@ def paired_speedups(frame: pd.DataFrame, per_question_means: bool = False,
         sums = paired[["new_tokens", "wall_time", "new_tokens_base", "wall_time_base"]].groupby(keys).sum()
         speedup = (sums["new_tokens"] / sums["wall_time"]) / (sums["new_tokens_base"] / sums["wall_time_base"])
     return speedup.astype(float), paired.groupby(keys).size()
+
+
+def finished(frame: pd.DataFrame) -> pd.Series:
+    """How many questions (task, question, repeat, turns) each method finished."""
+    return frame.groupby("method")[PAIR_KEYS].apply(lambda rows: len(rows.drop_duplicates()))

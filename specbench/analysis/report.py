@@ -49,6 +49,7 @@ from specbench.analysis.tables import (
     questions_note,
     speedup_table,
     table_with_interval,
+    throughput_counts,
     throughput_table,
     to_markdown,
     uneven_counts,
@@ -98,8 +99,8 @@ def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, ori
     folder's name, so that the tables of several reports can share a paper)."""
     caption += f", {questions_note(counts)}." if counts is not None else "."
     if pairs is not None:
-        caption += (" A speedup is over the questions both rows finished: (n=N) where that is fewer than either "
-                    "finished.")
+        caption += (" A speedup is over the questions both rows finished; (n=N): the questions behind a cell where "
+                    "they are not vanilla's.")
     markdown = to_markdown(table, half_width, pairs)
     tex_notes = notes
     if half_width is not None and len(set(table.columns.get_level_values(0))) > 1:
@@ -180,9 +181,10 @@ def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, or
     """Throughput at each batch size: every B side by side over all tasks, then per task at each B."""
     shown = f"{part['temperature'].iloc[0]:g}"
     caption = (f"Throughput, T={shown}, {target}: tokens/s (total new tokens / total batch wall time) and speedup "
-               "over vanilla at the same batch size B (on the batches both decoded), all tasks together, "
-               f"{questions_note(question_counts(part))} at each B")
-    markdown = write_table(throughput_table(part), out_dir, f"throughput_T{t}", caption, origin, tag=tag)
+               "over vanilla at the same batch size B (on the batches both decoded), all tasks together; "
+               + "; ".join(f"B={size}: {questions_note(question_counts(at))}" for size, at in part.groupby("batch_size")))
+    markdown = write_table(throughput_table(part), out_dir, f"throughput_T{t}", caption, origin, tag=tag,
+                           pairs=throughput_counts(part))
     caption = (f"Cost per target forward at each batch size B, T={shown}, {target}: tokens emitted per forward by all rows "
                "together, the forward's time and the drafters' time per forward (ms; all rows' drafting in the step, a "
                "batched drafting call's time split evenly across its rows)")

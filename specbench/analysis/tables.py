@@ -8,7 +8,7 @@ import re
 import pandas as pd
 
 from specbench.analysis.intervals import delta_half_widths, interval_bounds, log_half_widths
-from specbench.analysis.pairs import paired_speedups
+from specbench.analysis.pairs import finished, paired_speedups, paired_with
 from specbench.run.record import Record
 from specbench.run.reference import COMPILED, REFERENCES
 from specbench.run.tasks import DEFAULT_SUITE, suites
@@ -151,6 +151,22 @@ def throughput_table(frame: pd.DataFrame) -> pd.DataFrame:
         columns[(f"B={size}", "Speedup")] = speedup.xs("all", level="task") if len(speedup) else sums["wall_time"] * float("nan")
     table = pd.DataFrame(columns)
     return labelled_rows(table, frame)
+
+
+def throughput_counts(frame: pd.DataFrame) -> pd.DataFrame | None:
+    """Rows = methods (labelled), columns as throughput_table's: the questions behind a cell where they are not
+    vanilla's at that B (tok/s: the method's own; Speedup: those it shares with vanilla), NaN elsewhere; None where
+    every method decoded vanilla's questions."""
+    columns = {}
+    for size, at in frame.groupby("batch_size"):
+        own = finished(at)
+        if "vanilla" not in own.index:
+            continue
+        shared = finished(paired_with(at)).reindex(own.index).fillna(0)
+        columns[(f"B={size}", "tok/s")] = own.where(own != own["vanilla"])
+        columns[(f"B={size}", "Speedup")] = shared.where((shared != own["vanilla"]) | (shared != own))
+    table = pd.DataFrame(columns)
+    return None if table.isna().all().all() else labelled_rows(table, frame)
 
 
 def batch_cost_table(frame: pd.DataFrame) -> pd.DataFrame:
