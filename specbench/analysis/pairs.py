@@ -10,11 +10,11 @@ PAIR_KEYS = ["task", "question_id", "repeat", "turns"]  # a question both rows f
 
 def paired_with(frame: pd.DataFrame, baseline: str = "vanilla") -> pd.DataFrame:
     """Each row of `frame` beside `baseline`'s answer to the same question (task, question, repeat, turns; a frame
-    without repeats or turns: task and question), whose
-    new_tokens and wall_time come as new_tokens_base and wall_time_base; rows the baseline did not finish are
-    dropped. Every ratio against a baseline is computed over these pairs only (a run cut short after some questions
-    must not compare a method's tokens/s with the baseline's over other questions)."""
-    keys = [k for k in PAIR_KEYS if k in frame.columns or k in ("task", "question_id")]  # repeat, turns: if there
+    without repeats or turns: task and question), whose new_tokens and wall_time come as new_tokens_base and
+    wall_time_base; rows the baseline did not finish are dropped. Every ratio against a baseline is computed over
+    these pairs only (a run cut short after some questions must not compare a method's tokens/s with the baseline's
+    over other questions)."""
+    keys = [k for k in PAIR_KEYS if k in frame.columns or k in ("task", "question_id")]
     base = frame.loc[frame["method"] == baseline, [*keys, "new_tokens", "wall_time"]]
     return frame.merge(base, on=keys, suffixes=("", "_base"))
 
