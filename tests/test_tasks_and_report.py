@@ -328,7 +328,8 @@ def test_budget_is_complete_for_the_shipped_drafters_with_repository_paths():
     for default in defaults:
         folder = (default.parent / default.read_text(encoding="utf-8").strip()).resolve()
         elsewhere = f"/another/checkout/{folder.relative_to(root).as_posix()}"  # as another checkout's run.json names it
-        assert repository_path(elsewhere) == folder.relative_to(root).as_posix()
+        assert repository_path(elsewhere, root) == folder.relative_to(root).as_posix()
+        assert repository_path("/own/heads/my/head", root) == "/own/heads/my/head"  # not in this checkout: as it is
         cells = training_budget(str(folder))
         text = " ".join(cells.values())
         assert "unknown" not in text and "not recorded" not in text and "/work" not in text, (folder, cells)

@@ -27,22 +27,22 @@ def _last_log_line(folder: Path) -> dict[str, Any]:
     return last
 
 
-def repository_path(folder: str) -> str:
-    """A drafter folder as the repository names it: from its last `heads` part on (heads/eagle/...), whichever
-    checkout the run loaded it from; other folders as they are."""
+def repository_path(folder: str, root: Path = Path(".")) -> str:
+    """A drafter folder as the repository names it, from its last `heads` part on (heads/eagle/...), whichever
+    checkout the run loaded it from, where the checkout at `root` (the folder reports are made in) has it; other
+    folders (a user's own) as they are."""
     parts = Path(folder).parts
     if Path(folder).is_absolute() and "heads" in parts:
-        last = len(parts) - 1 - parts[::-1].index("heads")
-        return Path(*parts[last:]).as_posix()
+        inside = Path(*parts[len(parts) - 1 - parts[::-1].index("heads"):])
+        if len(inside.parts) > 2 and (root / inside).is_dir():  # heads/<method>/<target>...
+            return inside.as_posix()
     return folder
 
 
 def training_budget(folder: str) -> dict[str, str]:
-    """What the weights in `folder` were trained on, as table cells (read in this checkout's heads/, else where the
-    run loaded them); "unknown" where nothing recorded it."""
+    """What the weights in `folder` were trained on, as table cells (read in this checkout's heads/ where it has
+    them, else where the run loaded them); "unknown" where nothing recorded it."""
     path = Path(repository_path(folder))
-    if not path.is_dir():
-        path = Path(folder)
     if not path.is_dir():
         return {"data": f"{repository_path(folder)} (not a local folder: its training is not recorded here)",
                 "positions": "unknown",

@@ -117,8 +117,7 @@ def absent_drafters(prov: Provenance) -> list[str]:
     (budget.md cannot be remade without them)."""
     info = read_run_info(prov.root / prov.run)
     named = {folder for worker in info.workers for folder in (worker.get("trained_from") or {}).values()}
-    return sorted(folder for folder in named
-                  if not (prov.root / repository_path(folder)).is_dir() and not (prov.root / folder).is_dir())
+    return sorted(folder for folder in named if not (prov.root / repository_path(folder, prov.root)).is_dir())
 
 
 def _tables(prov: Provenance, folder: Path) -> set[str]:
