@@ -161,3 +161,4 @@ def test_every_file_of_a_synthetic_report_says_timing_only(tiny_target_dir, tmp_
     assert not unmarked
     for table in (p for p in files if p.suffix == ".md" and p.name != "budget.md"):  # in the caption, not only a comment
         assert "TIMING-ONLY" in table.read_text(encoding="utf-8").split("-->\n\n", 1)[1], table.name
+    assert "2 questions" in (report / "speedup_T0.md").read_text(encoding="utf-8")  # n in the caption
