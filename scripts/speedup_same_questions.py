@@ -1,7 +1,8 @@
-"""Each method's speedup over vanilla in two runs, on the questions both runs answered: total vanilla time over total
-method time per run (each ratio measured within its own run), and the second run's ratio over the first's. Use it
-to compare code versions (a slice decoded by new code against a committed run of the old) without comparing
-seconds across runs.
+"""Each method's speedup over vanilla in two runs, on the questions both runs answered with both rows (task,
+question, repeat, batch size): each ratio measured within its own run, as the report's tables compute it
+(specbench.analysis.pairs.paired_speedups: total tokens / total time of the method over vanilla's, on the same
+questions), and the second run's ratio over the first's. Use it to compare code versions (a slice decoded by new code
+against a committed run of the old) without comparing seconds across runs.
 
     python scripts/speedup_same_questions.py NEW_RUN OLD_RUN [--temperature 0]
 """
@@ -11,20 +12,32 @@ import argparse
 import sys
 from pathlib import Path
 
+import pandas as pd
+
+from specbench.analysis.pairs import PAIR_KEYS, paired_speedups
+from specbench.analysis.tables import per_question_frame
 from specbench.errors import SpecbenchError
-from specbench.run.record import Record
 from specbench.run.records import read_records
 
 
-def turn_times(records: list[Record], temperature: float) -> dict[str, dict[tuple, float]]:
-    """Per method: wall seconds of every turn, keyed by task, question, repeat, batch size and turn."""
-    times: dict[str, dict[tuple, float]] = {}
-    for r in records:
-        if r.temperature != temperature:
-            continue
-        for turn, seconds in enumerate(r.choice.wall_time):
-            times.setdefault(r.method, {})[(r.task, str(r.question_id), r.repeat, r.batch_size, turn)] = seconds
-    return times
+def run_frame(run: Path, temperature: float) -> pd.DataFrame:
+    """The run's questions at one temperature, a batch size's kept apart (in the task's key)."""
+    frame = per_question_frame([r for r in read_records(run) if r.temperature == temperature])
+    if frame.empty or "vanilla" not in set(frame["method"]):
+        raise SpecbenchError(f"{run}: no vanilla records at T={temperature:g}")
+    return frame.assign(task=frame["task"] + "@B" + frame["batch_size"].astype(str))
+
+
+def questions(frame: pd.DataFrame, method: str) -> set[tuple]:
+    return set(frame.loc[frame["method"] == method, PAIR_KEYS].itertuples(index=False, name=None))
+
+
+def same_questions_speedup(frame: pd.DataFrame, method: str, shared: set[tuple]) -> float:
+    """The method's speedup over vanilla over `shared` questions only, all tasks together."""
+    keep = frame[frame["method"].isin([method, "vanilla"])
+                 & pd.Series(list(frame[PAIR_KEYS].itertuples(index=False, name=None)), index=frame.index).isin(shared)]
+    return float(paired_speedups(keep.assign(question_id=keep["task"] + "/" + keep["question_id"], task="all"))[0][
+        (method, "all")])
 
 
 def main() -> int:
@@ -34,21 +47,17 @@ def main() -> int:
     parser.add_argument("--temperature", type=float, default=0.0)
     args = parser.parse_args()
     try:
-        new, old = (turn_times(read_records(p), args.temperature) for p in (args.new, args.old))
+        new, old = (run_frame(p, args.temperature) for p in (args.new, args.old))
     except SpecbenchError as exc:
         print(f"speedup_same_questions: error: {exc}", file=sys.stderr)
         return 2
-    if "vanilla" not in new or "vanilla" not in old:
-        print("speedup_same_questions: error: both runs need vanilla records", file=sys.stderr)
-        return 2
-    print(f"{'method':80} {'new':>7} {'old':>7} {'new/old':>8} turns")
-    for method in sorted(set(new) & set(old) - {"vanilla"}):
-        turns = set(new[method]) & set(old[method]) & set(new["vanilla"]) & set(old["vanilla"])
-        if not turns:
+    print(f"{'method':80} {'new':>7} {'old':>7} {'new/old':>8} questions")
+    for method in sorted(set(new["method"]) & set(old["method"]) - {"vanilla"}):
+        shared = questions(new, method) & questions(new, "vanilla") & questions(old, method) & questions(old, "vanilla")
+        if not shared:
             continue
-        ratio = {name: sum(run["vanilla"][t] for t in turns) / sum(run[method][t] for t in turns)
-                 for name, run in (("new", new), ("old", old))}
-        print(f"{method:80} {ratio['new']:6.2f}x {ratio['old']:6.2f}x {ratio['new'] / ratio['old']:7.3f}  {len(turns)}")
+        ratio = {name: same_questions_speedup(run, method, shared) for name, run in (("new", new), ("old", old))}
+        print(f"{method:80} {ratio['new']:6.2f}x {ratio['old']:6.2f}x {ratio['new'] / ratio['old']:7.3f}  {len(shared)}")
     return 0
 
 

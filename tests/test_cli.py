@@ -61,7 +61,9 @@ def test_run_writes_records_and_tables(finished_run):
 
 
 def test_check_passes_then_catches_a_tampered_record(finished_run, tmp_path, capsys):
+    capsys.readouterr()
     assert main(["check", str(finished_run)]) == 0
+    assert "not checked: 12 records at T=1" in capsys.readouterr().out  # the run's sampled records are named
     tampered = tmp_path / "tampered"
     tampered.mkdir()
     lines = (finished_run / "records.jsonl").read_text().splitlines()
@@ -95,7 +97,7 @@ def test_repeats_are_interleaved_and_give_intervals(tiny_target_dir, tmp_path):
         (records[0]["question_id"], 1, "pld"), (records[0]["question_id"], 1, "vanilla")]
     by_key = {(r["question_id"], r["repeat"], r["method"]): r["choices"][0]["token_ids"] for r in records}
     assert any(by_key[(q, 0, "vanilla")] != by_key[(q, 1, "vanilla")] for q, _, _ in by_key)  # fresh draws
-    assert " ± " in (out / "report" / "speedup_T1.md").read_text()
+    assert re.search(r"× \[[\d.e-]+, [\d.]+\]", (out / "report" / "speedup_T1.md").read_text())  # [low, high]
     assert main([*args[:-1], "3"]) == 0  # more repeats resume the same run
     assert len((out / "records.jsonl").read_text().splitlines()) == 12
 
@@ -171,6 +173,7 @@ def test_bad_inputs_leave_finished_records_untouched(tiny_target_dir, other_toke
         "unknown method": (["--methods", "nope"] + base, "valid: vanilla"),
         "unknown task": (["--methods", "vanilla", "--tasks", "nope", "--temperatures", "0"], "valid: all"),
         "max new tokens": (["--methods", "vanilla", *base[:-2], "--max-new-tokens", "0"], "must be > 0"),
+        "negative limit": (["--methods", "vanilla", "--tasks", "gsm8k", "--limit", "-1"], "--limit must be > 0, got -1"),
         "other settings": (["--methods", "vanilla", *base, "--seed", "7"], "other settings"),
         "no draft": (["--methods", "sps", *base], "needs a draft model"),
         "bad temperature": (["--methods", "vanilla", "--tasks", "gsm8k", "--temperatures", "-1"], "temperature"),

@@ -101,7 +101,7 @@ def test_report_gives_the_speedup_over_hf_compiled(reference_run):
 
 def test_speedup_over_a_reference_row():
     frame = pd.DataFrame({"method": ["vanilla", "hf-compiled", "m"], "task": "Overall", "new_tokens": [10, 20, 15],
-                          "wall_time": 1.0, "steps": [10, 20, 5]})
+                          "wall_time": 1.0, "steps": [10, 20, 5], "question_id": "1"})
     versus = raw_speedup_table(frame, baseline="hf-compiled")
     assert versus[("Overall", "Speedup")].to_dict() == {"hf-compiled": 1.0, "m": 0.75, "vanilla": 0.5}
     board, _ = leaderboard(raw_speedup_table(frame), None)

@@ -146,3 +146,19 @@ def test_list_names_the_timing_only_modes(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "TIMING-ONLY" in out and "--synthetic-acceptance" in out and "llama-3.2-1b" in out
+
+
+def test_every_file_of_a_synthetic_report_says_timing_only(tiny_target_dir, tmp_path):
+    out = tmp_path / "r"
+    assert main(run_args(tiny_target_dir, out, "--methods", "vanilla,pld", "--tasks", "gsm8k", "--limit", "2",
+                         "--temperatures", "0", "--synthetic-acceptance", "0.8,0.6,0.4")) == 0
+    report = out / "report"
+    files = sorted(p for p in report.iterdir() if p.is_file() and not p.name.startswith("."))  # not the lock file
+    kinds = {p.suffix for p in files}
+    assert {".md", ".tex", ".csv", ".png", ".pdf"} <= kinds, kinds  # tables and plots
+    assert any(p.name.startswith("efficiency_") for p in files)
+    unmarked = [p.name for p in files if b"TIMING-ONLY" not in p.read_bytes()]  # PNG and PDF: in their metadata
+    assert not unmarked
+    for table in (p for p in files if p.suffix == ".md" and p.name != "budget.md"):  # in the caption, not only a comment
+        assert "TIMING-ONLY" in table.read_text(encoding="utf-8").split("-->\n\n", 1)[1], table.name
+    assert "2 questions" in (report / "speedup_T0.md").read_text(encoding="utf-8")  # n in the caption

@@ -27,11 +27,25 @@ def _last_log_line(folder: Path) -> dict[str, Any]:
     return last
 
 
+def repository_path(folder: str, root: Path = Path(".")) -> str:
+    """A drafter folder as the repository names it, from its last `heads` part on (heads/eagle/...), whichever
+    checkout the run loaded it from, where the checkout at `root` (the folder reports are made in) has it; other
+    folders (a user's own) as they are."""
+    parts = Path(folder).parts
+    if Path(folder).is_absolute() and "heads" in parts:
+        inside = Path(*parts[len(parts) - 1 - parts[::-1].index("heads"):])
+        if len(inside.parts) > 2 and (root / inside).is_dir():  # heads/<method>/<target>...
+            return inside.as_posix()
+    return folder
+
+
 def training_budget(folder: str) -> dict[str, str]:
-    """What the weights in `folder` were trained on, as table cells; "unknown" where nothing recorded it."""
-    path = Path(folder)
+    """What the weights in `folder` were trained on, as table cells (read in this checkout's heads/ where it has
+    them, else where the run loaded them); "unknown" where nothing recorded it."""
+    path = Path(repository_path(folder))
     if not path.is_dir():
-        return {"data": f"{folder} (not a local folder: its training is not recorded here)", "positions": "unknown",
+        return {"data": f"{repository_path(folder)} (not a local folder: its training is not recorded here)",
+                "positions": "unknown",
                 "precision": "unknown", "time": "unknown"}
     final = _last_log_line(path)
     positions = f"{final['tokens'] / 1e6:.2f}M" if "tokens" in final else "unknown"
@@ -42,11 +56,13 @@ def training_budget(folder: str) -> dict[str, str]:
     train = json.loads(train_file.read_text(encoding="utf-8"))
     data, settings, machine = train.get("data", {}), train.get("settings", {}), train.get("machine", {})
     source = data.get("dataset") or data.get("data") or data.get("features", "?")
-    described = f"{Path(str(source)).name}: {data.get('conversations', '?')} conversations ({data.get('chunks', '?')} chunks)"
+    described = f"{Path(str(source)).name}: {data.get('conversations', '?')} conversations" + (
+        f" ({data['chunks']} chunks)" if "chunks" in data else f" ({data['mode']} replies)" if "mode" in data else "")
     hardware = machine.get("cuda_device") or machine.get("cpu", "?")
+    threads = f", {machine['torch_threads']} threads" if "torch_threads" in machine else ""
     return {"data": described, "positions": positions,
             "precision": settings.get("autocast") or "fp32",
-            "time": f"{final.get('hours', float('nan')):.2f} h on {hardware}, {machine.get('torch_threads', '?')} threads"
+            "time": f"{final.get('hours', float('nan')):.2f} h on {hardware}{threads}"
                     f"; lr {settings.get('lr', '?')}, {settings.get('batch_tokens', '?')} tokens per batch"}
 
 
@@ -89,5 +105,5 @@ def budget_table(info: RunInfo) -> str:
             lines.append(f"| {spec} | {shown} | training-free | | | | |")
             continue
         b = training_budget(folder)
-        lines.append(f"| {spec} | {shown} | {folder} | {b['data']} | {b['positions']} | {b['precision']} | {b['time']} |")
+        lines.append(f"| {spec} | {shown} | {repository_path(folder)} | {b['data']} | {b['positions']} | {b['precision']} | {b['time']} |")
     return "\n".join(lines)

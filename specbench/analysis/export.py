@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from specbench.analysis.pairs import paired_speedups
 from specbench.errors import SpecbenchError
 from specbench.run.record import Record
 from specbench.run.records import read_records
@@ -118,12 +120,15 @@ def speed_rule(answers: list[dict[str, Any]], baseline: list[dict[str, Any]], to
 
 def ours(answers: list[dict[str, Any]], baseline: list[dict[str, Any]], task: str) -> dict[str, float]:
     """Our headline speedup (total tokens / total time against vanilla's) and our Spec-Bench-style one
-    (per-question means, vanilla's own token counts) over the same answers."""
-    mine = [a["choices"][0] for a in answers if _in_task(a, task)]
-    base = [a["choices"][0] for a in baseline if _in_task(a, task)]
-    total = lambda cs: sum(sum(c["new_tokens"]) for c in cs) / sum(sum(c["wall_time"]) for c in cs)  # noqa: E731
-    mean = lambda cs: float(np.mean([sum(c["new_tokens"]) / sum(c["wall_time"]) for c in cs]))  # noqa: E731
-    return {"speedup_total": total(mine) / total(base), "speedup_per_question": mean(mine) / mean(base)}
+    (per-question means, vanilla's own token counts), as the report computes them: over the questions both files
+    answered (specbench.analysis.pairs.paired_speedups)."""
+    rows = [{"method": name, "task": task, "question_id": str(a["question_id"]),
+             "turns": len(a["choices"][0]["new_tokens"]), "new_tokens": sum(a["choices"][0]["new_tokens"]),
+             "wall_time": sum(a["choices"][0]["wall_time"])}
+            for name, group in (("method", answers), ("vanilla", baseline)) for a in group if _in_task(a, task)]
+    frame = pd.DataFrame(rows)
+    return {"speedup_total": float(paired_speedups(frame)[0][("method", task)]),
+            "speedup_per_question": float(paired_speedups(frame, per_question_means=True)[0][("method", task)])}
 
 
 def export_spec_bench(run_dir: Path, out: Path) -> str:

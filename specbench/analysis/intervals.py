@@ -1,20 +1,33 @@
-"""95% intervals for the report's ratios when a run has a single repeat: over the questions, each method's paired with
-vanilla's answer to the same question (the delta method).
+"""95% intervals for the report's ratios, on the log scale: a cell v with log half-width h has the interval
+[v·e^-h, v·e^h] (interval_bounds), which stays above zero however few the questions; τ's lower end is also kept at
+1 (a step emits at least its bonus token).
 
-A table cell is a product of totals over a task's questions, each to the power ±1 (speedup = (tokens / time) of the
-method ÷ the same of vanilla; τ = tokens / forwards; Spec-Bench-style speedup = mean tokens/s ÷ vanilla's), so
-log(cell) moves with u_i = Σ_j ±v_ij / V_j, question i's share of each total. Its variance is estimated as
-n/(n-1) Σ u_i², and the half-width is t(0.975, n-1) × cell × √variance. The mean over tasks adds the tasks'
-variances (tasks are disjoint questions) with Welch-Satterthwaite degrees of freedom. Questions answered by a method
-but not by vanilla (a stopped run) are left out of the variance, not of the cell.
+With a single repeat, over the questions, each method's paired with the baseline's answer to the same question (the
+delta method): a table cell is a product of totals over the paired questions, each to the power ±1 (speedup =
+(tokens / time) of the method ÷ the same of vanilla; τ = tokens / forwards; Spec-Bench-style speedup = mean tokens/s
+÷ vanilla's), so log(cell) moves with u_i = Σ_j ±v_ij / V_j, question i's share of each total. Its variance is
+estimated as n/(n-1) Σ u_i², and h = t(0.975, n-1) × √variance. The mean over tasks adds the tasks' variances
+(tasks are disjoint questions) with Welch-Satterthwaite degrees of freedom, h = its half-width ÷ the mean.
+With several repeats (specbench.analysis.tables.table_with_interval): h = t(0.975, N-1) × the standard deviation of
+log(cell) over the N repeats ÷ √N.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
-KEYS = ["question_id", "repeat"]
+from specbench.analysis.pairs import paired_with
+
+LOWER_BOUNDS = {"τ": 1.0}  # a statistic's least possible value above zero (a speedup's is zero itself)
+
+
+def interval_bounds(value: float, log_half_width: float, stat: str) -> tuple[float, float]:
+    """The 95% interval of a cell: [v·e^-h, v·e^h], its lower end at least the statistic's bound."""
+    low, high = value * math.exp(-log_half_width), value * math.exp(log_half_width)
+    return max(low, LOWER_BOUNDS.get(stat, 0.0)), high
 
 
 def _log_variance(parts: list[tuple[np.ndarray, int]]) -> tuple[float, int]:
@@ -27,20 +40,20 @@ def _log_variance(parts: list[tuple[np.ndarray, int]]) -> tuple[float, int]:
 
 
 def _cell_variances(frame: pd.DataFrame, per_question_means: bool, baseline: str = "vanilla") -> pd.DataFrame:
-    """Per (method, task): the variance of log speedup (over `baseline`) and of log τ, and the questions behind
-    each."""
-    frame = frame.assign(rate=frame["new_tokens"] / frame["wall_time"])
-    vanilla = frame[frame["method"] == baseline]
+    """Per (method, task): the variance of log speedup (over `baseline`, on the questions both finished) and of
+    log τ, and the questions behind each."""
+    paired = paired_with(frame, baseline)
+    paired = paired.assign(rate=paired["new_tokens"] / paired["wall_time"],
+                           rate_base=paired["new_tokens_base"] / paired["wall_time_base"])
     rows = []
     for (method, task), own in frame.groupby(["method", "task"], sort=False):
         tau = _log_variance([(own["new_tokens"].to_numpy(float), 1), (own["steps"].to_numpy(float), -1)])
-        base = vanilla[vanilla["task"] == task]
-        paired = own.merge(base, on=KEYS, suffixes=("", "_base"))
+        pairs = paired[(paired["method"] == method) & (paired["task"] == task)]
         if per_question_means:
             terms = [("rate", 1), ("rate_base", -1)]
         else:
             terms = [("new_tokens", 1), ("wall_time", -1), ("new_tokens_base", -1), ("wall_time_base", 1)]
-        speedup = _log_variance([(paired[c].to_numpy(float), power) for c, power in terms])
+        speedup = _log_variance([(pairs[c].to_numpy(float), power) for c, power in terms])
         rows.append({"method": method, "task": task, "Speedup": speedup[0], "Speedup n": speedup[1],
                      "τ": tau[0], "τ n": tau[1]})
     return pd.DataFrame(rows).set_index(["method", "task"])
@@ -48,9 +61,9 @@ def _cell_variances(frame: pd.DataFrame, per_question_means: bool, baseline: str
 
 def delta_half_widths(frame: pd.DataFrame, table: pd.DataFrame, per_question_means: bool = False,
                       baseline: str = "vanilla") -> pd.DataFrame:
-    """Half-widths of the 95% intervals of `table` (rows = method names as in `frame`, one repeat; speedups over
-    `baseline`), same rows and columns; NaN where fewer than two questions pair up, and on vanilla's row and the
-    baseline's (vanilla's τ is 1 by definition, and so is the baseline's speedup)."""
+    """Log half-widths of the 95% intervals of `table` (rows = method names as in `frame`, one repeat; speedups
+    over `baseline`), same rows and columns; NaN where fewer than two questions pair up, and on vanilla's row and
+    the baseline's (vanilla's τ is 1 by definition, and so is the baseline's speedup)."""
     cells = _cell_variances(frame, per_question_means, baseline)
     half = pd.DataFrame(np.nan, index=table.index, columns=table.columns)
     tasks = [c[0] for c in table.columns if c[1] == "Speedup" and c[0] != "Mean"]
@@ -63,13 +76,20 @@ def delta_half_widths(frame: pd.DataFrame, table: pd.DataFrame, per_question_mea
                 if (method, task) not in cells.index:
                     continue
                 variance, n = cells.loc[(method, task), [stat, f"{stat} n"]]
-                sd = float(table.loc[method, (task, stat)]) * float(np.sqrt(variance))
-                half.loc[method, (task, stat)] = student_t.ppf(0.975, n - 1) * sd if n >= 2 else np.nan
-                sds.append(sd)
+                half.loc[method, (task, stat)] = student_t.ppf(0.975, n - 1) * np.sqrt(variance) if n >= 2 else np.nan
+                sds.append(float(table.loc[method, (task, stat)]) * float(np.sqrt(variance)))
                 dofs.append(n - 1)
             if ("Mean", stat) in table.columns and sds and not np.isnan(sds).any():
-                half.loc[method, ("Mean", stat)] = _mean_half_width(np.array(sds), np.array(dofs, float))
+                mean = float(table.loc[method, ("Mean", stat)])
+                half.loc[method, ("Mean", stat)] = _mean_half_width(np.array(sds), np.array(dofs, float)) / mean
     return half
+
+
+def log_half_widths(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """Over N ≥ 2 repeats' tables (same rows and columns): t(0.975, N-1) × sd(log cell) / √N per cell."""
+    logs = pd.concat([np.log(table.astype(float)) for table in tables], keys=range(len(tables)))
+    spread = logs.groupby(level=1, sort=False).std(ddof=1)
+    return spread * student_t.ppf(0.975, len(tables) - 1) / len(tables) ** 0.5
 
 
 def _mean_half_width(sds: np.ndarray, dofs: np.ndarray) -> float:

@@ -63,6 +63,12 @@ def latency_table(samples: pd.DataFrame, task: str | None = None) -> pd.DataFram
     return labelled_rows(out, part)
 
 
+def turns_per_method(samples: pd.DataFrame) -> pd.Series:
+    """How many turns each method's samples come from (one TTFT a turn), in the samples' order."""
+    ttft = samples[samples["metric"] == "TTFT"]
+    return ttft.groupby("method", sort=False)["samples"].apply(lambda rows: sum(len(r) for r in rows))
+
+
 def latency_long(samples: pd.DataFrame) -> pd.DataFrame:
     """Every task's table and the pooled one stacked: rows (method, task), flat columns (TTFT p50 ms, ...)."""
     tasks = [*dict.fromkeys(samples["task"]), None]

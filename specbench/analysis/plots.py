@@ -5,6 +5,7 @@ variants in a sweep (rows named like eagle@total_tokens=8). Runs at several batc
 against B; the per-question plots then use the smallest B."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -15,10 +16,14 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from specbench.analysis.latency import turns_per_method  # noqa: E402
 from specbench.analysis.tables import (  # noqa: E402
     display_names,
+    intervals,
     method_label,
     method_order,
+    question_counts,
+    questions_note,
     short_labels,
     speedup_table,
     table_with_interval,
@@ -26,12 +31,17 @@ from specbench.analysis.tables import (  # noqa: E402
 )
 
 
-def _save(fig, out_dir: Path, stem: str) -> list[Path]:
+def _save(fig, out_dir: Path, stem: str, marks: list[str]) -> list[Path]:
+    """PNG and PDF; the report's marks (TIMING-ONLY, the load warning) over the figure and in the files' metadata."""
+    if marks:
+        fig.suptitle("\n".join(line for mark in marks for line in textwrap.wrap(mark, 110)), fontsize=6.5,
+                     color="darkred")
     if fig.get_layout_engine() is None:
         fig.tight_layout()
     paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.pdf"]
-    fig.savefig(paths[0], dpi=150)
-    fig.savefig(paths[1])
+    said = " | ".join(marks)
+    fig.savefig(paths[0], dpi=150, metadata={"Description": said} if marks else None)
+    fig.savefig(paths[1], metadata={"Subject": said} if marks else None)
     plt.close(fig)
     return paths
 
@@ -72,9 +82,12 @@ def speedup_figure(part: pd.DataFrame, colours: dict[str, tuple], t: str):
     """Speedup (top) and τ (bottom) per task and their mean, one bar per method beside vanilla's 1.0 line, with the
     95% intervals of the tables as error bars."""
     table, half = table_with_interval(part)
+    bounds = intervals(table, half) if half is not None else None
     full, labels, names = _full_labels(part), _labels(part), display_names()
     methods = [m for m in _methods(part) if m != "vanilla"]
     tasks = [c[0] for c in table.columns if c[1] == "Speedup"]
+    counts = question_counts(part)
+    counts["Mean"] = counts.sum(axis=1)
     # a page's width (7 in), so that its text prints at about 7-9 pt in a two-column paper's figure*
     fig, axes = plt.subplots(2, 1, figsize=(max(7.0, 0.9 * len(tasks) + 0.7), 4.6), sharex=True, layout="constrained")
     width = 0.8 / len(methods)
@@ -82,8 +95,11 @@ def speedup_figure(part: pd.DataFrame, colours: dict[str, tuple], t: str):
     for ax, stat in zip(axes, ("Speedup", "τ")):
         for i, method in enumerate(methods):
             row = full[method]
-            errors = None if half is None else [half.loc[row, (task, stat)] for task in tasks]
-            ax.bar(x + i * width - 0.4 + width / 2, [table.loc[row, (task, stat)] for task in tasks], width,
+            values = [table.loc[row, (task, stat)] for task in tasks]
+            errors = None if bounds is None else np.array(
+                [[v - bounds[(task, stat)].loc[row, "low"], bounds[(task, stat)].loc[row, "high"] - v]
+                 for task, v in zip(tasks, values)]).T
+            ax.bar(x + i * width - 0.4 + width / 2, values, width,
                    yerr=errors, capsize=1.5, error_kw={"elinewidth": 0.7}, color=colours[method],
                    label=labels[method])
         ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
@@ -91,20 +107,27 @@ def speedup_figure(part: pd.DataFrame, colours: dict[str, tuple], t: str):
         ax.tick_params(labelsize=8)
         ax.grid(axis="y", linewidth=0.4, alpha=0.5)
         ax.set_axisbelow(True)
-    axes[1].set_xticks(x, [names.get(task, task) for task in tasks])
-    axes[0].set_title(f"Speedup and τ per task, T={t} (dashed: vanilla; error bars: 95% intervals)", fontsize=9)
+    axes[1].set_xticks(x, [f"{names.get(task, task)}\n{_n(counts[task])}" for task in tasks])
+    axes[0].set_title(f"Speedup and τ per task, T={t} (dashed: vanilla; error bars: 95% intervals, log scale; "
+                      "n: questions)", fontsize=9)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=min(len(methods), 7),
                fontsize=7.5, frameon=False, handlelength=1.2, columnspacing=1.2)
     return fig
 
 
-def speedup_bars(part: pd.DataFrame, out_dir: Path, t: str, colours: dict[str, tuple]) -> list[Path]:
+def _n(counts: pd.Series) -> str:
+    """"n=2", or "n=8–10" where the methods answered different numbers."""
+    return f"n={counts.min()}" + (f"–{counts.max()}" if counts.max() != counts.min() else "")
+
+
+def speedup_bars(part: pd.DataFrame, out_dir: Path, t: str, colours: dict[str, tuple], marks: list[str]) -> list[Path]:
     if set(part["method"]) == {"vanilla"}:
         return []  # nothing to compare
-    return _save(speedup_figure(part, colours, t), out_dir, f"speedup_T{t}")
+    return _save(speedup_figure(part, colours, t), out_dir, f"speedup_T{t}", marks)
 
 
-def tau_distribution(part: pd.DataFrame, out_dir: Path, t: str, colours: dict[str, tuple]) -> list[Path]:
+def tau_distribution(part: pd.DataFrame, out_dir: Path, t: str, colours: dict[str, tuple],
+                     marks: list[str]) -> list[Path]:
     labels = _labels(part)
     methods = [m for m in _methods(part) if m != "vanilla"]
     if not methods:
@@ -123,12 +146,13 @@ def tau_distribution(part: pd.DataFrame, out_dir: Path, t: str, colours: dict[st
     ax.set_xticks(lengths, [str(k) for k in lengths[:-1]] + [f"≥{lengths[-1]}" if longest > 1 else "1"])
     ax.set_xlabel("tokens emitted per target forward")
     ax.set_ylabel("share of steps")
-    ax.set_title(f"Distribution of accepted length, T={t}")
+    ax.set_title(f"Distribution of accepted length, T={t}, {questions_note(question_counts(part))}", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return _save(fig, out_dir, f"tau_distribution_T{t}")
+    return _save(fig, out_dir, f"tau_distribution_T{t}", marks)
 
 
-def acceptance_by_position(part: pd.DataFrame, out_dir: Path, t: str, colours: dict[str, tuple]) -> list[Path]:
+def acceptance_by_position(part: pd.DataFrame, out_dir: Path, t: str, colours: dict[str, tuple],
+                           marks: list[str]) -> list[Path]:
     labels = _labels(part)
     methods = [m for m in _methods(part) if m != "vanilla"]
     if not methods:
@@ -145,12 +169,12 @@ def acceptance_by_position(part: pd.DataFrame, out_dir: Path, t: str, colours: d
     ax.set_xlabel("draft position (depth in the accepted path)")
     ax.set_ylabel("share of steps accepting it")
     ax.set_ylim(0, 1)
-    ax.set_title(f"Acceptance rate by draft position, T={t}")
+    ax.set_title(f"Acceptance rate by draft position, T={t}, {questions_note(question_counts(part))}", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return _save(fig, out_dir, f"acceptance_by_position_T{t}")
+    return _save(fig, out_dir, f"acceptance_by_position_T{t}", marks)
 
 
-def time_split(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
+def time_split(part: pd.DataFrame, out_dir: Path, t: str, marks: list[str]) -> list[Path]:
     labels = _labels(part)
     methods = _methods(part)
     sums = part.groupby("method")[["new_tokens", "wall_time", "draft_time", "verify_time"]].sum().loc[methods]
@@ -163,12 +187,12 @@ def time_split(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
     ax.bar(x, other, bottom=per_token["draft_time"] + per_token["verify_time"], label="other")
     ax.set_xticks(x, [labels[m] for m in methods], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("ms per new token")
-    ax.set_title(f"Where the time goes, T={t}")
+    ax.set_title(f"Where the time goes, T={t}, {questions_note(question_counts(part))}", fontsize=9)
     ax.legend(fontsize=7)
-    return _save(fig, out_dir, f"time_split_T{t}")
+    return _save(fig, out_dir, f"time_split_T{t}", marks)
 
 
-def sweeps(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
+def sweeps(part: pd.DataFrame, out_dir: Path, t: str, marks: list[str]) -> list[Path]:
     """Speedup and τ against a numeric option, for methods run as several name@key=value variants."""
     table = speedup_table(part)
     points: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
@@ -194,13 +218,15 @@ def sweeps(part: pd.DataFrame, out_dir: Path, t: str) -> list[Path]:
         ax.plot([v[0] for v in values], [v[2] for v in values], marker="s", label="τ")
         ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
         ax.set_xlabel(key)
-        ax.set_title(f"{base}: mean over tasks against {key}, T={t}")
+        ax.set_title(f"{base}: mean over tasks against {key}, T={t}, {questions_note(question_counts(part))}",
+                     fontsize=9)
         ax.legend(fontsize=8)
-        written += _save(fig, out_dir, f"sweep_{base}_{key}_T{t}")
+        written += _save(fig, out_dir, f"sweep_{base}_{key}_T{t}", marks)
     return written
 
 
-def speedup_against_batch(part: pd.DataFrame, out_dir: Path, t: str, colours: dict[str, tuple]) -> list[Path]:
+def speedup_against_batch(part: pd.DataFrame, out_dir: Path, t: str, colours: dict[str, tuple],
+                          marks: list[str]) -> list[Path]:
     table = throughput_table(part)
     sizes = [int(c[0].removeprefix("B=")) for c in table.columns if c[1] == "Speedup"]
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
@@ -215,31 +241,33 @@ def speedup_against_batch(part: pd.DataFrame, out_dir: Path, t: str, colours: di
     ax.set_xticks(sizes, [str(b) for b in sizes])
     ax.set_xlabel("batch size B")
     ax.set_ylabel("throughput speedup over vanilla (×)")
-    ax.set_title(f"Throughput speedup against batch size, T={t}")
+    ax.set_title(f"Throughput speedup against batch size, T={t}, {questions_note(question_counts(part))} per B",
+                 fontsize=9)
     ax.legend(fontsize=7)
-    return _save(fig, out_dir, f"speedup_vs_batch_T{t}")
+    return _save(fig, out_dir, f"speedup_vs_batch_T{t}", marks)
 
 
-def make_plots(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
+def make_plots(frame: pd.DataFrame, out_dir: Path, marks: list[str]) -> list[Path]:
+    """Every plot of a report; `marks` (TIMING-ONLY, the load warning) go on each."""
     written: list[Path] = []
     colours = method_colours(list(frame["method"]))
     for temperature, every_size in frame.groupby("temperature"):
         t = f"{temperature:g}"
         if every_size["batch_size"].nunique() > 1 and "vanilla" in set(every_size["method"]):
-            written += speedup_against_batch(every_size, out_dir, t, colours)
+            written += speedup_against_batch(every_size, out_dir, t, colours, marks)
         part = every_size[every_size["batch_size"] == every_size["batch_size"].min()]
         if "vanilla" in set(part["method"]):
-            written += speedup_bars(part, out_dir, t, colours)
-            written += sweeps(part, out_dir, t)
-        written += tau_distribution(part, out_dir, t, colours)
-        written += acceptance_by_position(part, out_dir, t, colours)
-        written += time_split(part, out_dir, t)
+            written += speedup_bars(part, out_dir, t, colours, marks)
+            written += sweeps(part, out_dir, t, marks)
+        written += tau_distribution(part, out_dir, t, colours, marks)
+        written += acceptance_by_position(part, out_dir, t, colours, marks)
+        written += time_split(part, out_dir, t, marks)
     return written
 
 
-def latency_cdf(samples: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
-    """Per task, the CDF of each method's inter-token latencies (ms; a step's later tokens at 0), one panel a task,
-    in the report's method colours."""
+def latency_cdf(samples: pd.DataFrame, out_dir: Path, stem: str, marks: list[str]) -> list[Path]:
+    """Per task, the CDF of each method's inter-token latencies (ms; a step's later tokens at 0), one panel a task
+    (its title: the turns per method), in the report's method colours; `marks` as make_plots."""
     itl = samples[samples["metric"] == "ITL"]
     tasks = list(dict.fromkeys(itl["task"]))
     if not tasks:
@@ -254,11 +282,12 @@ def latency_cdf(samples: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
             if len(values):
                 ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", color=colours[method],
                         label=method, linewidth=1.0)
-        ax.set_title(names.get(task, task), fontsize=9)
+        ax.set_title(f"{names.get(task, task)} ({_n(turns_per_method(samples[samples['task'] == task]))} turns)",
+                     fontsize=9)
         ax.set_xlabel("inter-token latency (ms)", fontsize=8)
         ax.tick_params(labelsize=7)
     for ax in axes.flat[len(tasks):]:
         ax.set_visible(False)
     axes[0][0].set_ylabel("share of tokens", fontsize=8)
     axes[0][0].legend(fontsize=6, frameon=False)
-    return _save(fig, out_dir, stem)
+    return _save(fig, out_dir, stem, marks)

@@ -37,6 +37,7 @@ from specbench.analysis.efficiency import (
 from specbench.analysis.goodput import goodput_frame, goodput_table
 from specbench.analysis.latency import latency_long, latency_samples, latency_table
 from specbench.analysis.latex import flat_latex, to_latex
+from specbench.analysis.notes import caption_notes, fewer_questions, latency_note
 from specbench.analysis.tables import (
     batch_cost_table,
     batch_frame,
@@ -48,8 +49,10 @@ from specbench.analysis.tables import (
     questions_note,
     speedup_table,
     table_with_interval,
+    throughput_counts,
     throughput_table,
     to_markdown,
+    uneven_counts,
     with_reference_column,
 )
 from specbench.analysis.verify import write_made_from
@@ -78,22 +81,34 @@ def provenance(info: RunInfo) -> list[str]:
     ] + [line for line in [describe_load(info.load), uncaptured_note(info)] if line]
 
 
+def report_labels(info: RunInfo) -> tuple[list[str], str, list[str]]:
+    """The provenance lines of every file, the target as every caption names it, and the marks every caption and
+    plot carries (TIMING-ONLY, the load warning, UNCAPTURED: in the caption, not only in a comment a PDF loses)."""
+    origin, target, only = provenance(info), str(info.settings.get("target", "")), run_timing_only(info.settings)
+    marks = [line for line in (only, describe_load(info.load), uncaptured_note(info)) if line]
+    return [*origin, only] if only else origin, f"{target} ({'; '.join(marks)})" if marks else target, marks
+
+
 def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, origin: list[str],
                 half_width: pd.DataFrame | None = None, counts: pd.DataFrame | None = None, notes: str = "",
-                tag: str = "") -> str:
+                tag: str = "", pairs: pd.DataFrame | None = None) -> str:
     """stem.md (every cell's interval), stem.tex (a float for a paper, specbench.analysis.latex) and stem.csv
     (one header row, rounded numbers). The caption gets the number of questions when `counts` are given, then
-    `notes` (caption_notes: what ± and (lossy) mean). The LaTeX label is tab:TAG:STEM (TAG: the run folder's name,
-    so that the tables of several reports can share a paper)."""
+    `notes` (caption_notes: what the intervals and (lossy) mean). `pairs` (uneven_counts): the questions a speedup
+    is over, in its cell, where fewer than the rows finished. The LaTeX label is tab:TAG:STEM (TAG: the run
+    folder's name, so that the tables of several reports can share a paper)."""
     caption += f", {questions_note(counts)}." if counts is not None else "."
-    markdown = to_markdown(table, half_width)
+    if pairs is not None:
+        caption += (" A speedup is over the questions both rows finished; (n=N): the questions behind a cell where "
+                    "they are not vanilla's.")
+    markdown = to_markdown(table, half_width, pairs)
     tex_notes = notes
     if half_width is not None and len(set(table.columns.get_level_values(0))) > 1:
         tex_notes = notes.replace(".", f"; shown on the mean only, every cell's in {stem}.csv.", 1)
     label = f"tab:{tag}:{stem}" if tag else f"tab:{stem}"
     write_files(out_dir, stem, origin, f"{caption} {notes}".rstrip() + f"\n\n{markdown}",
-                to_latex(table, f"{caption} {tex_notes}".rstrip(), half_width, label=label),
-                flat_frame(table, half_width, counts))
+                to_latex(table, f"{caption} {tex_notes}".rstrip(), half_width, label=label, counts=pairs),
+                flat_frame(table, half_width, counts, pairs=pairs))
     return markdown
 
 
@@ -109,30 +124,24 @@ def write_files(out_dir: Path, stem: str, origin: list[str], markdown: str, late
         csv.to_csv(f, index=csv_index)
 
 
-def caption_notes(part: pd.DataFrame) -> str:
-    """What the ± and (lossy) mean, where the table has them."""
-    repeats = part["repeat"].nunique()
-    notes = [f"±: 95% Student-t interval over {repeats} repeats." if repeats > 1 else
-             "±: 95% Student-t interval over the questions, paired with vanilla's (delta method)."]
-    if not part["lossless"].all():
-        notes.append("(lossy): does not reproduce the target's distribution.")
-    return " ".join(notes)
-
-
 def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, origin: list[str],
                        tag: str = "") -> list[str]:
     """Every table of one temperature (and device kind); returns what to print. t: the files' tag (the
     temperature, and the batch size or device kind where there are several); captions name them in words."""
     printed = []
     shown = f"{part['temperature'].iloc[0]:g}"
+    fewer = fewer_questions(part)
+    if fewer:
+        printed.append(f"warning: T={shown}, {target}: fewer questions finished than vanilla ({fewer}): their "
+                       "speedups are over the questions both finished")
     notes = caption_notes(part)
-    counts = question_counts(part)
+    counts, pairs = question_counts(part), uneven_counts(part)
     caption = f"Speedup over vanilla (tokens/s) and τ (tokens per target forward), T={shown}, {target}"
     table, half = table_with_interval(part)
-    markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half, counts, notes, tag)
+    markdown = write_table(table, out_dir, f"speedup_T{t}", caption, origin, half, counts, notes, tag, pairs)
     caption = f"Spec-Bench-style speedup (ratio of per-question mean tokens/s) and τ, T={shown}, {target}"
     table, half = table_with_interval(part, per_question_means=True)
-    write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half, counts, notes, tag)
+    write_table(table, out_dir, f"speedup_specbench_T{t}", caption, origin, half, counts, notes, tag, pairs)
     printed.append(f"T={shown}\n{markdown}")
     reference = COMPILED in set(part["method"])
     if reference:
@@ -140,7 +149,7 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
                    f"{target}")
         table, half = table_with_interval(part, baseline=COMPILED)
         markdown = write_table(table, out_dir, f"speedup_vs_hf_compiled_T{t}", caption, origin, half, counts,
-                               notes.replace("vanilla's", f"{COMPILED}'s"), tag)
+                               notes.replace("vanilla's", f"{COMPILED}'s"), tag, uneven_counts(part, COMPILED))
         printed.append(f"T={shown}, speedup over {COMPILED}\n{markdown}")
     caption = f"Leaderboard, T={shown}, {target}: speedup over vanilla" + (f" and over {COMPILED}" if reference else "") \
         + " and τ over all tasks together"
@@ -150,8 +159,10 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
     if reference:
         board, board_half = with_reference_column(board, board_half, *table_with_interval(overall, baseline=COMPILED))
         board_notes = notes.replace("vanilla's", f"vanilla's (over {COMPILED}: with {COMPILED}'s)")
+    board_pairs = uneven_counts(overall)
     board_md = write_table(board, out_dir, f"leaderboard_T{t}", caption, origin, board_half,
-                           question_counts(overall).loc[board.index], board_notes, tag)
+                           question_counts(overall).loc[board.index], board_notes, tag,
+                           None if board_pairs is None else board_pairs.reindex(board.index)[[("Overall", "Speedup")]])
     printed.append(f"Leaderboard T={shown}\n{board_md}")
     for task, rows in part.groupby("task", sort=False):
         if rows["category"].nunique() > 1:  # e.g. MT-bench's eight categories
@@ -159,7 +170,7 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
             by_category = rows.assign(task=rows["category"])
             table, half = table_with_interval(by_category)
             write_table(table, out_dir, f"categories_{task}_T{t}", caption, origin, half,
-                        question_counts(by_category), notes, tag)
+                        question_counts(by_category), notes, tag, uneven_counts(by_category))
     if "vanilla" not in set(part["method"]):
         printed.append("(no vanilla records at this temperature: speedups cannot be computed)")
     return printed
@@ -170,17 +181,20 @@ def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, or
     """Throughput at each batch size: every B side by side over all tasks, then per task at each B."""
     shown = f"{part['temperature'].iloc[0]:g}"
     caption = (f"Throughput, T={shown}, {target}: tokens/s (total new tokens / total batch wall time) and speedup "
-               "over vanilla at the same batch size B, all tasks together")
-    markdown = write_table(throughput_table(part), out_dir, f"throughput_T{t}", caption, origin, tag=tag)
+               "over vanilla at the same batch size B (on the batches both decoded), all tasks together; "
+               + "; ".join(f"B={size}: {questions_note(question_counts(at))}" for size, at in part.groupby("batch_size")))
+    markdown = write_table(throughput_table(part), out_dir, f"throughput_T{t}", caption, origin, tag=tag,
+                           pairs=throughput_counts(part))
     caption = (f"Cost per target forward at each batch size B, T={shown}, {target}: tokens emitted per forward by all rows "
                "together, the forward's time and the drafters' time per forward (ms; all rows' drafting in the step, a "
                "batched drafting call's time split evenly across its rows)")
     costs = write_table(batch_cost_table(part), out_dir, f"batch_costs_T{t}", caption, origin, tag=tag)
     for size, at_size in part.groupby("batch_size"):
         caption = (f"Throughput speedup over vanilla at batch size {size} and τ, T={shown}, {target}: total new tokens "
-                   "/ total batch wall time, per task")
+                   "/ total batch wall time on the batches both decoded, per task")
         batches = batch_frame(at_size).assign(category="", accept_lengths=None)
-        write_table(speedup_table(batches), out_dir, f"throughput_T{t}_B{size}", caption, origin, tag=tag)
+        write_table(speedup_table(batches), out_dir, f"throughput_T{t}_B{size}", caption, origin,
+                    counts=question_counts(at_size), tag=tag)
     return [f"Throughput T={shown}\n{markdown}", f"Cost per forward T={shown}\n{costs}"]
 
 
@@ -213,13 +227,14 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True, slo_tpot_ms: 
     with folder_lock(out_dir, "report folder"):
         printed = _write_report(frame, latency_samples(records), info, out_dir, plots, run_dir.resolve().name)
         printed += run_cost_tables(records, info, out_dir, run_dir.resolve().name, slo_tpot_ms)
-        write_made_from(run_dir, out_dir, [] if slo_tpot_ms is None else ["--slo-tpot-ms", f"{slo_tpot_ms:g}"])  # the records it was made from, for `report --verify`
-        note = uncaptured_note(info)  # also in every table's header (provenance)
+        options = [] if slo_tpot_ms is None else ["--slo-tpot-ms", f"{slo_tpot_ms:g}"]
+        write_made_from(run_dir, out_dir, options, run_timing_only(info.settings))  # the records, for `report --verify`
+        note = uncaptured_note(info)  # also in every table's header and caption
         return f"{note}\n\n{printed}" if note else printed
 
 
 def latency_tables(samples: pd.DataFrame, out_dir: Path, origin: list[str], target: str, tag: str,
-                   plots: bool) -> None:
+                   plots: bool, marks: list[str]) -> None:
     """latency_T<t>[_B<b>]: TTFT, TPOT and ITL percentiles per method, per task and over all tasks (md and csv),
     the pooled table as a LaTeX float (specbench.analysis.latency), and latency_cdf_T<t>[_B<b>] (ITL per task).
     Nothing for records without step times."""
@@ -228,24 +243,23 @@ def latency_tables(samples: pd.DataFrame, out_dir: Path, origin: list[str], targ
         stem = f"latency_T{temperature:g}" + ("" if sizes == [1] else f"_B{size}")
         caption = (f"Per-token latency (ms): time to first token, time per output token after it, and inter-token "
                    f"latency (a step's tokens share its time), p50/p95/p99 over all tasks' turns, T={temperature:g}, "
-                   f"{target}" + (f", batch size {size}" if sizes != [1] else "") + ".")
+                   f"{target}" + (f", batch size {size}" if sizes != [1] else "") + f", {latency_note(part)}.")
         long = latency_long(part).reset_index()
+        if (long["ITL p50 ms"] == 0).any():
+            caption += (" An ITL p50 of 0.00 ms: most of that method's tokens came after the first of their step, "
+                        "at the step's time (0 ms after it).")
         write_files(out_dir, stem, origin, f"{caption} Per task, then all tasks.\n\n{long.to_markdown(index=False)}",
                     to_latex(latency_table(part), caption, label=f"tab:{tag}:{stem}" if tag else f"tab:{stem}"),
                     long, csv_index=False)
         if plots:
             from specbench.analysis.plots import latency_cdf
 
-            latency_cdf(part, out_dir, stem.replace("latency", "latency_cdf"))
+            latency_cdf(part, out_dir, stem.replace("latency", "latency_cdf"), marks)
 
 
 def _write_report(frame: pd.DataFrame, latency: pd.DataFrame, info: RunInfo, out_dir: Path, plots: bool,
                   tag: str = "") -> str:
-    origin = provenance(info)
-    target = info.settings.get("target", "")
-    only = run_timing_only(info.settings)
-    if only:  # every caption says it: these numbers are timings only
-        origin, target = [*origin, only], f"{target} ({only})"
+    origin, target, marks = report_labels(info)  # every caption says TIMING-ONLY and the load warning
     printed = ["\n".join(origin)]
     kinds = sorted(frame["device"].unique())
     if len(kinds) > 1:  # a distributed run over mixed hardware: a speedup is only a ratio on one kind of device
@@ -272,11 +286,11 @@ def _write_report(frame: pd.DataFrame, latency: pd.DataFrame, info: RunInfo, out
                                                   out_dir, origin, tag))
         if sizes != [1]:
             printed.extend(throughput_tables(part, t, target_on, out_dir, origin, tag))
-    latency_tables(latency, out_dir, origin, target, tag, plots)
+    latency_tables(latency, out_dir, origin, target, tag, plots, marks)
     if plots:
         from specbench.analysis.plots import make_plots
 
-        written = make_plots(frame, out_dir)
+        written = make_plots(frame, out_dir, marks)
         printed.append("plots: " + ", ".join(p.name for p in written))
     return "\n\n".join(printed)
 
@@ -285,7 +299,7 @@ def run_cost_tables(records: list[Record], info: RunInfo, out_dir: Path, tag: st
     """efficiency_T<t>[_B<b>] (roofline and energy per method, specbench.analysis.efficiency; none for records from
     before schema 4) and, with a TPOT bound, goodput_T<t>[_B<b>] (specbench.analysis.goodput; records from schema
     3 on); returns what to print."""
-    origin, target = provenance(info), info.settings.get("target", "")
+    origin, target, _ = report_labels(info)
     facts, copy_gbps = run_facts(info)
     sizes = sorted({r.batch_size for r in records})
     frames = {"efficiency": efficiency_frame(records, facts)}

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 import pandas as pd
-from scipy.stats import t as student_t
 
-from specbench.analysis.intervals import delta_half_widths
+from specbench.analysis.intervals import delta_half_widths, interval_bounds, log_half_widths
+from specbench.analysis.pairs import finished, paired_speedups, paired_with
 from specbench.run.record import Record
 from specbench.run.reference import COMPILED, REFERENCES
 from specbench.run.tasks import DEFAULT_SUITE, suites
@@ -25,7 +25,7 @@ def per_question_frame(records: list[Record]) -> pd.DataFrame:
             # the wall time of the batches this question took part in (its own, alone); max over a batch's records
             # is the batch's, since a question with fewer turns sat out the later batches
             "batch_wall_time": sum(choice.batch_wall_time if choice.batch_wall_time is not None else choice.wall_time),
-            "temperature": r.temperature, "question_id": str(r.question_id),
+            "temperature": r.temperature, "question_id": str(r.question_id), "turns": len(choice.new_tokens),
             "new_tokens": sum(choice.new_tokens), "wall_time": sum(choice.wall_time),
             "steps": sum(choice.decoding_steps), "draft_time": sum(choice.draft_time),
             "verify_time": sum(choice.verify_time),
@@ -74,21 +74,35 @@ def speedup_table(frame: pd.DataFrame, per_question_means: bool = False, baselin
 
 def raw_speedup_table(frame: pd.DataFrame, per_question_means: bool = False, baseline: str = "vanilla") -> pd.DataFrame:
     """speedup_table with the method names as they are."""
-    sums = frame.groupby(["method", "task"])[["new_tokens", "wall_time", "steps"]].sum()
-    rate = sums["new_tokens"] / sums["wall_time"]
-    if per_question_means:
-        rate = (frame["new_tokens"] / frame["wall_time"]).groupby([frame["method"], frame["task"]]).mean()
+    sums = frame.groupby(["method", "task"])[["new_tokens", "steps"]].sum()
     tau = sums["new_tokens"] / sums["steps"]
-    if baseline in rate.index.get_level_values("method"):
-        speedup = rate / rate.xs(baseline, level="method")
-    else:
-        speedup = rate * float("nan")
+    speedup = paired_speedups(frame, per_question_means, baseline)[0].reindex(tau.index)
     table = pd.concat({"Speedup": speedup.unstack("task"), "τ": tau.unstack("task")}, axis=1)
     table = table.swaplevel(0, 1, axis=1)
     tasks = list(dict.fromkeys(frame["task"]))
     for stat in ("Speedup", "τ"):
         table[("Mean", stat)] = table[[(t, stat) for t in tasks]].mean(axis=1)
     return table[[(t, s) for t in [*tasks, "Mean"] for s in ("Speedup", "τ")]]
+
+
+def uneven_counts(frame: pd.DataFrame, baseline: str = "vanilla") -> pd.DataFrame | None:
+    """Rows = methods (labelled), columns = (task, "Speedup") and ("Mean", "Speedup"): how many questions each
+    speedup is over, where that is fewer than the method or the baseline finished (NaN elsewhere); None when every
+    speedup is over every question both rows have."""
+    own = frame.groupby(["method", "task"]).size()
+    paired = paired_speedups(frame, baseline=baseline)[1].reindex(own.index).fillna(0).astype(int)
+    base = own.xs(baseline, level="method") if baseline in own.index.get_level_values("method") else None
+    if base is None:
+        return None
+    full = (paired == own) & (paired == base.reindex(own.index.get_level_values("task")).fillna(-1).to_numpy())
+    if full.all():
+        return None
+    counts = paired.unstack("task")
+    tasks = list(dict.fromkeys(frame["task"]))
+    table = pd.DataFrame({(t, "Speedup"): counts[t] for t in tasks} | {("Mean", "Speedup"): counts[tasks].sum(axis=1)})
+    shown = full.unstack("task")[tasks].fillna(True).astype(bool)
+    table = table.astype(float).where(~pd.concat([shown, shown.all(axis=1)], axis=1).to_numpy())
+    return labelled_rows(table, frame)
 
 
 def with_reference_column(board: pd.DataFrame, half: pd.DataFrame | None, versus: pd.DataFrame,
@@ -107,7 +121,8 @@ def with_reference_column(board: pd.DataFrame, half: pd.DataFrame | None, versus
 
 
 def batch_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per decoded batch (a B=1 question is a batch of one): its tokens, target forwards and wall time."""
+    """One row per decoded batch (a B=1 question is a batch of one): its tokens, target forwards and wall time; its
+    question_id is the batch's (the batch index, or the question at B=1), to pair it with the baseline's."""
     keys = ["method", "lossless", "task", "temperature", "device", "repeat", "batch_size"]
     single = frame["batch_size"] == 1
     batch_id = frame["batch_index"].astype(str).where(~single, "q" + frame["question_id"])
@@ -119,22 +134,39 @@ def batch_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
     return grouped.agg(new_tokens=("new_tokens", "sum"), steps=("steps", "sum"), wall_time=("batch_wall_time", "max"),
                        forwards=("turn_steps", per_turn_max), verify_time=("turn_verify_time", per_turn_max),
-                       draft_time=("draft_time", "sum")).reset_index()
+                       draft_time=("draft_time", "sum"), turns=("turns", "max")).reset_index().assign(
+                           question_id=lambda batches: batches["batch_id"])
 
 
 def throughput_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows = methods, columns = (B=b, tok/s | Speedup) over all tasks: each method against vanilla at its own B."""
+    """Rows = methods, columns = (B=b, tok/s | Speedup) over all tasks: each method's tokens/s over its batches, and
+    its speedup over vanilla at its own B on the batches both decoded."""
     batches = batch_frame(frame)
-    sums = batches.groupby(["method", "batch_size"])[["new_tokens", "wall_time"]].sum()
-    rate = sums["new_tokens"] / sums["wall_time"]
     columns = {}
-    for size in sorted(batches["batch_size"].unique()):
-        at = rate.xs(size, level="batch_size")
-        base = at.get("vanilla", float("nan"))
-        columns[(f"B={size}", "tok/s")] = at
-        columns[(f"B={size}", "Speedup")] = at / base
+    for size, at in batches.groupby("batch_size"):
+        every = at.assign(task="all", question_id=at["task"] + "/" + at["batch_id"])
+        sums = every.groupby("method")[["new_tokens", "wall_time"]].sum()
+        columns[(f"B={size}", "tok/s")] = sums["new_tokens"] / sums["wall_time"]
+        speedup = paired_speedups(every)[0]  # empty without vanilla at this B
+        columns[(f"B={size}", "Speedup")] = speedup.xs("all", level="task") if len(speedup) else sums["wall_time"] * float("nan")
     table = pd.DataFrame(columns)
     return labelled_rows(table, frame)
+
+
+def throughput_counts(frame: pd.DataFrame) -> pd.DataFrame | None:
+    """Rows = methods (labelled), columns as throughput_table's: the questions behind a cell where they are not
+    vanilla's at that B (tok/s: the method's own; Speedup: those it shares with vanilla), NaN elsewhere; None where
+    every method decoded vanilla's questions."""
+    columns = {}
+    for size, at in frame.groupby("batch_size"):
+        own = finished(at)
+        if "vanilla" not in own.index:
+            continue
+        shared = finished(paired_with(at)).reindex(own.index).fillna(0)
+        columns[(f"B={size}", "tok/s")] = own.where(own != own["vanilla"])
+        columns[(f"B={size}", "Speedup")] = shared.where((shared != own["vanilla"]) | (shared != own))
+    table = pd.DataFrame(columns)
+    return None if table.isna().all().all() else labelled_rows(table, frame)
 
 
 def batch_cost_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -161,7 +193,7 @@ def leaderboard(table: pd.DataFrame, half: pd.DataFrame | None) -> tuple[pd.Data
 
 def table_with_interval(frame: pd.DataFrame, per_question_means: bool = False,
                         baseline: str = "vanilla") -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The table (mean over repeats) and the half-widths of the 95% intervals: over repeats, or with a single
+    """The table (mean over repeats) and the log half-widths of the 95% intervals: over repeats, or with a single
     repeat over the questions paired with the baseline's (specbench.analysis.intervals); None where there are none."""
     repeats = sorted(frame["repeat"].unique()) if "repeat" in frame else [0]
     if len(repeats) < 2:
@@ -169,43 +201,73 @@ def table_with_interval(frame: pd.DataFrame, per_question_means: bool = False,
         half = delta_half_widths(frame.assign(repeat=repeats[0]), raw, per_question_means, baseline)
         return labelled_rows(raw, frame), None if half.isna().all().all() else labelled_rows(half, frame)
     tables = [speedup_table(frame[frame["repeat"] == r], per_question_means, baseline) for r in repeats]
-    stacked = pd.concat(tables, keys=range(len(tables)))
-    grouped = stacked.groupby(level=1, sort=False)
-    mean, spread = grouped.mean(), grouped.std(ddof=1)
+    mean = pd.concat(tables, keys=range(len(tables))).groupby(level=1, sort=False).mean()
     order = tables[0].index
-    factor = student_t.ppf(0.975, len(repeats) - 1) / len(repeats) ** 0.5
-    half = (spread * factor).loc[order]
+    half = log_half_widths(tables).loc[order]
     mean = mean.loc[order]
     mean.index.name = half.index.name = "method"
     return mean, half
 
 
+def bold_threshold(table: pd.DataFrame, column: tuple[str, str]) -> float | None:
+    """What a method must beat to be bold in a column: the baseline's 1.00× in a speedup column, vanilla's value in
+    any other (τ, tok/s); None (nothing bold) without a vanilla row."""
+    if column[1].startswith("Speedup"):
+        return 1.0
+    return float(table.loc["vanilla", column]) if "vanilla" in table.index else None
+
+
+def intervals(table: pd.DataFrame, half_width: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
+    """Each column's 95% interval as a frame (low, high) per row, from the log half-widths (NaN where none)."""
+    out = {}
+    for column in table.columns:
+        bounds = [interval_bounds(v, h, column[1]) if not (pd.isna(v) or pd.isna(h)) else (float("nan"),) * 2
+                  for v, h in zip(table[column], half_width[column])]
+        out[column] = pd.DataFrame(bounds, index=table.index, columns=["low", "high"])
+    return out
+
+
+def bound(value: float) -> str:
+    """An interval's end: two decimals, or two significant digits below 0.01 (a wide interval's low end stays
+    visibly above zero)."""
+    return f"{value:.2f}" if value >= 0.01 else f"{value:.2g}"
+
+
 def format_table(table: pd.DataFrame, bold: tuple[str, str] = ("**", "**"),
-                 half_width: pd.DataFrame | None = None, interval_columns: set | None = None) -> pd.DataFrame:
-    """Two decimals, × on speedups, ± the interval when there is one (in `interval_columns` only, when given), the
-    best of each column among the methods in bold (vanilla's row and the reference rows do not compete)."""
+                 half_width: pd.DataFrame | None = None, interval_columns: set | None = None,
+                 counts: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Two decimals, × on speedups, the 95% interval [low, high] when there is one (in `interval_columns` only, when
+    given), "(n=N)" where `counts` has a number (a speedup over fewer questions than the rows finished,
+    uneven_counts), the best of each column among the methods in bold where it beats the baseline (vanilla's row
+    and the reference rows do not compete)."""
     text = table.copy().astype(object)
+    bounds = intervals(table, half_width) if half_width is not None else {}
     for column in table.columns:
         suffix = "×" if column[1].startswith("Speedup") else ""
         digits = 1 if column[1] in ("tok/s", "forward ms", "draft ms") else 2
         rivals = table.loc[[m for m in table.index if m != "vanilla" and m not in REFERENCES], column].dropna()
-        best = None if column[1].endswith(" ms") or len(rivals) < 2 else rivals.max()  # times: no "best"
-        show = half_width is not None and (interval_columns is None or column in interval_columns)
+        threshold = bold_threshold(table, column)
+        best = None if column[1].endswith(" ms") or len(rivals) < 2 or threshold is None else rivals.max()
+        show = column in bounds and (interval_columns is None or column in interval_columns)
         cells = []
         for method, v in table[column].items():
             if pd.isna(v):
                 cells.append("—")
                 continue
             cell = f"{v:.{digits}f}{suffix}"
-            if show and not pd.isna(half_width.loc[method, column]):
-                cell += f" ± {half_width.loc[method, column]:.2f}"
-            cells.append(f"{bold[0]}{cell}{bold[1]}" if v == best and method in rivals.index else cell)
+            if show and not pd.isna(bounds[column].loc[method, "low"]):
+                cell += f" [{bound(bounds[column].loc[method, 'low'])}, {bound(bounds[column].loc[method, 'high'])}]"
+            if counts is not None and column in counts.columns and not pd.isna(counts.loc[method, column]):
+                cell += f" (n={int(counts.loc[method, column])})"
+            beats = best is not None and v == best and method in rivals.index and v > threshold
+            cells.append(f"{bold[0]}{cell}{bold[1]}" if beats else cell)
         text[column] = cells
     return text
 
 
-def to_markdown(table: pd.DataFrame, half_width: pd.DataFrame | None = None) -> str:
-    text = format_table(table, half_width=half_width)
+def to_markdown(table: pd.DataFrame, half_width: pd.DataFrame | None = None,
+                counts: pd.DataFrame | None = None) -> str:
+    text = format_table(table, half_width=half_width, counts=counts)
     names = display_names()
     text.columns = [f"{names.get(task, task)} {stat}" for task, stat in text.columns]
     return text.to_markdown(disable_numparse=True)
@@ -235,14 +297,18 @@ def _slug(text: str) -> str:
 
 
 def flat_frame(table: pd.DataFrame, half_width: pd.DataFrame | None = None,
-               counts: pd.DataFrame | None = None, digits: int = 3) -> pd.DataFrame:
-    """The table for a CSV: one header row (mt_bench_speedup, mt_bench_speedup_ci95, ..., mt_bench_questions),
-    values rounded; ci95 is the half-width of the 95% interval."""
+               counts: pd.DataFrame | None = None, digits: int = 3, pairs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The table for a CSV: one header row (mt_bench_speedup, mt_bench_speedup_ci95_low, mt_bench_speedup_ci95_high,
+    ..., mt_bench_questions), values rounded; ci95_low and ci95_high bound the 95% interval; with `pairs`
+    (uneven_counts), mt_bench_speedup_n: the questions a speedup is over, where fewer than the rows finished."""
     columns: dict[str, pd.Series] = {}
+    bounds = intervals(table, half_width) if half_width is not None else {}
     for task, stat in table.columns:
         columns[_slug(f"{task} {stat}")] = table[(task, stat)].round(digits)
-        if half_width is not None:
-            columns[_slug(f"{task} {stat} ±95%")] = half_width[(task, stat)].round(digits)
+        for end in ("low", "high") if bounds else ():
+            columns[_slug(f"{task} {stat} ±95% {end}")] = bounds[(task, stat)][end].round(digits)
+        if pairs is not None and (task, stat) in pairs.columns:
+            columns[_slug(f"{task} {stat} n")] = pairs[(task, stat)].astype("Int64")
         if counts is not None and task in counts.columns and stat == table.columns[-1][1]:
             columns[_slug(f"{task} questions")] = counts[task]
     flat = pd.DataFrame(columns, index=table.index)

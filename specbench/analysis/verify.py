@@ -29,6 +29,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specbench.analysis.budget import repository_path
 from specbench.errors import SpecbenchError
 from specbench.run.run_info import read_run_info
 
@@ -46,9 +47,10 @@ class Provenance:
     options: list[str] = field(default_factory=list)  # the report's own options (e.g. --slo-tpot-ms 50)
 
 
-def write_made_from(run_dir: Path, out_dir: Path, options: list[str] | None = None) -> None:
+def write_made_from(run_dir: Path, out_dir: Path, options: list[str] | None = None,
+                    timing_only: str | None = None) -> None:
     """Name the run folder a report was made from (relative paths, so the repository may move) and the options it
-    was made with; keep `also`."""
+    was made with (and, for a TIMING-ONLY run, why it is: every file of its report says so); keep `also`."""
     root = Path.cwd()
     path = out_dir / MADE_FROM
     also = json.loads(path.read_text(encoding="utf-8")).get("also", {}) if path.is_file() else {}
@@ -61,6 +63,8 @@ def write_made_from(run_dir: Path, out_dir: Path, options: list[str] | None = No
         data["options"] = list(options)
     if also:
         data["also"] = also
+    if timing_only:
+        data["timing_only"] = timing_only
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
@@ -109,10 +113,11 @@ def remake(prov: Provenance, dest: Path, plots: bool = False) -> dict[str, str]:
 
 
 def absent_drafters(prov: Provenance) -> list[str]:
-    """The drafter folders the run names that are not on this machine (budget.md cannot be remade without them)."""
+    """The drafter folders the run names that are neither in this checkout (heads/...) nor elsewhere on this machine
+    (budget.md cannot be remade without them)."""
     info = read_run_info(prov.root / prov.run)
     named = {folder for worker in info.workers for folder in (worker.get("trained_from") or {}).values()}
-    return sorted(folder for folder in named if not (prov.root / folder).is_dir())
+    return sorted(folder for folder in named if not (prov.root / repository_path(folder, prov.root)).is_dir())
 
 
 def _tables(prov: Provenance, folder: Path) -> set[str]:

@@ -73,7 +73,9 @@ def compare_to_vanilla(run_dir: Path) -> tuple[dict[str, tuple[int, int]], list[
                              "timing-only run's are not")
     sizes = sorted({r.batch_size for r in records if r.method == "vanilla"})
     if not sizes:
-        raise SpecbenchError(f"{run_dir}: no vanilla records at T=0 to compare with")
+        above = unchecked(run_dir)
+        raise SpecbenchError(f"{run_dir}: no vanilla records at T=0 to compare with"
+                             + (f" ({above}: check --sampled tests those methods)" if above else ""))
     reference = sizes[0]
     several = len({r.batch_size for r in records}) > 1 or reference != 1
     vanilla = {_key(r): r.choice.token_ids for r in records if r.method == "vanilla" and r.batch_size == reference}
@@ -167,7 +169,20 @@ def check_run(run_dir: Path, margins: bool = True) -> tuple[str, bool]:
         lines.append(line)
     if not counts:
         lines.append("no methods besides vanilla at T=0")
+    sampled = unchecked(run_dir)
+    if sampled:
+        lines.append(f"not checked: {sampled} (at T > 0 a lossless method samples its own tokens; its distribution is "
+                     "tested by `python -m specbench check --sampled --methods ...`)")
     return "\n".join(lines), ok
+
+
+def unchecked(run_dir: Path) -> str:
+    """"12 records at T=1" for the run's records above T=0, which token identity cannot check; "" where none."""
+    counts: dict[float, int] = {}
+    for r in read_records(run_dir):
+        if r.temperature != 0.0:
+            counts[r.temperature] = counts.get(r.temperature, 0) + 1
+    return ", ".join(f"{n} records at T={t:g}" for t, n in sorted(counts.items()))
 
 
 def compare_runs(first_dir: Path, second_dir: Path, methods: list[str] | None = None) -> tuple[str, bool]:

@@ -273,8 +273,10 @@ def _tasks_of_question_files(sel: QuestionSelection) -> list[tuple[Task, list[Qu
 
 def resolve_questions(sel: QuestionSelection) -> list[tuple[Task, list[Question]]]:
     """Every selected task with its questions; bad input is one SpecbenchError naming what is wrong."""
-    if sel.limit is not None and sel.limit <= 0 or sel.tail is not None and sel.tail <= 0:
-        raise SpecbenchError(f"--limit and --dev-questions must be > 0, got {sel.limit or sel.tail}")
+    if sel.limit is not None and sel.limit <= 0:
+        raise SpecbenchError(f"--limit must be > 0, got {sel.limit}")
+    if sel.tail is not None and sel.tail <= 0:
+        raise SpecbenchError(f"--dev-questions must be > 0, got {sel.tail}")
     if sel.limit is not None and sel.tail is not None:
         raise SpecbenchError("--limit (the first questions) and --dev-questions (the last ones) exclude each other")
     if sel.begin is not None and sel.begin < 0 or sel.end is not None and sel.end < 0:
