@@ -118,3 +118,16 @@ def test_a_bad_profile_is_one_error_line_and_a_non_zero_exit(tiny_target_dir, tm
     assert not (tmp_path / "r" / "records.jsonl").exists()
     with pytest.raises(SpecbenchError):
         read_replay_rates(tmp_path / "absent.json")
+
+
+def test_a_profile_with_categories_refuses_batches_that_mix_them(tiny_target_dir, tmp_path, capsys):
+    """mt_bench's sample mixes categories: a batch is verified at one set of rates, so replaying per category at
+    batch size 2 is refused in one line (gsm8k's questions are all math: allowed)."""
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"schema_version": "1.0", "conditional_accept_rates": [0.5],
+                                "per_category": {"writing": {"conditional_accept_rates": [0.9]}}}))
+    error = bad_input(capsys, run_args(tiny_target_dir, tmp_path / "r", "--tasks", "mt_bench", "--batch-size", "2",
+                                       "--synthetic-acceptance", str(path)))
+    assert "--batch-size 1" in error and "mt_bench" in error, error
+    assert main(run_args(tiny_target_dir, tmp_path / "ok", "--tasks", "gsm8k", "--limit", "2", "--batch-size", "2",
+                         "--methods", "pld", "--temperatures", "0", "--synthetic-acceptance", str(path))) == 0
