@@ -25,14 +25,15 @@ for profile_path in sorted((out / "profiles").glob(f"speculation_profile_*_T{t}.
     busy = max((max(e.get("at_start", 0), e.get("max_share", 0)) for e in info.get("load", [])), default=0)
     rows.append({
         "method": method, "replayed as": spec, "profile": f"profiles/{profile_path.name}",
-        "τ default target": profile["mean_accept_length"], "positions": profile["num_speculative_tokens"],
-        "τ replayed": board.loc[spec, "overall_tau"], "τ replayed ±": board.loc[spec, "overall_tau_ci95"],
-        "speedup": board.loc[spec, "overall_speedup"], "speedup ±": board.loc[spec, "overall_speedup_ci95"],
+        "τ default target": round(profile["mean_accept_length"], 3), "positions": profile["num_speculative_tokens"],
+        # ± (a 95% interval paired with vanilla) only where the run had two questions or more
+        "τ replayed": board.loc[spec, "overall_tau"], "τ replayed ±": board.get("overall_tau_ci95", {}).get(spec),
+        "speedup": board.loc[spec, "overall_speedup"], "speedup ±": board.get("overall_speedup_ci95", {}).get(spec),
         "questions": int(board.loc[spec, "overall_questions"]), "max CPU share of other work %": round(100 * busy),
     })
 if not rows:
     sys.exit(f"{out}: no replayed method (no <method>/leaderboard_T{t}.csv)")
-table = pd.DataFrame(rows).sort_values("speedup", ascending=False)
+table = pd.DataFrame(rows).sort_values("speedup", ascending=False).dropna(axis=1, how="all")
 label = (f"TIMING-ONLY: each method at {shape} (random weights) with synthetic acceptance replaying its own "
          f"acceptance profile measured on the default target from {source}/records.jsonl; T={t}; timed beside other "
          "work on a shared machine.")
@@ -59,14 +60,14 @@ the default target; nothing here says how well any drafter drafts at this shape.
 <!-- src: replay_T{t}.md -->
 Machine: {facts.get("Model name", "?")} [{flags}], {device}. **Load warning:** the machine was shared with
 other jobs while these runs were timed (the table's last column: the largest share of the CPUs other processes used,
-from each run's `run.json` `load`), with {int(table["questions"].max())} questions per method: the speedups describe
-this run and do not rank methods whose intervals overlap. Highest here: {best["method"]} {best["speedup"]}×.
+from each run's `run.json` `load`), and each method decoded few questions (the table's questions column): the
+speedups describe these runs and do not rank methods whose costs are close. Highest here: {best["method"]} {best["speedup"]}×.
 
 <!-- src: replay_T{t}.md -->
 {table.to_markdown(index=False)}
 
-Table: `replay_T{t}.md` / `.csv` (speedup and τ from each `<method>/leaderboard_T{t}.csv`, ± the 95% interval paired
-with vanilla; τ default target: the profile's `mean_accept_length`). Profiles: {", ".join(f"`{p}`" for p in table["profile"])}.
+Table: `replay_T{t}.md` / `.csv` (speedup and τ from each `<method>/leaderboard_T{t}.csv`, ± where present the 95%
+interval paired with vanilla; τ default target: the profile's `mean_accept_length`). Profiles: {", ".join(f"`{p}`" for p in table["profile"])}.
 Each method's records and tables: `<method>/`.
 """ + (f"\nProfiles not replayed here: {'; '.join(missing)}.\n" if missing else "")
 (out / "README.md").write_text(readme, encoding="utf-8")
