@@ -60,5 +60,6 @@ print(name + ('@' + ':'.join(kept) if kept else ''))" "$PROFILE")
     [ ${#COSTS[@]} -gt 0 ] || COSTS=(--cost-curve "$OUT/$METHOD/run/run.json")
     echo "$METHOD: done $(date -u +%H:%M:%S)" >&2
 done
-"$PY" scripts/figures/profile_replay_table.py "$OUT" "$T" "$RUN" "bash scripts/figures/profile_replay.sh $OUT" \
+MADE_BY="RUN=$RUN SHAPE=$SHAPE TASKS=$TASKS LIMIT=$LIMIT TOKENS=$TOKENS EXTRA=\"${EXTRA:-}\"${COST_CURVE:+ COST_CURVE=$COST_CURVE}"
+"$PY" scripts/figures/profile_replay_table.py "$OUT" "$T" "$RUN" "$MADE_BY bash scripts/figures/profile_replay.sh $OUT" \
     "python -m specbench run --target shape:$SHAPE --synthetic-acceptance $OUT/profiles/speculation_profile_<method>_T$T.json --methods <method> --tasks $TASKS --limit $LIMIT --max-new-tokens $TOKENS --temperatures $T ${EXTRA:-} ${COSTS[*]} --out $OUT/<method>/run --report-dir $OUT/<method>"

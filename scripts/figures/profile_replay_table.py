@@ -43,7 +43,6 @@ lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).s
 facts = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lscpu)}
 wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile")
 flags = " ".join(f for f in facts.get("Flags", "").split() if f in wanted)
-best = table.iloc[0]
 readme = f"""# Acceptance profiles replayed at {shape} (TIMING-ONLY)
 
 Made by `{script}`: `python -m specbench report {source}` wrote each method's acceptance profile
@@ -55,13 +54,16 @@ method, beside vanilla in the same run:
 Every number here is **TIMING-ONLY**: the target is the shape's random weights and every drafted token was accepted
 or not by the replayed profile's conditional per-position rates (per question category where the profile has it),
 not by verification. A row says how fast the method would decode at this shape if its drafter accepted as it did on
-the default target; nothing here says how well any drafter drafts at this shape.
+the default target; nothing here says how well any drafter drafts at this shape. The replay carries the acceptance,
+not the drafts: a method whose drafts at the shape are shallower than on the default target accepts less than its
+profile (the training-free methods that copy from the text draft little over random weights' text), so compare
+τ replayed with τ default target before reading a row's speedup.
 
 <!-- src: replay_T{t}.md -->
 Machine: {facts.get("Model name", "?")} [{flags}], {device}. **Load warning:** the machine was shared with
 other jobs while these runs were timed (the table's last column: the largest share of the CPUs other processes used,
 from each run's `run.json` `load`), and each method decoded few questions (the table's questions column): the
-speedups describe these runs and do not rank methods whose costs are close. Highest here: {best["method"]} {best["speedup"]}×.
+speedups describe these runs and do not rank methods whose costs are close.
 
 <!-- src: replay_T{t}.md -->
 {table.to_markdown(index=False)}
