@@ -38,6 +38,7 @@ from specbench.analysis.goodput import goodput_frame, goodput_table
 from specbench.analysis.latency import latency_long, latency_samples, latency_table
 from specbench.analysis.latex import flat_latex, to_latex
 from specbench.analysis.notes import caption_notes, fewer_questions, latency_note
+from specbench.analysis.profiles import profiles_line, write_profiles
 from specbench.analysis.tables import (
     batch_cost_table,
     batch_frame,
@@ -227,6 +228,7 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True, slo_tpot_ms: 
     with folder_lock(out_dir, "report folder"):
         printed = _write_report(frame, latency_samples(records), info, out_dir, plots, run_dir.resolve().name)
         printed += run_cost_tables(records, info, out_dir, run_dir.resolve().name, slo_tpot_ms)
+        printed += profiles_line(write_profiles(records, info, out_dir))
         options = [] if slo_tpot_ms is None else ["--slo-tpot-ms", f"{slo_tpot_ms:g}"]
         write_made_from(run_dir, out_dir, options, run_timing_only(info.settings))  # the records, for `report --verify`
         note = uncaptured_note(info)  # also in every table's header and caption

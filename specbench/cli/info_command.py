@@ -57,6 +57,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"  {t.name:<18} {t.description} (default {t.max_new_tokens} new tokens)")
     print("TIMING-ONLY modes (any method; check, tune and the fair comparison refuse them):")
     print("  run --synthetic-acceptance RATES   accept along each draft's best path at fixed per-position rates")
+    print("  run --synthetic-acceptance FILE    ... at the rates of a speculation_profile.json (report's profiles/)")
     print(f"  --target shape:NAME                random weights of a real shape: {', '.join(shape_names())}")
     return 0
 

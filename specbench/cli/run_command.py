@@ -5,6 +5,7 @@ import argparse
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from specbench.cli.args import (
     add_method_file,
@@ -38,10 +39,12 @@ def add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                      help="method option, e.g. --opt gamma=5 (repeatable)")
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--synthetic-acceptance", metavar="RATES",
+    run.add_argument("--synthetic-acceptance", metavar="RATES|FILE",
                      help="TIMING ONLY: accept each draft along its best path at these conditional per-position rates "
                           "(e.g. 0.8,0.6,0.4; one rate: every position; the last repeats) instead of verifying it, "
-                          "so every method runs at the same acceptance (docs/measuring.md); check refuses such runs")
+                          "so every method runs at the same acceptance; or a speculation_profile.json (as `report` "
+                          "writes into its profiles/ folder): its conditional rates replayed, per category where it "
+                          "has the question's (docs/measuring.md); check refuses such runs")
     run.add_argument("--no-baseline", action="store_true",
                      help="do not add vanilla when it is not among --methods (speedups then cannot be computed)")
     run.add_argument("--repeats", type=int, default=1,
@@ -99,7 +102,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=args.runtime,
         cost_curve=args.cost_curve, measure_costs=args.measure_costs, threads=args.threads, workers=args.workers,
         ray_address=args.ray_address, require_graphs=args.require_graphs,
-        batch_sizes=parse_batch_sizes(args.batch_size), synthetic=synthetic_rates(args.synthetic_acceptance),
+        batch_sizes=parse_batch_sizes(args.batch_size), **synthetic_settings(args.synthetic_acceptance),
     )
     if cfg.method_names() != cfg.methods:
         print("vanilla is not among --methods: it runs as the baseline, interleaved like the others "
@@ -110,11 +113,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def synthetic_rates(text: str | None) -> list[float] | None:
-    """--synthetic-acceptance as the run's rates (one error line when they are not rates)."""
+def synthetic_settings(text: str | None) -> dict[str, Any]:
+    """--synthetic-acceptance as RunConfig's synthetic (and synthetic_categories, for a profile): a file's name (an
+    existing file, or a name ending in .json) is read as a speculation profile, anything else as rates (one error
+    line when it is neither)."""
+    from specbench.analysis.profiles import read_replay_rates
     from specbench.decode.synthetic import SyntheticAcceptance
 
-    return None if text is None else list(SyntheticAcceptance.parse(text).rates)
+    if text is None:
+        return {}
+    if text.endswith(".json") or Path(text).is_file():
+        replay = read_replay_rates(Path(text))
+        return {"synthetic": replay.overall, "synthetic_categories": replay.categories or None}
+    return {"synthetic": list(SyntheticAcceptance.parse(text).rates)}
 
 
 def add_tune_parser(sub: argparse._SubParsersAction) -> None:

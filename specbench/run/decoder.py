@@ -154,10 +154,12 @@ class Decoder:
             method, drafter = self.methods[name], self.drafters[name]
             drafters = [drafter] + [drafter.fork() for _ in job.questions[1:]]
             on_step = progress.method(name, job, self.budgets[job.task]) if progress else None
+            # one set of rates per batch (validate: a replayed profile's categories agree within a batch)
+            synthetic = cfg.synthetic_rates(job.questions[0].category or job.task)
             with target_step(self.target, f"decoding {job.describe()} with {name}"):
                 choices = answer_questions(self.target, drafters, job.questions, job.task, sampling,
                                            self.budgets[job.task], cfg.seed, job.repeat, on_step, self.energy,
-                                           SyntheticAcceptance(tuple(cfg.synthetic)) if cfg.synthetic else None)
+                                           SyntheticAcceptance(tuple(synthetic)) if synthetic else None)
             finished = time.time()  # when the answers were finished (Spec-Bench's answer files keep it)
             for question, choice in zip(job.questions, choices):
                 yield Record(
@@ -168,7 +170,7 @@ class Decoder:
                     batch_size=job.batch_size, options=method.effective(),
                     batch=BatchPlace(job.batch_index, len(job.questions)) if job.batch_size > 1 else None,
                     tstamp=finished, worker=Worker(self.info.worker, self.info.host, self.info.device),
-                    synthetic=cfg.synthetic)
+                    synthetic=synthetic)
 
     def reference_record(self, job: Job, name: str, sampling: Sampling, progress: TokenProgress | None) -> Record:
         """A reference row's record for a one-question job (specbench.run.reference), in the methods' schema."""

@@ -45,6 +45,9 @@ class RunConfig:
     # TIMING ONLY: accept along each draft's best path at these conditional per-position rates instead of verifying
     # (specbench.decode.synthetic); None: lossless verification
     synthetic: list[float] | None = None
+    # TIMING ONLY, a replayed acceptance profile's per-category rates (category -> rates; synthetic holds its overall
+    # ones, replayed for the other categories); None: the same rates for every question
+    synthetic_categories: dict[str, list[float]] | None = None
     cost_curve: Path | None = None  # reuse stored costs instead of measuring them when the run starts
     measure_costs: bool = False  # measure this machine's costs anew (and store them) instead of reusing them
     warmup_tokens: int = 16  # one untimed generation of this many tokens per method before the first question
@@ -71,11 +74,17 @@ class RunConfig:
             values.pop("method_files")
         if values["synthetic"] is None:  # runs from before synthetic acceptance resume unchanged
             values.pop("synthetic")
+        if values["synthetic_categories"] is None:  # runs from before replayed profiles resume unchanged
+            values.pop("synthetic_categories")
         if values["batch_sizes"] == [1]:  # runs from before batching resume unchanged
             values.pop("batch_sizes")
         if not values["references"]:  # runs from before reference rows resume unchanged
             values.pop("references")
         return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
+
+    def synthetic_rates(self, category: str) -> list[float] | None:
+        """The synthetic acceptance rates a question of this category (Record.task_category) is decoded at."""
+        return (self.synthetic_categories or {}).get(category, self.synthetic)
 
     def method_names(self) -> list[str]:
         """The methods decoded: those asked for, with vanilla first when it is missing and the baseline is on."""
@@ -110,16 +119,28 @@ def validate(cfg: RunConfig) -> "Checked":
         except ValueError as exc:
             raise SpecbenchError(str(exc)) from None
     if cfg.synthetic is not None:
-        SyntheticAcceptance(tuple(cfg.synthetic))  # one error line for rates outside [0, 1]
+        for rates in [cfg.synthetic, *(cfg.synthetic_categories or {}).values()]:
+            SyntheticAcceptance(tuple(rates))  # one error line for rates outside [0, 1]
     if cfg.require_graphs:
         check_capturable(cfg.runtime, cfg.device)
     selected = {task.name: (task, questions) for task, questions in resolve_questions(cfg.questions)}
+    if cfg.synthetic_categories and max(cfg.batch_sizes) > 1:
+        check_one_rate_per_task(cfg, selected)
     if cfg.settings_file is not None:
         tuned = read_settings(cfg.settings_file)
         if tuned.target != cfg.target:
             raise SpecbenchError(f"--settings {cfg.settings_file} was tuned for target {tuned.target}, not {cfg.target}")
         check_disjoint(tuned, selected, cfg.settings_file)
     return methods, selected
+
+
+def check_one_rate_per_task(cfg: RunConfig, selected: dict[str, tuple[Task, list[Question]]]) -> None:
+    """A batch is verified at one set of rates: a profile replayed per category at batch sizes above one needs every
+    question of a task to get the same rates."""
+    for name, (_, questions) in selected.items():
+        if len({tuple(cfg.synthetic_rates(q.category or name) or ()) for q in questions}) > 1:
+            raise SpecbenchError(f"--synthetic-acceptance: the profile gives task {name}'s questions different rates "
+                                 "per category, and a batch is verified at one set of rates: use --batch-size 1")
 
 
 def stored_costs(cfg: RunConfig) -> CostModel | None:

@@ -28,5 +28,10 @@ def timing_only_reasons(target: str, synthetic: list[float] | None) -> str | Non
 
 
 def run_timing_only(settings: dict[str, Any]) -> str | None:
-    """timing_only of a run from its settings (run.json)."""
-    return timing_only(str(settings.get("target", "")), settings.get("synthetic"))
+    """timing_only of a run from its settings (run.json); a replayed profile's categories are named."""
+    label = timing_only(str(settings.get("target", "")), settings.get("synthetic"))
+    categories = settings.get("synthetic_categories")
+    if label and categories:
+        label += (f" (a replayed acceptance profile: those rates overall, its own for {', '.join(sorted(categories))}; "
+                  "each record carries its rates)")
+    return label
