@@ -26,12 +26,14 @@ def escape(text: str) -> str:
     return out
 
 
+COUNT = re.compile(r"\s*\(n=(\d+)\)")  # the questions behind a cell, where they are not the baseline's
 CELL = re.compile(r"(?P<value>\S+)(?: \[(?P<low>[-\d.e]+), (?P<high>[-\d.e]+)\])?(?P<rest>.*)")
 
 
 def _cell(text: str) -> str:
     r"""A formatted cell (maybe **bold**) as LaTeX, its 95% interval [low, high] as the distances to its ends, up and
-    down: 1.35$\times$$^{+0.12}_{-0.10}$ (as narrow as a ± subscript); any "(n=N)" after it as it is."""
+    down: 1.35$\times$$^{+0.12}_{-0.10}$ (as narrow as a ± subscript); a "(n=N)" after it in small type under it
+    (a wide table stays within the page); anything else after it as it is."""
     bold = text.startswith("**") and text.endswith("**")
     parts = CELL.fullmatch(text.strip("*"))
     value = parts["value"]
@@ -39,7 +41,11 @@ def _cell(text: str) -> str:
     if parts["low"]:
         number = float(value.rstrip("×"))
         cell += rf"$^{{+{bound(float(parts['high']) - number)}}}_{{-{bound(number - float(parts['low']))}}}$"
-    cell += escape(parts["rest"])
+    count = COUNT.fullmatch(parts["rest"])
+    if count:
+        cell = rf"\shortstack{{{cell}\\{{\tiny n={count[1]}}}}}"
+    else:
+        cell += escape(parts["rest"])
     return r"\textbf{" + cell + "}" if bold else cell
 
 
