@@ -147,12 +147,12 @@ def bad_input(capsys, args: list[str]) -> str:
 
 def test_a_new_run_never_writes_over_another_runs_tables(finished_run, tiny_target_dir, tmp_path, capsys):
     report = finished_run / "report"
-    before = {p.name: p.read_bytes() for p in report.iterdir()}
+    before = {p.relative_to(report): p.read_bytes() for p in report.rglob("*") if p.is_file()}  # profiles/ too
     args = ["run", "--target", str(tiny_target_dir), "--out", str(tmp_path / "other"), "--report-dir", str(report),
             "--methods", "vanilla", "--tasks", "gsm8k", "--limit", "1", "--temperatures", "0", "--max-new-tokens", "4"]
     assert "holds the tables of another run" in bad_input(capsys, args)
     assert not (tmp_path / "other" / "records.jsonl").exists()  # refused before decoding
-    assert {p.name: p.read_bytes() for p in report.iterdir()} == before
+    assert {p.relative_to(report): p.read_bytes() for p in report.rglob("*") if p.is_file()} == before
     # The same run may rewrite its own tables (a resume or `report` again).
     assert main(["report", str(finished_run), "--out", str(report)]) == 0
 
