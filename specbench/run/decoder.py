@@ -16,6 +16,7 @@ from specbench.decode.costs import cpu_description, measure_copy_bandwidth, meas
 from specbench.decode.draft import Drafter
 from specbench.decode.engine import prepare_shapes
 from specbench.decode.sampling import Sampling
+from specbench.decode.static import BATCH_SIZES
 from specbench.decode.synthetic import SyntheticAcceptance
 from specbench.decode.target import load_model
 from specbench.method import BuildContext, MethodInfo
@@ -129,12 +130,21 @@ class Decoder:
             if static is not None:  # every target shape a step can take, captured on the run's cache (CUDA)
                 prepare_shapes(self.target.model, static, max(self.cfg.batch_sizes),
                                hidden=any(d.hidden_layers for d in self.drafters.values()))
-            warm_up(self.target, self.drafters, first, self.cfg.warmup_tokens, tuple(self.cfg.batch_sizes))
+            warm_up(self.target, self.drafters, first, self.cfg.warmup_tokens, self.warm_up_sizes())
             for reference in self.references.values():
                 reference.warm_up(first, self.cfg.warmup_tokens)
         if static is not None:  # what was captured before timing (a drafter's later shapes are counted as timed)
             static.start_timing()
             self.info.environment["cuda_graphs"] = static.capture_report().line()
+
+    def warm_up_sizes(self) -> tuple[int, ...]:
+        """The batch sizes each method warms up at: the run's, and on the static runtime every row bucket below its
+        largest too (a batch whose rows finish at different steps drafts at those; their shapes are captured then,
+        not inside a timed question)."""
+        sizes = set(self.cfg.batch_sizes)
+        if self.target.static is not None:
+            sizes |= {b for b in BATCH_SIZES if b < max(sizes)}
+        return tuple(sorted(sizes))
 
     def capture_report(self) -> dict[str, Any] | None:
         """The static runtime's shapes and captures so far (run.json's cuda_graphs at the end of a run), or None."""
