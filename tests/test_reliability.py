@@ -49,6 +49,9 @@ def test_two_concurrent_runs_on_one_folder(tiny_target_dir, tmp_path):
     out = tmp_path / "r"
     args = run_args(tiny_target_dir, out, *SMALL)
     second = spawn("-c", "import sys, time; from pathlib import Path; from specbench.cli import main\n"
+                         # the CLI imports the run's modules after parsing: import them (and every method) first
+                         "import specbench.run.runner; from specbench.run.registry import available_methods\n"
+                         "available_methods()\n"
                          f"while not Path({str(out / OWNER)!r}).is_file(): time.sleep(0.01)\n"
                          f"sys.exit(main({args!r}))")
     first = spawn("-m", "specbench", *args)
