@@ -95,8 +95,7 @@ def static_forward_timer(static: StaticTarget, tree: bool, repeats: int, context
     static.reserve(1, context + BLOCK_SIZES[-1])
 
     def inputs(block, width: int, size: int) -> dict[str, torch.Tensor]:
-        made = batch_inputs([block], [width], width, model.dtype, device, layout, (1, size, static.capacity))
-        return {"input_ids": made.input_ids, "position_ids": made.position_ids, "attention_mask": made.attention_mask}
+        return batch_inputs([block], [width], width, model.dtype, device, layout, (1, size, static.capacity)).named()
 
     prompt = torch.randint(0, model.config.vocab_size, (context,), generator=gen).tolist()
     with torch.inference_mode():

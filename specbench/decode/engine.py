@@ -28,7 +28,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import accept_all, propose_all
-from specbench.decode.inputs import Block, TreeInputs, batch_inputs, row_block
+from specbench.decode.inputs import Block, batch_inputs, row_block
 from specbench.decode.kv import keep_rows, keep_slots, new_cache
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runtime import synchronize
@@ -222,12 +222,7 @@ def forward(model: PreTrainedModel, rows: list[Row], drafts: list[Draft], cache:
                          f"({static.capacity} slots): use --runtime eager")
     inputs = batch_inputs(blocks, cache_lens, width, model.dtype, model.device, layout,
                           (bucket(len(blocks), BATCH_SIZES), size, static.capacity))
-    return static.forward(named(inputs), width, size if size <= BLOCK_SIZES[-1] else keep, hidden), inputs.pads
-
-
-def named(inputs: TreeInputs) -> dict[str, Any]:
-    """A static forward's inputs by the model's argument names."""
-    return {"input_ids": inputs.input_ids, "position_ids": inputs.position_ids, "attention_mask": inputs.attention_mask}
+    return static.forward(inputs.named(), width, size if size <= BLOCK_SIZES[-1] else keep, hidden), inputs.pads
 
 
 @torch.inference_mode()
@@ -241,8 +236,8 @@ def prepare_shapes(model: PreTrainedModel, static: StaticTarget, rows: int, hidd
             block = Block([0] * size, torch.arange(size), torch.ones(size, size, dtype=torch.bool).tril(), True)
             shape = (size_rows, size, static.capacity)
             for with_hidden in sorted({False, hidden}):
-                static.prepare(size_rows, size, with_hidden, lambda: named(
-                    batch_inputs([block], [0], 0, model.dtype, model.device, layout, shape)))
+                static.prepare(size_rows, size, with_hidden, lambda: batch_inputs(
+                    [block], [0], 0, model.dtype, model.device, layout, shape).named())
 
 
 def scored(draft: Draft) -> int:

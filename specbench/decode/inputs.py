@@ -66,6 +66,10 @@ class TreeInputs:
     attention_mask: torch.Tensor | dict[str, torch.Tensor] | None
     pads: list[int]  # left padding of each row's block
 
+    def named(self) -> dict[str, torch.Tensor | dict[str, torch.Tensor] | None]:
+        """The model's keyword arguments (a static forward's inputs, which its captured graph copies)."""
+        return {"input_ids": self.input_ids, "position_ids": self.position_ids, "attention_mask": self.attention_mask}
+
 
 def batch_inputs(blocks: list[Block], cache_lens: list[int], width: int, dtype: torch.dtype,
                  device: torch.device, layout: AttentionLayout = FULL_ONLY,

@@ -67,6 +67,7 @@ class Decoder:
         self.drafters: dict[str, Drafter] = {}
         self.methods: dict[str, MethodInfo] = {}
         self.references: dict[str, ReferenceDecoder] = {}
+        self.capacity: int | None = None  # the run's static cache length, once reserved (reserve)
 
     def machine(self) -> Machine:
         env = self.info.environment
@@ -76,13 +77,15 @@ class Decoder:
 
     def reserve(self, questions: dict[str, list[Question]]) -> int:
         """The run's one static cache length (the static runtime's, the hf-compiled row's): the longest
-        conversation's; the static runtime's cache is reserved for it and the largest batch now, once, so that the
-        costs are measured and the shapes captured on the cache the run decodes on. Returns the length."""
-        capacity = max((conversation_capacity(self.target, qs, self.budgets[task]) for task, qs in questions.items()),
-                       default=0)
-        if self.target.static is not None:
-            self.target.static.reserve(max(self.cfg.batch_sizes), capacity)
-        return capacity
+        conversation's; the static runtime's cache is reserved for it and the largest batch, once (the first call:
+        before the costs are measured, so that they and the captured shapes are the cache's the run decodes on).
+        Returns the length."""
+        if self.capacity is None:
+            self.capacity = max((conversation_capacity(self.target, qs, self.budgets[task])
+                                 for task, qs in questions.items()), default=0)
+            if self.target.static is not None:
+                self.target.static.reserve(max(self.cfg.batch_sizes), self.capacity)
+        return self.capacity
 
     def machine_costs(self, quiet: bool, store: bool) -> CostModel:
         """This machine's costs (specbench.run.cost_store.machine_costs; quiet: the machine was idle as the run
