@@ -14,7 +14,7 @@ from specbench.decode.draft import Drafter
 from specbench.decode.self_draft import evenly_skipped, layer_skip_view
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo, Option
-from specbench.methods.common.draft_model import DraftModelDrafter, static_chain
+from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
 
 
 def skipped_layers(ctx: BuildContext) -> list[int]:
@@ -31,8 +31,8 @@ def build(ctx: BuildContext) -> Drafter:
     model = ctx.target.model
     view = layer_skip_view(model, skipped_layers(ctx))
     vocab = model.get_output_embeddings().weight.shape[0]
-    # On the static runtime the view's cache has a slot for every layer of the target (its layers keep their indices).
-    chain = static_chain(view, ctx.target, model.get_decoder().config.num_hidden_layers)
+    # The view's cache has a slot for every layer of the target (its layers keep their indices).
+    chain = draft_chain(view, ctx.target, layers=model.get_decoder().config.num_hidden_layers)
     return DraftModelDrafter(view, ctx.option("gamma"), vocab, chain=chain)
 
 

@@ -80,7 +80,7 @@ def generate(target: LoadedModel, method: Drafter, prompt: Prompt | list[Prompt]
         generators = [torch.Generator(device=target.model.device).manual_seed(seed + i) for i in range(len(ids))]
     rows = [method] + [method.fork() for _ in ids[1:]]
     out = generate_batch(target.model, ids, rows, sampling, max_new_tokens, target.stop_ids, generators, verify,
-                         static=target.static)
+                         runner=target.runner)
     results = [Result(target.tokenizer.decode(g.token_ids, skip_special_tokens=True), g.token_ids, g.accept_lengths,
                       g.wall_time, sum(g.draft_times), sum(g.verify_times), g.stop_reason) for g in out]
     return results[0] if single else results

@@ -7,9 +7,9 @@ levels are appended under a mask (each node sees the context and its ancestors),
 
 Every row of a batch drafts in one call (propose_batch): one head forward brings every row's cache up to date, one
 per tree level expands every row's frontier, the expansion runs in tensors on the head's device (tree_search), and
-the finished trees come back to the host in one copy. The head's cache is batched (head_rows; static_head on the
-static runtime). A row drafts exactly the tree it drafts alone (ties are broken by index, padding is masked out),
-but for auto sizing, which sizes trees from the costs of the batch's rows verified together.
+the finished trees come back to the host in one copy. The head's cache holds every row (head_cache). A row drafts
+exactly the tree it drafts alone (ties are broken by index, padding is masked out), but for auto sizing, which
+sizes trees from the costs of the batch's rows verified together.
 
 Trees: EAGLE-2's dynamic tree (expand the top_k best frontier nodes by cumulative draft log-prob for `depth` levels,
 keep the total_tokens best nodes; with the run's fixed costs, the size that maximises expected tokens per second)
@@ -25,22 +25,19 @@ import copy
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Mapping, Protocol
 
 import torch
-from transformers import DynamicCache
 
 from specbench.decode.cost_model import CostCurve
 from specbench.decode.costs import CONTEXT, measure_cost_model
 from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
-from specbench.decode.kv import truncate_cache
+from specbench.decode.runner import ModelRunner
 from specbench.decode.runtime import fastest_seconds
-from specbench.decode.static import StaticTarget
 from specbench.method import BuildContext, Option
-from specbench.methods.common.head_rows import HeadRows, join
-from specbench.methods.common.static_head import StaticHead, StaticRows
-from specbench.methods.common.tree_search import Search, additive_mask, dynamic, expand, finish, static
+from specbench.methods.common.head_cache import HeadCache, HeadRows
+from specbench.methods.common.tree_search import Search, dynamic, finish, static
 
 AUTO_MAX_TOKENS = 32  # total_tokens=auto chooses each tree's size up to this
 
@@ -53,12 +50,13 @@ class FeatureHead(Protocol):
     dtype: torch.dtype
     device: torch.device
 
-    def new_cache(self) -> DynamicCache: ...
+    head: torch.nn.Module  # the module that runs (its parameters tell the device)
 
-    def run(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
-            mask: torch.Tensor | None, cache: DynamicCache) -> torch.Tensor:
+    def run(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+            cache: Any, **cache_kwargs: torch.Tensor | int) -> torch.Tensor:
         """tokens [B, n], features [B, n, feature_size or the head's own width], positions [B, n], mask
-        [B, 1, n, cached + n] additive or None (see everything) -> predicted features [B, n, *]."""
+        [B, 1, n, key slots] additive, cache_kwargs the cache's write slots and key span (kv.SlotCache) ->
+        predicted features [B, n, *]."""
 
     def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """Predicted features [..., *] -> logits over the draft vocabulary [..., V_draft]."""
@@ -100,27 +98,44 @@ def tree_slots(tree: TreeSpec) -> int:
     return (tree.depth - 1) * tree.top_k
 
 
+class FeatureHistory:
+    """The target features of a row's cached positions [n, F], appended in place in a buffer that doubles."""
+
+    def __init__(self, first: torch.Tensor) -> None:
+        self.buffer = first.new_empty(max(64, 2 * first.shape[0]), first.shape[1])
+        self.length = 0
+        self.append(first)
+
+    def append(self, new: torch.Tensor) -> None:
+        end = self.length + new.shape[0]
+        if end > self.buffer.shape[0]:
+            grown = self.buffer.new_empty(2 * end, self.buffer.shape[1])
+            grown[: self.length] = self.buffer[: self.length]
+            self.buffer = grown
+        self.buffer[self.length : end] = new
+        self.length = end
+
+    def span(self, start: int, end: int) -> torch.Tensor:
+        return self.buffer[start:end]
+
+
 class FeatureTreeDrafter(Drafter):
-    def __init__(self, head: FeatureHead, tree: TreeSpec, static_target: StaticTarget | None = None) -> None:
-        """static_target: the target's static runtime, when it runs on one; the head then runs on a static cache
-        of its own beside it (static_head), captured on CUDA."""
+    def __init__(self, head: FeatureHead, tree: TreeSpec, target: ModelRunner | None = None) -> None:
+        """target: the target's runner; the head's cache and forwards go beside it (its shapes, its graphs)."""
         self.head = head
         self.hidden_layers = head.hidden_layers
         self.tree = tree
         self.target_ids = torch.tensor(head.target_ids, device=head.device)
-        self.static = StaticHead.of(head, static_target, tree_slots(tree)) if static_target is not None else None
+        self.cache = HeadCache.of(head, target, tree_slots(tree))
         self._reset()
 
     def _reset(self) -> None:
-        self.rows: HeadRows | None = None  # the head cache this row shares with the rows last drafted beside it
-        self.features: torch.Tensor | None = None  # target features of every cached target position
+        self.features: FeatureHistory | None = None  # target features of every cached target position
         self.filled = 0  # context positions in the head's cache (built from true target features)
         self.root_feature: torch.Tensor | None = None  # the head's prediction after the last of them
         self.tree_features: dict[int, torch.Tensor] = {}
 
     def begin(self, ctx: DecodeContext) -> None:
-        if self.rows is not None:  # its row in the shared cache is no longer anyone's
-            self.rows.members = [None if m is self else m for m in self.rows.members]
         self._reset()
 
     def fork(self) -> "FeatureTreeDrafter":
@@ -130,7 +145,10 @@ class FeatureTreeDrafter(Drafter):
 
     def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
         new = step.hidden.to(self.head.dtype)
-        self.features = new if self.features is None else torch.cat([self.features, new])
+        if self.features is None:
+            self.features = FeatureHistory(new)
+        else:
+            self.features.append(new)
 
     @torch.inference_mode()
     def propose(self, ctx: DecodeContext) -> Draft:
@@ -138,7 +156,7 @@ class FeatureTreeDrafter(Drafter):
 
     @classmethod
     def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
-        return propose_together(FeatureTreeDrafter, drafters, ctxs, draft_rows, ("head", "tree", "static"))
+        return propose_together(FeatureTreeDrafter, drafters, ctxs, draft_rows, ("head", "tree", "cache"))
 
     def _best_size(self, scores: list[float], rows: int = 1) -> int:
         """Nodes to keep (best first) for the most tokens per second. A node is on the accepted path with about
@@ -178,21 +196,13 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
     first = drafters[ready[0]]
     head, tree = first.head, first.tree
     members, contexts = [drafters[b] for b in ready], [ctxs[b] for b in ready]
-    if first.static is not None:
-        for d, fresh in zip(members, first.static.arrange([id(d) for d in members])):
-            if fresh:  # no row in the static cache yet (or no longer): its whole context is filled again
-                d.filled = 0
-        root = fill(members, contexts, lambda tokens, features, spans: first.static.fill(
-            tokens, features, [filled for filled, _ in spans]))
-    else:
-        rows = join(members, head.new_cache, head.device)
-        rows.squeeze([d.filled for d in members], head.new_cache)
-        root = fill(members, contexts, lambda tokens, features, spans: fill_growing(rows, head, tokens, features,
-                                                                                    spans))
+    for d, fresh in zip(members, first.cache.arrange([id(d) for d in members])):
+        if fresh:  # no row in the head's cache yet (or no longer): its whole context is filled again
+            d.filled = 0
+    root = fill(members, contexts)
     device = head.device
     base = torch.tensor([d.filled for d in members], device=device)  # where each row's tree starts
-    if first.static is not None:
-        rows = StaticRows(first.static, [d.filled for d in members], base)
+    rows = HeadRows(first.cache, [d.filled for d in members], base)
     search = Search(head, rows, base, torch.tensor([c.token_ids[-1] for c in contexts], device=device),
                     first.target_ids,
                     partial(first._stop, rows=len(members)) if tree.costs is not None else None)
@@ -213,21 +223,20 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
 Spans = list[tuple[int, int]]  # per row: (context positions in the head's cache, positions with known features)
 
 
-def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext],
-         run: Callable[[torch.Tensor, torch.Tensor, Spans], torch.Tensor]) -> torch.Tensor:
-    """One head forward (run: on the growing or the static cache) over every row's context positions not yet in
-    its cache (tokens [R, n] and their true features [R, n, F], right-padded to the longest); returns each row's
-    predicted next feature, the root of its tree [R, W]."""
+def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) -> torch.Tensor:
+    """One head forward over every row's context positions not yet in its cache (tokens [R, n] and their true
+    features [R, n, F], right-padded to the longest); returns each row's predicted next feature, the root of its
+    tree [R, W]."""
     head = drafters[0].head
     device, shift = head.device, head.shift
-    spans = [(d.filled, d.features.shape[0]) for d in drafters]
+    spans = [(d.filled, d.features.length) for d in drafters]
     n = max(known - filled for filled, known in spans)
     if n > 0:
         tokens = torch.tensor([ctx.token_ids[filled + shift : known + shift] + [0] * (n - known + filled)
                                for ctx, (filled, known) in zip(ctxs, spans)], device=device)
-        features = torch.stack([torch.nn.functional.pad(d.features[filled:known], (0, 0, 0, n - known + filled))
+        features = torch.stack([torch.nn.functional.pad(d.features.span(filled, known), (0, 0, 0, n - known + filled))
                                 for d, (filled, known) in zip(drafters, spans)])
-        out = run(tokens, features, spans)
+        out = drafters[0].cache.fill(tokens, features, [filled for filled, _ in spans])
     for b, (d, (filled, known)) in enumerate(zip(drafters, spans)):
         if known > filled:
             d.root_feature = out[b, known - filled - 1]
@@ -235,67 +244,30 @@ def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext],
     return torch.stack([d.root_feature for d in drafters])
 
 
-def fill_growing(rows: HeadRows, head: FeatureHead, tokens: torch.Tensor, features: torch.Tensor, spans: Spans
-                 ) -> torch.Tensor:
-    """fill's forward on the growing cache: the new positions go after every row's slots, padding never valid."""
-    device = head.device
-    rows_n, n = tokens.shape
-    positions = torch.tensor([[filled + j for j in range(n)] for filled, _ in spans], device=device)
-    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril().expand(rows_n, n, n)
-    allowed = torch.cat([rows.valid[:, None, :].expand(rows_n, n, -1), causal], dim=2)
-    out = head.run(tokens, features, positions, additive_mask(allowed, head.dtype), rows.cache)
-    rows.append(torch.arange(n, device=device)[None] < torch.tensor([k - f for f, k in spans], device=device)[:, None])
-    return out
-
-
 def size_automatically(drafter: FeatureTreeDrafter, ctx: BuildContext, key: str) -> None:
     """total_tokens=auto: the drafter sizes each tree from the run's fixed costs, the target's verification curve
     and one tree level's time, both measured on the runtime the run decodes on (the level with the drafter's own
     head and cache; stored under `key` with the machine's costs)."""
-    costs = ctx.costs or measure_cost_model(ctx.target.model, ctx.target.name, static=ctx.target.static)
+    costs = ctx.costs or measure_cost_model(ctx.target.runner, ctx.target.name)
     drafter.tree.costs = costs.verify
     drafter.tree.level_seconds = costs.drafting_cost(
-        key, lambda: measure_level_seconds(drafter.head, drafter.tree.top_k, static=drafter.static))
+        key, lambda: measure_level_seconds(drafter.head, drafter.tree.top_k, drafter.cache))
 
 
 @torch.inference_mode()
-def measure_level_seconds(head: FeatureHead, top_k: int, repeats: int = 20, static: StaticHead | None = None
-                          ) -> float:
-    """Fastest of a few runs of one dynamic-tree level: the head over top_k nodes after a cached context, then the
-    draft logits, log-softmax and top-k of each. Measured once per run (see specbench.decode.costs). static: the
-    head's static cache, where the run drafts on it (the level padded and, on CUDA, replayed from its graph)."""
-    if static is not None:
-        return static_level_seconds(head, top_k, repeats, static)
+def measure_level_seconds(head: FeatureHead, top_k: int, cache: HeadCache, repeats: int = 20) -> float:
+    """Fastest of a few runs of one dynamic-tree level on the head's cache, as a search runs it: the head over top_k
+    nodes after a context filled in one row (a row no drafter holds; the first to draft there fills its own context
+    again), then the draft logits, log-softmax and top-k of each. Measured once per run (specbench.decode.costs)."""
     device = head.device
     context, tokens = probe_context(head)
-    cache = head.new_cache()
-    head.run(tokens, context, torch.arange(CONTEXT, device=device)[None], None, cache)
-    probe = head.run(tokens[:, :1], context[:, :1], torch.tensor([[CONTEXT]], device=device), None, cache)
-    truncate_cache(cache, CONTEXT)  # the probe gives the head's own output width
-    level_tokens = tokens[:, :1].expand(1, top_k)
-    features = probe.expand(1, top_k, -1).contiguous()
-    positions = torch.full((1, top_k), CONTEXT, device=device)
-    mask = additive_mask(torch.ones(1, top_k, CONTEXT + top_k, dtype=torch.bool, device=device), head.dtype)
-
-    def level() -> None:
-        expand(head, head.run(level_tokens, features, positions, mask, cache), top_k)
-        truncate_cache(cache, CONTEXT)
-
-    return fastest_seconds(level, head.device, repeats)
-
-
-def static_level_seconds(head: FeatureHead, top_k: int, repeats: int, static: StaticHead) -> float:
-    """measure_level_seconds on the head's static cache: a context filled in one row (a row no drafter holds; the
-    first to draft there fills its own context again), then the level as a search runs it."""
-    device = head.device
-    context, tokens = probe_context(head)
-    static.arrange([-1])
-    out = static.fill(tokens, context, [0])
+    cache.arrange([-1])
+    out = cache.fill(tokens, context, [0])
     features = out[:, -1:].expand(1, top_k, -1).contiguous()
     level_tokens = tokens[:, :1].expand(1, top_k)
     positions = torch.full((1, top_k), CONTEXT, device=device)
     ancestors = torch.zeros(1, top_k, 0, dtype=torch.bool, device=device)
-    rows = StaticRows(static, [CONTEXT], torch.tensor([CONTEXT], device=device))
+    rows = HeadRows(cache, [CONTEXT], torch.tensor([CONTEXT], device=device))
 
     def level() -> None:
         rows.level(head, level_tokens, features, positions, ancestors, top_k)

@@ -43,8 +43,7 @@ def expand(head: Any, features: torch.Tensor, k: int) -> tuple[torch.Tensor, tor
 
 
 class HeadCache(Protocol):
-    """The rows' head cache a search runs its levels on: the growing one (head_rows.HeadRows) or the static
-    runtime's (static_head.StaticRows)."""
+    """The rows' head cache a search runs its levels on (head_cache.HeadRows)."""
 
     def level(self, head: Any, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
               ancestors: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

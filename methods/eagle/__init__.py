@@ -20,11 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache
 
 from specbench.decode.draft import Drafter, parse_tree
+from specbench.decode.runner import ModelRunner
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
-from specbench.decode.static import StaticTarget
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo, Option
 from specbench.methods.common.feature_tree import (
@@ -64,11 +63,8 @@ class EagleFeatureHead:
         self.lm_head = frozen_linear(lm_head.detach()[vocab].to(self.device, self.dtype).contiguous(), runtime)
         self.target_ids = vocab.tolist()
 
-    def new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self.head.config)
-
-    def run(self, tokens, features, positions, mask, cache):
-        return self.head(tokens, features, positions, mask, cache)
+    def run(self, tokens, features, positions, mask, cache, **cache_kwargs):
+        return self.head(tokens, features, positions, mask, cache, **cache_kwargs)
 
     def draft_logits(self, predicted):
         return self.lm_head(predicted)
@@ -76,8 +72,8 @@ class EagleFeatureHead:
 
 class EagleDrafter(FeatureTreeDrafter):
     def __init__(self, head: EagleHead, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None, tree: TreeSpec,
-                 runtime: RuntimeInfo | None = None, static_target: StaticTarget | None = None):
-        super().__init__(EagleFeatureHead(head, lm_head, draft_vocab, runtime), tree, static_target)
+                 runtime: RuntimeInfo | None = None, target: ModelRunner | None = None):
+        super().__init__(EagleFeatureHead(head, lm_head, draft_vocab, runtime), tree, target)
 
 
 def _build(ctx: BuildContext, static: bool, ablation_inputs: str | None = None) -> Drafter:
@@ -102,7 +98,7 @@ def _build(ctx: BuildContext, static: bool, ablation_inputs: str | None = None) 
     head.to(target.device, target.dtype)
     prepare_drafter(head, ctx.target.runtime)
     spec = TreeSpec(static_paths=parse_tree(ctx.option("tree"))) if static else dynamic_tree(ctx.options)
-    drafter = EagleDrafter(head, lm_head, draft_vocab, spec, ctx.target.runtime, ctx.target.static)
+    drafter = EagleDrafter(head, lm_head, draft_vocab, spec, ctx.target.runtime, ctx.target.runner)
     if not static and ctx.option("total_tokens") == "auto":
         rows = len(draft_vocab) if draft_vocab is not None else lm_head.shape[0]
         size_automatically(drafter, ctx, f"eagle-level:hidden={head.config.hidden_size}:vocab={rows}:top_k={spec.top_k}")

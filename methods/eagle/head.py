@@ -47,8 +47,9 @@ class EagleHead(nn.Module):
         position_ids: torch.Tensor,  # [B, n]
         attention_mask: torch.Tensor | None,  # [B, 1, n, cached + n] additive, None = see everything
         cache: DynamicCache | None = None,
+        **cache_kwargs: torch.Tensor | int,
     ) -> torch.Tensor:
-        """Predicted next features [B, n, H]."""
+        """Predicted next features [B, n, H]. cache_kwargs: where the cache writes and reads (kv.SlotCache)."""
         embedded = self.embed_tokens(tokens)
         if not self.use_token:
             embedded = torch.zeros_like(embedded)
@@ -57,4 +58,4 @@ class EagleHead(nn.Module):
         hidden = self.fc(torch.cat([embedded, features.to(embedded.dtype)], dim=-1))
         rope = self.rotary_emb(hidden, position_ids)
         return self.layers[0](hidden, attention_mask=attention_mask, position_ids=position_ids,
-                              cache=cache, use_cache=cache is not None, position_embeddings=rope)
+                              cache=cache, use_cache=cache is not None, position_embeddings=rope, **cache_kwargs)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import DynamicCache
-
 from specbench.decode.draft import Drafter
 from specbench.decode.runtime import prepare_drafter
 from specbench.errors import SpecbenchError
@@ -39,11 +37,8 @@ class Eagle3FeatureHead:
         self.feature_size = head.fc.in_features
         self.target_ids = head.draft_to_target().tolist()
 
-    def new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self.head.config)
-
-    def run(self, tokens, features, positions, mask, cache):
-        return self.head(tokens, features, positions, mask, cache)
+    def run(self, tokens, features, positions, mask, cache, **cache_kwargs):
+        return self.head(tokens, features, positions, mask, cache, **cache_kwargs)
 
     def draft_logits(self, hidden):
         return self.head.logits(hidden)
@@ -83,7 +78,7 @@ def build(ctx: BuildContext) -> Drafter:
     prepare_drafter(head, ctx.target.runtime)
     adapter = Eagle3FeatureHead(head, config.num_hidden_layers)
     spec = dynamic_tree(ctx.options)
-    drafter = FeatureTreeDrafter(adapter, spec, ctx.target.static)
+    drafter = FeatureTreeDrafter(adapter, spec, ctx.target.runner)
     if ctx.option("total_tokens") == "auto":
         size_automatically(drafter, ctx, f"eagle3-level:hidden={head.config.hidden_size}:"
                                          f"vocab={head.config.draft_vocab_size}:top_k={spec.top_k}")

@@ -37,11 +37,12 @@ class Eagle3Layer(nn.Module):
         self.post_attention_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
 
     def forward(self, embedded: torch.Tensor, hidden: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor],
-                attention_mask: torch.Tensor | None, cache: DynamicCache | None) -> torch.Tensor:
+                attention_mask: torch.Tensor | None, cache: DynamicCache | None, **cache_kwargs: torch.Tensor | int
+                ) -> torch.Tensor:
         residual = hidden
         both = torch.cat([self.input_layernorm(embedded), self.hidden_norm(hidden)], dim=-1)
         attended, _ = self.self_attn(both, position_embeddings=position_embeddings, attention_mask=attention_mask,
-                                     cache=cache)
+                                     cache=cache, **cache_kwargs)
         return self.feed_forward(residual + attended)
 
     def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -66,12 +67,14 @@ class Eagle3Head(nn.Module):
         self.rotary_emb = LlamaRotaryEmbedding(config)
 
     def forward(self, tokens: torch.Tensor, features: torch.Tensor, position_ids: torch.Tensor,
-                attention_mask: torch.Tensor | None, cache: DynamicCache | None = None) -> torch.Tensor:
+                attention_mask: torch.Tensor | None, cache: DynamicCache | None = None,
+                **cache_kwargs: torch.Tensor | int) -> torch.Tensor:
         """tokens [B, n], features [B, n, 3H'] (fused target states) or [B, n, H] (the head's own), position_ids
-        [B, n], attention_mask [B, 1, n, cached + n] additive or None -> the head's hidden states [B, n, H]."""
+        [B, n], attention_mask [B, 1, n, cached + n] additive or None -> the head's hidden states [B, n, H].
+        cache_kwargs: where the cache writes and reads (kv.SlotCache)."""
         embedded, features = self.inputs(tokens, features)
         rope = self.rotary_emb(features, position_ids)
-        return self.midlayer(embedded, features, rope, attention_mask, cache)
+        return self.midlayer(embedded, features, rope, attention_mask, cache, **cache_kwargs)
 
     def inputs(self, tokens: torch.Tensor, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The token embeddings and the H-wide hidden state the layer reads: fused target states go through fc,

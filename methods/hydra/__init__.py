@@ -15,8 +15,8 @@ import torch
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
 from specbench.decode.graphs import Graphs
+from specbench.decode.runner import call_rows
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
-from specbench.decode.static import call_rows
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo
 from specbench.methods.common.random_drafter import RANDOM_FROM, seeded, wants_random
@@ -37,7 +37,8 @@ class HydraDrafter(Drafter):
     def __init__(self, heads: HydraHeads, embed: torch.nn.Module, lm_head: torch.Tensor,
                  draft_vocab: torch.Tensor | None, tree: list[tuple[int, ...]],
                  runtime: RuntimeInfo | None = None, graphs: Graphs | None = None) -> None:
-        """graphs: the static runtime's, for drafting captured per row count (static.call_rows); None elsewhere."""
+        """graphs: the target runner's for drafting (runner.call_rows: padded per row count with fixed shapes,
+        captured on CUDA); None: run at the batch's own shape."""
         depth = max(len(p) for p in tree)
         if depth > len(heads):
             raise SpecbenchError(f"the Hydra tree is {depth} deep but there are only {len(heads)} heads")
@@ -90,7 +91,7 @@ class HydraDrafter(Drafter):
 
 
 def hydra_drafts(drafters: list[HydraDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
-    """Every row's tree at once (the same heads and tree for all; `guess`, captured on the static runtime), and
+    """Every row's tree at once (the same heads and tree for all; `guess`, captured with fixed shapes on CUDA), and
     every row's tokens back in one copy."""
     drafts = [Draft() for _ in drafters]
     ready = [b for b, d in enumerate(drafters) if d.last_feature is not None]
@@ -117,7 +118,7 @@ def _build(ctx: BuildContext) -> Drafter:
         raise SpecbenchError(f"Hydra heads {folder} do not fit target {ctx.target.name} (hidden size)")
     heads.to(lm_head.device, lm_head.dtype)
     prepare_drafter(heads, ctx.target.runtime)
-    graphs = ctx.target.static.drafting_graphs() if ctx.target.static is not None else None
+    graphs = ctx.target.runner.drafting_graphs() if ctx.target.runner is not None else None
     drafter = HydraDrafter(heads, ctx.target.model.get_input_embeddings(), lm_head, vocab, static_tree(ctx.options),
                            ctx.target.runtime, graphs)
     drafter.trained_from = str(folder)

@@ -17,9 +17,9 @@ import torch
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
 from specbench.decode.graphs import Graphs
+from specbench.decode.runner import call_rows
 from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 from specbench.decode.sampling import Sampling, sample, target_probs
-from specbench.decode.static import call_rows
 from specbench.decode.verify import Verdict, verify_greedy
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo, Option
@@ -41,7 +41,8 @@ class MedusaDrafter(Drafter):
     def __init__(self, heads: MedusaHeads, lm_head: torch.Tensor, draft_vocab: torch.Tensor | None,
                  tree: list[tuple[int, ...]], verifier=None, runtime: RuntimeInfo | None = None,
                  graphs: Graphs | None = None) -> None:
-        """graphs: the static runtime's, for drafting captured per row count (static.call_rows); None elsewhere."""
+        """graphs: the target runner's for drafting (runner.call_rows: padded per row count with fixed shapes,
+        captured on CUDA); None: run at the batch's own shape."""
         depth = max(len(p) for p in tree)
         if depth > len(heads.heads):
             raise SpecbenchError(f"the Medusa tree is {depth} deep but there are only {len(heads.heads)} heads")
@@ -84,7 +85,7 @@ class MedusaDrafter(Drafter):
 
 
 def medusa_drafts(drafters: list[MedusaDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
-    """Every row's tree at once (the same heads and tree for all; `guess`, captured on the static runtime), and one
+    """Every row's tree at once (the same heads and tree for all; `guess`, captured with fixed shapes on CUDA), and one
     copy of every row's tokens to the host."""
     drafts = [Draft() for _ in drafters]
     ready = [b for b, d in enumerate(drafters) if d.last_feature is not None]
@@ -144,7 +145,7 @@ def _build(ctx: BuildContext, typical: bool) -> Drafter:
     heads.to(lm_head.device, lm_head.dtype)
     prepare_drafter(heads, ctx.target.runtime)
     verifier = typical_verifier(ctx.option("threshold"), ctx.option("alpha")) if typical else None
-    graphs = ctx.target.static.drafting_graphs() if ctx.target.static is not None else None
+    graphs = ctx.target.runner.drafting_graphs() if ctx.target.runner is not None else None
     drafter = MedusaDrafter(heads, lm_head, vocab, static_tree(ctx.options), verifier, ctx.target.runtime, graphs)
     drafter.trained_from = str(folder)
     return drafter

@@ -9,7 +9,7 @@ from specbench.decode.runtime import prepare_drafter
 from specbench.decode.target import load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo, Option
-from specbench.methods.common.draft_model import DraftModelDrafter, static_chain
+from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
 from specbench.methods.common.random_drafter import RANDOM_FROM, random_draft_model, wants_random
 from specbench.methods.common.shipped import HEAD
 from specbench.methods.sps.draft_model import is_small_draft, load_small_draft
@@ -26,14 +26,15 @@ def build(ctx: BuildContext) -> Drafter:
     if wants_random(ctx):  # a shape target: a 2-layer random draft of its own architecture and vocabulary
         draft_model = random_draft_model(ctx.target.model, "sps")
         prepare_drafter(draft_model, ctx.target.runtime)
-        drafter = DraftModelDrafter(draft_model, gamma, vocab, chain=static_chain(draft_model, ctx.target))
+        drafter = DraftModelDrafter(draft_model, gamma, vocab, chain=draft_chain(draft_model, ctx.target))
         drafter.trained_from = RANDOM_FROM
         return drafter
     folder = Path(chosen) if chosen else shipped_folder("sps", ctx.target.name)
     if folder is not None and is_small_draft(folder):
         draft_model, draft_vocab = load_small_draft(folder, ctx.target.model)
         prepare_drafter(draft_model, ctx.target.runtime)
-        drafter = DraftModelDrafter(draft_model, gamma, vocab, draft_vocab, static_chain(draft_model, ctx.target))
+        drafter = DraftModelDrafter(draft_model, gamma, vocab, draft_vocab,
+                                     draft_chain(draft_model, ctx.target, draft_vocab))
         drafter.trained_from = str(folder)
         return drafter
     if not chosen:
@@ -43,7 +44,7 @@ def build(ctx: BuildContext) -> Drafter:
     draft = load_model(chosen, ctx.device, ctx.dtype, runtime)
     if draft.tokenizer.get_vocab() != ctx.target.tokenizer.get_vocab():
         raise SpecbenchError(f"--draft {chosen} has a different tokenizer from the target {ctx.target.name}")
-    drafter = DraftModelDrafter(draft.model, gamma, vocab, chain=static_chain(draft.model, ctx.target))
+    drafter = DraftModelDrafter(draft.model, gamma, vocab, chain=draft_chain(draft.model, ctx.target))
     drafter.trained_from = chosen
     return drafter
 

@@ -12,11 +12,10 @@ from transformers import PreTrainedModel
 from specbench.decode.cost_model import CostCurve, CostModel
 from specbench.decode.cost_rounds import CostPlan, CostRounds, CostWatch, measure_curve
 from specbench.decode.draft import Draft
-from specbench.decode.inputs import batch_inputs, row_block, tree_inputs
-from specbench.decode.kv import new_cache, truncate_cache
+from specbench.decode.inputs import Block, row_block, step_inputs
 from specbench.decode.layout import AttentionLayout
+from specbench.decode.runner import ModelRunner
 from specbench.decode.runtime import fastest_seconds
-from specbench.decode.static import BLOCK_SIZES, StaticTarget, bucket
 
 CONTEXT = 256  # cached context tokens before the measured forward
 COPY_BYTES = 256 * 2**20  # the copy probe's tensor: far beyond any CPU's last-level cache and an H100's L2
@@ -46,68 +45,37 @@ def bushy_tree(tokens: list[int]) -> Draft:
 
 
 def measure_forward_curve(model: PreTrainedModel, sizes: list[int], tree: bool, repeats: int = 5,
-                          context: int = CONTEXT, static: StaticTarget | None = None) -> CostCurve:
+                          context: int = CONTEXT, runner: ModelRunner | None = None) -> CostCurve:
     """Fastest of `repeats` forwards over n new tokens after a cached context, for each n (after one warm-up).
     tree=True: one pending token and n - 1 tree nodes under the engine's 4D tree mask (what verification runs);
-    tree=False: n tokens under the model's own causal mask. The minimum is the least load-sensitive statistic.
-    static: the target's static runtime, where the run decodes on it (its padded shapes, captured on CUDA)."""
-    timed = forward_timer(model, tree, repeats, context, static)
+    tree=False: n tokens of a chain. The minimum is the least load-sensitive statistic. runner: the target's, where
+    the run decodes on it (its shapes, captured on CUDA)."""
+    timed = forward_timer(runner or ModelRunner(model, fixed_shapes=False), tree, repeats, context)
     return CostCurve(list(sizes), [timed(n) for n in sizes])
 
 
-def forward_timer(model: PreTrainedModel, tree: bool, repeats: int, context: int = CONTEXT,
-                  static: StaticTarget | None = None) -> Callable[[int], float]:
-    """time(n): the fastest of `repeats` forwards over n new tokens (after one untimed) after a context cached once
-    here, as measure_forward_curve times them; the cache is truncated back after each forward."""
-    if static is not None:
-        return static_forward_timer(static, tree, repeats, context)
-    device = model.device
-    vocab = model.config.vocab_size
-    gen = torch.Generator().manual_seed(0)
-    cache = new_cache()
-    layout = AttentionLayout.of(model.config)
-    with torch.inference_mode():
-        model(input_ids=torch.randint(0, vocab, (1, context), generator=gen).to(device), cache=cache,
-              use_cache=True, logits_to_keep=1)
-
-    @torch.inference_mode()
-    def timed(n: int) -> float:
-        tokens = torch.randint(0, vocab, (n,), generator=gen).tolist()
-        draft = bushy_tree(tokens[1:]) if tree else Draft()
-        inputs = tree_inputs(tokens[:1] if tree else tokens, draft, context, model.dtype, device, layout)
-
-        def forward() -> None:
-            model(input_ids=inputs.input_ids, position_ids=inputs.position_ids,
-                  attention_mask=inputs.attention_mask, cache=cache, use_cache=True, logits_to_keep=n)
-            truncate_cache(cache, context)
-
-        return fastest_seconds(forward, device, repeats)
-
-    return timed
-
-
-def static_forward_timer(static: StaticTarget, tree: bool, repeats: int, context: int) -> Callable[[int], float]:
-    """forward_timer's forwards as the static runtime runs them: each block padded to its bucketed size, written
-    after the cached context at fixed slots (nothing to truncate), replayed from its graph on CUDA."""
-    model = static.model
+def forward_timer(runner: ModelRunner, tree: bool, repeats: int, context: int = CONTEXT) -> Callable[[int], float]:
+    """time(n): the fastest of `repeats` forwards over n new tokens (after one untimed) written after a context
+    cached once here in row 0 of the runner's cache, as the engine runs them (each forward writes the same slots
+    again: nothing to undo)."""
+    model = runner.model
     device, layout = model.device, AttentionLayout.of(model.config)
     gen = torch.Generator().manual_seed(0)
-    static.reserve(1, context + BLOCK_SIZES[-1])
 
-    def inputs(block, width: int, size: int) -> dict[str, torch.Tensor]:
-        return batch_inputs([block], [width], width, model.dtype, device, layout, (1, size, static.capacity)).named()
+    def forward(block: Block, start: int, keep: int) -> Callable[[], object]:
+        shape = runner.fit(1, len(block.tokens), start)
+        named = step_inputs([block], [start], shape, model.dtype, device, layout).named()
+        return lambda: runner.forward(named, shape, shape.tokens if shape.captured else keep, False)
 
     prompt = torch.randint(0, model.config.vocab_size, (context,), generator=gen).tolist()
     with torch.inference_mode():
-        static.forward(inputs(row_block(prompt, Draft(), 0), 0, context), 0, 1, False)
+        forward(row_block(prompt, Draft(), 0), 0, 1)()
 
     @torch.inference_mode()
     def timed(n: int) -> float:
         tokens = torch.randint(0, model.config.vocab_size, (n,), generator=gen).tolist()
         block = row_block(tokens[:1], bushy_tree(tokens[1:]), context) if tree else row_block(tokens, Draft(), context)
-        size = bucket(n, BLOCK_SIZES)
-        named = inputs(block, context, size)
-        return fastest_seconds(lambda: static.forward(named, context, size, False), device, repeats)
+        return fastest_seconds(forward(block, context, n), device, repeats)
 
     return timed
 
@@ -122,23 +90,24 @@ def measure_copy_bandwidth(device: torch.device, nbytes: int = COPY_BYTES, repea
     return 2 * nbytes / seconds / 1e9
 
 
-def probe_seconds(model: PreTrainedModel, static: StaticTarget | None = None, repeats: int = 3) -> float:
+def probe_seconds(runner: ModelRunner, repeats: int = 3) -> float:
     """A quick T(1): the fastest of `repeats` tree-masked one-token forwards after the measurement's context (what a
     run compares its stored T(1) with as it starts)."""
-    return forward_timer(model, True, repeats, CONTEXT, static)(1)
+    return forward_timer(runner, True, repeats, CONTEXT)(1)
 
 
-def measure_cost_model(model: PreTrainedModel, target: str, rounds: int = 3, static: StaticTarget | None = None,
-                       watch: CostWatch | None = None, plan: CostPlan | None = None) -> CostModel:
+def measure_cost_model(runner: ModelRunner, target: str, rounds: int = 3, watch: CostWatch | None = None,
+                       plan: CostPlan | None = None) -> CostModel:
     """The run's verification curve, measured in interleaved rounds with the load read during them and checked
     before it may be kept (specbench.decode.cost_rounds; its Measurement says when, how, under what load and, where
-    it failed its checks, why). static: the target's static runtime, where the run decodes on it. watch: how the
+    it failed its checks, why), on the target's runner (the shapes the run decodes at). watch: how the
     load is read, the samples kept and progress shown (default: no load reading, nothing kept, no progress). plan:
     how (default CostPlan with `rounds`)."""
     watch = watch or CostWatch()
     plan = plan or CostPlan(rounds=rounds)
     samples = watch.resume(plan)
-    timed = forward_timer(model, True, plan.repeats, CONTEXT, static)
+    model = runner.model
+    timed = forward_timer(runner, True, plan.repeats, CONTEXT)
     done = sum(x is not None for row in samples.seconds for x in row)
     with watch.progress(len(plan.sizes) * plan.rounds, done) as tick:
         curve, measured = measure_curve(CostRounds(plan, timed, watch, tick), samples)

@@ -7,15 +7,13 @@ which each tree node sees its row's context and its ancestors; verification pick
 bonus token; the KV cache keeps each row's accepted path only. The bonus token is not yet in the cache: it is the
 root of the next step.
 
-Rows advance by different lengths, so the cache (specbench.decode.kv: written in place, nothing copies the
-context) is a [B, heads, width, dim] block in which row b's first `cache_len[b]` slots are its context and the rest
-are masked out; each step's new block is left-padded per row to a common length (pad queries see only themselves),
-positions are per row; after verification each row's accepted slots move down to follow its context. A finished row
-leaves the batch at once (its slots are filled by a live row's), or, with `feed_last`, after one more forward over
+Rows advance by different lengths: in the cache (specbench.decode.kv) slot s of a row holds its position s, and
+each row's block is written from its own context length on (`input_pos`, passed with the forward), right-padded to
+the step's shape; after verification each row's accepted tree nodes move down to follow its context. A finished row
+leaves the batch at once (its cache row is filled by a live row's), or, with `feed_last`, after one more forward over
 its last tokens, so that a drafter reading hidden states gets those of every token (distillation records them).
-With one row there is no padding and no hole: the forward is exactly the single-sequence one. On the static runtime
-(`static`: specbench.decode.static) the cache is the run's fixed-size one and each forward is padded to a fixed
-shape (replayed from a CUDA graph on CUDA); the loop is the same.
+The target's runner (specbench.decode.runner) decides the forward's shape: its own, or a bucketed one replayed
+from a CUDA graph on CUDA; the loop is the same.
 """
 from __future__ import annotations
 
@@ -23,17 +21,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
+import numpy as np
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import accept_all, propose_all
-from specbench.decode.inputs import Block, batch_inputs, row_block
-from specbench.decode.kv import keep_rows, keep_slots, new_cache
+from specbench.decode.inputs import Block, row_block, step_inputs
+from specbench.decode.kv import SlotCache, fill_holes, move_paths
 from specbench.decode.layout import AttentionLayout
+from specbench.decode.runner import BATCH_SIZES, BLOCK_SIZES, ModelRunner, bucket
 from specbench.decode.runtime import synchronize
 from specbench.decode.sampling import Sampling
-from specbench.decode.static import BATCH_SIZES, BLOCK_SIZES, StaticTarget, bucket
 from specbench.decode.verify import Verdict, VerifyFn, verify_greedy_batch, verify_lossless, verify_rejection_batch
 
 T = TypeVar("T")
@@ -105,11 +104,11 @@ def generate(
     stop_ids: set[int],
     generator: torch.Generator | None = None,
     verify: VerifyFn | None = None,
-    static: StaticTarget | None = None,
+    runner: ModelRunner | None = None,
 ) -> Generation:
     """Decode up to max_new_tokens after prompt_ids with the drafter's proposals (one row of generate_batch)."""
     return generate_batch(model, [prompt_ids], [drafter], sampling, max_new_tokens, stop_ids, [generator], verify,
-                          static=static)[0]
+                          runner=runner)[0]
 
 
 @torch.inference_mode()
@@ -124,7 +123,7 @@ def generate_batch(
     verify: VerifyFn | None = None,
     feed_last: bool = False,
     on_step: Callable[[int], None] | None = None,
-    static: StaticTarget | None = None,
+    runner: ModelRunner | None = None,
 ) -> list[Generation]:
     """Decode every prompt at once, row b with drafters[b] (one drafter object per row: drafters keep per-sequence
     state) and generators[b]; losslessly unless the drafters bring their own verifier (the same for every row).
@@ -134,8 +133,8 @@ def generate_batch(
     batch's start to the step that finished it; its verify_times are the batch's (shared) forwards. feed_last: a
     finished row stays for one more forward over its last tokens (not a step of its record) and its drafter is told
     their hidden states with nothing emitted. on_step (a progress display): told after each step how many tokens
-    it emitted; it sees nothing the drafters see and decides nothing. static: the target's static runtime
-    (specbench.decode.static; None: the dynamic cache)."""
+    it emitted; it sees nothing the drafters see and decides nothing. runner: the target's forwards and cache, kept
+    for the run (specbench.decode.runner; None: a runner of the model's own shapes for this call)."""
     if not prompts or any(not p for p in prompts):
         raise ValueError("empty prompt")
     if len(drafters) != len(prompts) or len({id(d) for d in drafters}) != len(drafters):
@@ -150,22 +149,23 @@ def generate_batch(
     active = [row for row in rows if row.budget > 0]
     for row in active:
         row.drafting(lambda: row.drafter.begin(row.ctx))
-    layout, width = AttentionLayout.of(model.config), 0  # width: cache slots per row
-    cache = static.new_cache(len(rows), max(map(len, prompts)) + max_new_tokens) if static else new_cache()
+    layout = AttentionLayout.of(model.config)
+    runner = runner or ModelRunner(model, fixed_shapes=False)
+    runner.reserve(len(rows), max(map(len, prompts)) + max_new_tokens)
     while active:
         drafts = propose_all(active)
         t1 = time.perf_counter()
-        out, pads = forward(model, active, drafts, cache, width, layout, static)
+        out, pads = forward(runner, active, drafts, layout)
         scores = [row_logits(out, b, draft) for b, draft in enumerate(drafts)]
         verdicts = verify_rows(verify, active, drafts, [logits for logits, _ in scores], model.device)
-        kept, steps = [], []
+        moves, steps = [], []
         for b, (row, draft) in enumerate(zip(active, drafts)):
-            slots, step = settle(row, draft, verdicts[b], scores[b], out, b, width + pads[b], pads[b], stop_ids)
-            kept.append(slots)
+            slots, step = settle(row, draft, verdicts[b], scores[b], out, b, pads[b], stop_ids)
+            moves.append(slots)
             steps.append(step)
         stays = [b for b, row in enumerate(active) if row.live or (feed_last and not row.flushing)]
-        order = keep_rows(cache, stays) if len(stays) < len(active) else stays
-        width = keep_slots(cache, [kept[b] for b in order])
+        order = keep_rows(runner.cache, stays) if len(stays) < len(active) else stays
+        move_paths(runner.cache, [moves[b] for b in order])
         verify_seconds = time.perf_counter() - t1
         told = [b for b, row in enumerate(active) if row.result.stop_reason != "eos" or feed_last]
         accept_all([active[b] for b in told], [steps[b] for b in told])
@@ -201,43 +201,44 @@ def start_rows(prompts: list[list[int]], drafters: list[Drafter], generators: li
     return rows
 
 
-def forward(model: PreTrainedModel, rows: list[Row], drafts: list[Draft], cache: DynamicCache, width: int,
-            layout: AttentionLayout, static: StaticTarget | None) -> tuple[Any, list[int]]:
-    """ONE target forward over every row's uncached tokens and draft tree; the logits of each row's last
-    len(draft) + 1 (+ extra branch) positions are kept (on the static runtime, of every position of its fixed
-    shape). Returns the output and each row's left padding."""
+def forward(runner: ModelRunner, rows: list[Row], drafts: list[Draft], layout: AttentionLayout
+            ) -> tuple[Any, list[int]]:
+    """ONE target forward over every row's uncached tokens and draft tree, row b's written from slot cache_len[b];
+    the logits of each row's last len(draft) + 1 (+ extra branch) positions are kept (of every position of a
+    captured shape). Returns the output and each row's left padding."""
+    model = runner.model
     blocks = [row_block(row.ctx.token_ids[row.cache_len:], d, row.cache_len) for row, d in zip(rows, drafts)]
-    cache_lens = [row.cache_len for row in rows]
-    keep = max(scored(d) for d in drafts)
+    starts = [row.cache_len for row in rows]
+    shape = runner.fit(len(blocks), max(len(b.tokens) for b in blocks), max(starts))
+    inputs = step_inputs(blocks, starts, shape, model.dtype, model.device, layout)
+    keep = shape.tokens if shape.captured else max(scored(d) for d in drafts)
     hidden = any(row.drafter.hidden_layers for row in rows)
-    if static is None:
-        inputs = batch_inputs(blocks, cache_lens, width, model.dtype, model.device, layout)
-        out = model(input_ids=inputs.input_ids, position_ids=inputs.position_ids,
-                    attention_mask=inputs.attention_mask, cache=cache, use_cache=True, logits_to_keep=keep,
-                    output_hidden_states=hidden)
-        return out, inputs.pads
-    size = bucket(max(len(b.tokens) for b in blocks), BLOCK_SIZES)
-    if width + size > static.capacity:
-        raise ValueError(f"a step of {size} tokens after {width} cached ones overflows the static cache "
-                         f"({static.capacity} slots): use --runtime eager")
-    inputs = batch_inputs(blocks, cache_lens, width, model.dtype, model.device, layout,
-                          (bucket(len(blocks), BATCH_SIZES), size, static.capacity))
-    return static.forward(inputs.named(), width, size if size <= BLOCK_SIZES[-1] else keep, hidden), inputs.pads
+    return runner.forward(inputs.named(), shape, keep, hidden), inputs.pads
+
+
+def keep_rows(cache: SlotCache, stays: list[int]) -> list[int]:
+    """Keep the batch rows `stays` (ascending), live rows from the end filling the others' places; returns the old
+    row each kept row now holds."""
+    holes, movers, order = fill_holes(stays)
+    if holes and cache.keys is not None:
+        index = torch.tensor([holes, movers], dtype=torch.long).to(cache.keys.device)
+        cache.copy_rows(index[0], index[1])
+    return order
 
 
 @torch.inference_mode()
-def prepare_shapes(model: PreTrainedModel, static: StaticTarget, rows: int, hidden: bool) -> None:
-    """Every shape a step of up to `rows` rows can take on the static runtime (each bucket of rows and of block
-    tokens; with and without hidden states where a drafter reads them), met on the run's cache before anything is
-    timed: on CUDA each is captured here, so that no timed question pays for a capture."""
+def prepare_shapes(runner: ModelRunner, rows: int, hidden: bool) -> None:
+    """Every shape a step of up to `rows` rows can take with fixed shapes (each bucket of rows and of block tokens;
+    with and without hidden states where a drafter reads them), met on the run's cache before anything is timed: on
+    CUDA each is captured here, so that no timed question pays for a capture."""
+    model = runner.model
     layout = AttentionLayout.of(model.config)
     for size_rows in [b for b in BATCH_SIZES if b <= bucket(rows, BATCH_SIZES)]:
         for size in BLOCK_SIZES:
-            block = Block([0] * size, torch.arange(size), torch.ones(size, size, dtype=torch.bool).tril(), True)
-            shape = (size_rows, size, static.capacity)
+            block = Block([0] * size, np.arange(size, dtype=np.int64), None)
             for with_hidden in sorted({False, hidden}):
-                static.prepare(size_rows, size, with_hidden, lambda: batch_inputs(
-                    [block], [0], 0, model.dtype, model.device, layout, shape).named())
+                runner.prepare(size_rows, size, with_hidden, lambda shape: step_inputs(
+                    [block], [0], shape, model.dtype, model.device, layout).named())
 
 
 def scored(draft: Draft) -> int:
@@ -269,13 +270,13 @@ def verify_rows(verify: VerifyFn, rows: list[Row], drafts: list[Draft], logits: 
 
 
 def settle(row: Row, draft: Draft, verdict: Verdict, scores: tuple[torch.Tensor, torch.Tensor | None], out: Any,
-           b: int, start: int, pad: int, stop_ids: set[int]) -> tuple[tuple[int, list[int]], StepResult]:
-    """Emit row b's tokens for its verdict and record the step. Returns the cache slots the row keeps (its context
-    length, then the slots of its uncached tokens and accepted path, its block having landed at `start`) and what
-    its drafter is told."""
+           b: int, pad: int, stop_ids: set[int]) -> tuple[list[tuple[int, int]], StepResult]:
+    """Emit row b's tokens for its verdict and record the step. Returns the row's cache moves (its accepted tree
+    nodes, written after its pending tokens, down to follow them) and what its drafter is told."""
     logits, extra_logits = scores
     n_pending = len(row.ctx.token_ids) - row.cache_len
-    kept = (row.cache_len, list(range(start, start + n_pending)) + [start + n_pending + i for i in verdict.path])
+    base = row.cache_len + n_pending  # the slot of the tree's first node, and of the first accepted one after the move
+    kept = [(base + node, base + k) for k, node in enumerate(verdict.path) if node != k]
     hidden = None
     if row.drafter.hidden_layers:
         positions = [pad + j for j in range(n_pending)] + [pad + n_pending + i for i in verdict.path]

@@ -1,4 +1,4 @@
-"""CUDA graphs for the static runtime (specbench.decode.static): one model's forwards captured per shape and
+"""CUDA graphs for fixed shapes (specbench.decode.runner): one model's forwards captured per shape and
 replayed, the shapes a run met counted (and those first met once timing began), a failed capture reported once
 (or an error where the run requires capture), and the report run.json keeps (`cuda_graphs`)."""
 from __future__ import annotations
@@ -41,6 +41,7 @@ class Graphs:
     caller that keeps it across forwards of the same shape clones it."""
     capture: bool  # CUDA graphs (CUDA only); turned off, for good, by a failed capture
     required: bool = False  # a failed capture raises CaptureError instead (--require-graphs)
+    fixed_shapes: bool = False  # calls are padded to bucketed shapes (the runner's policy; captured on CUDA)
     graphs: dict[tuple, Captured] = field(default_factory=dict)
     pool: Any = None
     stats: StaticStats = field(default_factory=StaticStats)

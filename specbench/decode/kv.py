@@ -1,167 +1,156 @@
-"""The KV cache the engine and the drafters use, and its edits along the sequence and batch axes.
+"""The one KV cache of every model that decodes (the target, a draft model, a feature head), on every runtime.
 
-`new_cache()` is an HF DynamicCache whose every layer is a `SlotLayer`: keys and values live in preallocated
-buffers [B, heads, capacity, dim] written in place at the next free slot, as gpt-fast's static cache is, and the
-layer's `keys` / `values` are views of the written slots. A step writes only its new tokens: nothing copies the
-context (a plain DynamicLayer concatenates, copying every layer's whole cache at every forward). Rejected draft
-slots are dropped by moving the few accepted ones down and shortening the view; the slots past a row's own length
-are masked out by the engine. Every attention kind gets a full-length layer (sliding windows are enforced by the
-masks, specbench.decode.layout), so these edits are the same for every layer.
+Slot s of a cache row holds the row's position s. A forward writes each of its tokens at the slot its call names
+(`input_pos` [rows, tokens], passed with the call as gpt-fast's `input_pos` is: transformers hands a forward's
+keyword arguments to every cache layer's update) and attends over the first `key_slots` slots (also passed with the
+call; the mask hides the slots a query may not see). Draft and tree tokens are written after each row's context and
+overwritten next step; the target moves its accepted path down to follow the context (`move_slots`), and when rows
+leave a batch live rows fill their places (`copy_rows`). Every layer's keys and values live in ONE tensor
+[layers, rows, heads, capacity, dim] (values: their own head size), so each of these edits is one gather for all
+layers, never a loop over layers.
+
+Growth is an allocation policy, not a second cache: `reserve` makes room (copying what is written), rows and slots
+rounded up by the caller's policy (exact and doubling when nothing is captured; bucketed and fixed for the run under
+CUDA graphs, whose captured forwards read the storage's addresses: `version` tells them it moved). Every attention
+kind gets a full-length layer (sliding windows are enforced by the masks, specbench.decode.layout).
 """
 from __future__ import annotations
 
-import torch
-from transformers import DynamicCache
-from transformers.cache_utils import Cache, DynamicLayer
+from typing import Any
 
-MIN_CAPACITY = 64  # slots a buffer starts with (it doubles when full)
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
 
 
 class SlotLayer(DynamicLayer):
-    """A full-attention cache layer written in place into buffers with room to spare."""
+    """One decoder layer's view of its SlotCache: writes at the call's `input_pos`, reads its first `key_slots`."""
 
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.device = key_states.device
-        self.key_buffer, self.value_buffer = self.allocate(key_states, value_states)
-        self.is_initialized = True
-        self.set_length(0)
-
-    def allocate(self, key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """This layer's empty key and value buffers: MIN_CAPACITY slots (they double when full)."""
-        return (key_states.new_zeros(*key_states.shape[:2], MIN_CAPACITY, key_states.shape[3]),
-                value_states.new_zeros(*value_states.shape[:2], MIN_CAPACITY, value_states.shape[3]))
+    def __init__(self, cache: "SlotCache", index: int) -> None:
+        super().__init__()
+        self.cache, self.index = cache, index
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        start = self.length
-        end = start + key_states.shape[-2]
-        self.reserve(end)
-        self.key_buffer[:, :, start:end] = key_states
-        self.value_buffer[:, :, start:end] = value_states
-        self.set_length(end)
-        return self.keys, self.values
-
-    def set_length(self, length: int) -> None:
-        """Keep the first `length` slots (the view; the buffers keep their room)."""
-        self.length = length
-        self.keys = self.key_buffer[:, :, :length]
-        self.values = self.value_buffer[:, :, :length]
-
-    def reserve(self, length: int) -> None:
-        """Room for `length` slots: the buffers double (copying the written slots once) when they are too short."""
-        capacity = self.key_buffer.shape[2]
-        if length <= capacity:
-            return
-        capacity = max(length, 2 * capacity)
-        for name in ("key_buffer", "value_buffer"):
-            old = getattr(self, name)
-            grown = old.new_zeros(*old.shape[:2], capacity, old.shape[3])
-            grown[:, :, : self.length] = old[:, :, : self.length]
-            setattr(self, name, grown)
-        self.set_length(self.length)
-
-    def keep_rows(self, holes: torch.Tensor, movers: torch.Tensor, rows: int) -> None:
-        """Copy batch rows `movers` into rows `holes`, then keep the first `rows` rows (a view)."""
-        for name in ("key_buffer", "value_buffer"):
-            buffer = getattr(self, name)
-            if len(holes):
-                buffer[holes, :, : self.length] = buffer[movers, :, : self.length]
-            setattr(self, name, buffer[:rows])
-        self.set_length(self.length)
-
-    def move_slots(self, source: torch.Tensor, target: torch.Tensor) -> None:
-        """Per batch row b, slot source[b, j] -> slot target[b, j] (all read before any is written)."""
-        for buffer in (self.key_buffer, self.value_buffer):
-            heads, dim = buffer.shape[1], buffer.shape[3]
-            moved = buffer.gather(2, source[:, None, :, None].expand(-1, heads, -1, dim))
-            buffer.scatter_(2, target[:, None, :, None].expand(-1, heads, -1, dim), moved)
-
-    def crop(self, tokens_to_remove: int) -> None:
-        if tokens_to_remove < 0 and self.is_initialized:
-            self.set_length(max(0, self.length + tokens_to_remove))
+        call = kwargs.get("kwargs", kwargs)
+        if "input_pos" not in call:
+            raise ValueError("a SlotCache forward needs input_pos and key_slots among its keyword arguments")
+        self.is_initialized = True
+        keys, values = self.cache.layer(self.index, key_states, value_states)
+        rows = key_states.shape[0]
+        key_index, value_index = self.cache.write_index(call["input_pos"], key_states, value_states)
+        keys[:rows].scatter_(2, key_index, key_states)
+        values[:rows].scatter_(2, value_index, value_states)
+        span = call["key_slots"]
+        return keys[:rows, :, :span], values[:rows, :, :span]
 
     def get_seq_length(self) -> int:
-        return self.length if self.is_initialized else 0
+        return 0  # positions are the call's (position_ids, input_pos); masks are always given
 
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        for name in ("key_buffer", "value_buffer"):
-            setattr(self, name, getattr(self, name)[indices])
-        self.set_length(self.length)
+    def get_max_cache_shape(self) -> int:
+        return self.cache.capacity
 
 
-class SlotCache(DynamicCache):
-    """A DynamicCache of SlotLayers, one added per decoder layer as the model first writes it."""
+class SlotCache(Cache):
+    """The storage of every layer of one model: [layers, rows, heads, capacity, dim] for keys and for values,
+    allocated at the first write (when heads and dims are known), at the size `reserve` asked for."""
 
-    def __init__(self) -> None:
-        Cache.__init__(self, layer_class_to_replicate=SlotLayer)
+    def __init__(self, layers: int) -> None:
+        super().__init__(layers=[SlotLayer(self, i) for i in range(layers)])
+        self.rows, self.capacity = 0, 0
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+        self.version = 0  # bumped whenever the storage moves (captured graphs read its old address)
+        self._write: tuple[Any, torch.Tensor, torch.Tensor] | None = None
 
-    def copy_rows(self, holes: torch.Tensor, movers: torch.Tensor, rows: int) -> None:
-        """Every layer: batch rows `movers` into rows `holes`, then the first `rows` rows kept."""
-        for layer in _layers(self):
-            layer.keep_rows(holes, movers, rows)
+    def reserve(self, rows: int, capacity: int) -> bool:
+        """Room for at least `rows` rows of `capacity` slots (the caller rounds both up); what is written stays.
+        Returns whether the storage moved."""
+        if rows <= self.rows and capacity <= self.capacity:
+            return False
+        old, self.rows, self.capacity = (self.keys, self.values), max(rows, self.rows), max(capacity, self.capacity)
+        if old[0] is not None:
+            self.keys, self.values = (self.grown(t) for t in old)
+        self.version += 1
+        return True
+
+    def grown(self, old: torch.Tensor) -> torch.Tensor:
+        layers, rows, heads, slots, dim = old.shape
+        new = old.new_zeros(layers, self.rows, heads, self.capacity, dim)
+        new[:, :rows, :, :slots] = old
+        return new
+
+    def layer(self, index: int, key_states: torch.Tensor, value_states: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer `index`'s keys and values [rows, heads, capacity, dim] (the storage allocated at the first write)."""
+        if self.keys is None:
+            layers = len(self.layers)
+            self.keys = key_states.new_zeros(layers, self.rows, key_states.shape[1], self.capacity, key_states.shape[3])
+            self.values = value_states.new_zeros(layers, self.rows, value_states.shape[1], self.capacity,
+                                                 value_states.shape[3])
+        if self.keys.shape[2::2] != key_states.shape[1::2] or self.values.shape[2::2] != value_states.shape[1::2]:
+            raise ValueError("a SlotCache needs every layer's keys (and values) of one shape")
+        return self.keys[index], self.values[index]
+
+    def write_index(self, input_pos: torch.Tensor, key_states: torch.Tensor, value_states: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The scatter indices of a forward's writes, made once per forward (every layer's call shares them)."""
+        if self._write is None or self._write[0] is not input_pos:
+            rows, heads, n = key_states.shape[:3]
+            index = input_pos[:rows, None, :, None]
+            self._write = (input_pos, index.expand(rows, heads, n, key_states.shape[3]),
+                           index.expand(rows, value_states.shape[1], n, value_states.shape[3]))
+        return self._write[1], self._write[2]
 
     def move_slots(self, source: torch.Tensor, target: torch.Tensor) -> None:
-        """Every layer: per batch row b, slot source[b, j] -> slot target[b, j]."""
-        for layer in _layers(self):
-            layer.move_slots(source, target)
+        """Per row b < len(source), slot source[b, j] -> slot target[b, j], every layer at once (all read before
+        any is written)."""
+        if self.keys is None:
+            return
+        rows = source.shape[0]
+        for storage in (self.keys, self.values):
+            layers, _, heads, _, dim = storage.shape
+            moved = storage[:, :rows].gather(3, source[None, :, None, :, None].expand(layers, rows, heads, -1, dim))
+            storage[:, :rows].scatter_(3, target[None, :, None, :, None].expand(layers, rows, heads, -1, dim), moved)
+
+    def copy_rows(self, holes: torch.Tensor, movers: torch.Tensor) -> None:
+        """Rows `movers` into rows `holes`, every layer at once."""
+        if self.keys is not None and len(holes):
+            for storage in (self.keys, self.values):
+                storage[:, holes] = storage[:, movers]
 
 
-def new_cache() -> SlotCache:
-    """An empty cache written in place, whatever the model's layer kinds (every layer keeps the whole context)."""
-    return SlotCache()
-
-
-def _layers(cache: DynamicCache) -> list[DynamicLayer]:
-    for layer in cache.layers:
-        if type(layer) is not DynamicLayer and not isinstance(layer, SlotLayer):
-            raise NotImplementedError(
-                f"KV compaction supports full-attention caches only, not {type(layer).__name__} "
-                "(sliding-window or linear-attention layers)"
-            )
-    return [layer for layer in cache.layers if layer.is_initialized]
-
-
-def truncate_cache(cache: DynamicCache, length: int) -> None:
-    """Keep the first `length` positions."""
-    for layer in _layers(cache):
-        if isinstance(layer, SlotLayer):
-            layer.set_length(length)
-        else:
-            layer.keys, layer.values = layer.keys[..., :length, :], layer.values[..., :length, :]
-
-
-def keep_rows(cache: SlotCache, live: list[int]) -> list[int]:
-    """Keep the batch rows `live` (ascending) of a new_cache(): each dropped row below len(live) is filled with a
-    live row from above, so only those rows are copied. Returns the old row each kept row now holds, in order."""
+def fill_holes(live: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """Keep the batch rows `live` (ascending): each dropped row below len(live) is filled with a live row from above,
+    so only those rows are copied. Returns (holes, movers, the old row each kept row now holds, in order)."""
     n, staying = len(live), set(live)
     order = list(range(n))
     holes = [b for b in range(n) if b not in staying]
     movers = [b for b in live if b >= n]
     for hole, mover in zip(holes, movers):
         order[hole] = mover
-    layers = _layers(cache)
-    if layers:
-        device = layers[0].key_buffer.device
-        cache.copy_rows(torch.tensor(holes, device=device), torch.tensor(movers, device=device), n)
-    return order
+    return holes, movers, order
 
 
-def keep_slots(cache: SlotCache, kept: list[tuple[int, list[int]]]) -> int:
-    """Compaction of a new_cache(): row b keeps its first kept[b][0] slots and then the slots kept[b][1] (ascending,
-    each at or past kept[b][0]), moved down to follow them. Returns the new width (slots per row); a row's slots
-    past its own length hold stale values that the engine masks out."""
-    width = max((context + len(extra) for context, extra in kept), default=0)
-    moves = [[(s, context + j) for j, s in enumerate(extra) if s != context + j] for context, extra in kept]
-    layers = _layers(cache)
-    if any(moves):
-        # A row with fewer moves repeats its last one (or slot 0 onto itself): the same value written twice.
-        longest = max(len(m) for m in moves)
-        padded = [m + [m[-1] if m else (0, 0)] * (longest - len(m)) for m in moves]
-        device = layers[0].key_buffer.device
-        source = torch.tensor([[s for s, _ in m] for m in padded], device=device)
-        cache.move_slots(source, torch.tensor([[t for _, t in m] for m in padded], device=device))
-    for layer in layers:
-        layer.set_length(width)
-    return width
+def arrange(cache: SlotCache | None, before: list[int], owners: list[int]) -> list[bool]:
+    """A drafter's cache rows in the order of `owners` (keys of whoever holds each row; `before`: the order they were
+    in): one still here keeps its slots (moved to its new row, every moved row read before any is written); returns
+    which rows are new (they hold nothing yet)."""
+    where = {owner: row for row, owner in enumerate(before)}
+    moves = [(where[owner], row) for row, owner in enumerate(owners) if where.get(owner, row) != row]
+    if moves and cache is not None and cache.keys is not None:
+        device = cache.keys.device
+        cache.copy_rows(torch.tensor([row for _, row in moves], device=device),
+                        torch.tensor([old for old, _ in moves], device=device))
+    return [owner not in where for owner in owners]
+
+
+def move_paths(cache: SlotCache, moves: list[list[tuple[int, int]]]) -> None:
+    """The target's compaction after verification: row b's slots moves[b] = [(from, to), ...] (its accepted tree
+    nodes down to follow its context), every row and layer in one gather; one copy of the indices to the device."""
+    if not any(moves) or cache.keys is None:
+        return
+    # A row with fewer moves repeats its last one (or slot 0 onto itself): the same value written twice.
+    longest = max(len(m) for m in moves)
+    padded = [m + [m[-1] if m else (0, 0)] * (longest - len(m)) for m in moves]
+    index = torch.tensor(padded, dtype=torch.long).to(cache.keys.device)  # [rows, moves, 2]
+    cache.move_slots(index[..., 0], index[..., 1])

@@ -19,9 +19,9 @@ from transformers import (
 
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.names import DEFAULT_TARGET
+from specbench.decode.runner import ModelRunner
 from specbench.decode.runtime import RuntimeInfo, prepare
 from specbench.decode.shapes import is_shape, shape_model
-from specbench.decode.static import StaticTarget
 from specbench.errors import SpecbenchError
 
 
@@ -48,7 +48,7 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     runtime: RuntimeInfo | None = None
-    static: StaticTarget | None = None  # the static runtime's cache and graphs (runtime "compiled")
+    runner: ModelRunner | None = None  # its forwards and cache, kept for the run (load_model sets it)
 
     @property
     def stop_ids(self) -> set[int]:
@@ -172,7 +172,7 @@ def load_model(name: str, device: str | None = None, dtype: str | None = None, r
     AttentionLayout.of(model.config)  # a recurrent or hybrid family is refused here, before anything is decoded
     model.to(dev).eval()
     info = prepare(model, runtime)
-    return LoadedModel(name, model, tokenizer, info, StaticTarget(model, info.captured) if info.static else None)
+    return LoadedModel(name, model, tokenizer, info, ModelRunner(model, fixed_shapes=info.static))
 
 
 def chat_tokens(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]],

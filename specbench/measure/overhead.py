@@ -4,7 +4,7 @@ points per step where the host would wait for a GPU.
 
 On a GPU a small target's forward replays in well under a millisecond, so a step costs what the host does around it.
 This measures that on any machine, a CPU included (the CPU proxy): the methods decode through the engine exactly as
-`run` does (`generate_batch` with the target's runtime, its static cache on `compiled`), on a model of the default
+`run` does (`generate_batch` with the target's runner, at fixed shapes on `compiled`), on a model of the default
 target's depth at tiny width (`shape:smollm2-135m-tiny`, random weights: what it emits means nothing; the trained
 methods get random drafters of its shape, so acceptance means nothing either, while the host's work per step is
 that of a real step), one thread, T=0, no stop token (every row decodes its whole budget).
@@ -42,7 +42,7 @@ OVERHEAD_TARGET = "shape:smollm2-135m-tiny"
 # Eagle's and eagle3's trees are fixed in size (total_tokens=auto would size them from this machine's costs)
 OVERHEAD_METHODS = ("vanilla", "pld", "eagle@total_tokens=16", "eagle3@total_tokens=16", "medusa", "hydra", "sps")
 OVERHEAD_BATCHES = (1, 4, 64)
-OVERHEAD_RUNTIMES = ("fast", "compiled")  # the growing cache and the static one: each decode path once
+OVERHEAD_RUNTIMES = ("fast", "compiled")  # own shapes and fixed (bucketed) shapes
 @dataclass
 class Mark:
     """The clocks and counters at the end of a step."""
@@ -117,7 +117,7 @@ def marked_generation(target: LoadedModel, drafters: list[Drafter], prompt: list
         marks.append(Mark(time.process_time(), time.perf_counter(), clock.cpu, clock.wall, copy.deepcopy(counts)))
 
     results = generate_batch(target.model, [prompt] * len(drafters), drafters, Sampling(), tokens, set(),
-                             on_step=mark, static=target.static)
+                             on_step=mark, runner=target.runner)
     return Window.of([g.token_ids for g in results], marks, method)
 
 
@@ -127,7 +127,7 @@ def measure_cell(target: LoadedModel, info: MethodInfo, drafter: Drafter, prompt
     drafters = [drafter] + [drafter.fork() for _ in range(batch - 1)]
     with ForwardClock(target.model.device) as clock:
         generate_batch(target.model, [prompt] * batch, drafters, Sampling(), min(tokens, 4), set(),
-                       static=target.static)  # warm-up
+                       runner=target.runner)  # warm-up
         timed = [marked_generation(target, drafters, prompt, tokens, clock, info.name) for _ in range(rounds)]
         with SyncCounter(target.model.device, clock) as counter:
             counted = marked_generation(target, drafters, prompt, tokens, clock, info.name, counter)

@@ -11,8 +11,8 @@ import torch
 
 from specbench.decode.draft import Drafter
 from specbench.decode.engine import context_limit, generate_batch
+from specbench.decode.runner import round_up
 from specbench.decode.sampling import Sampling
-from specbench.decode.static import round_up
 from specbench.decode.target import LoadedModel, chat_prompt
 from specbench.decode.verify import VerifyFn
 from specbench.errors import SpecbenchError
@@ -58,7 +58,7 @@ def answer_questions(
         counted = energy.read() if energy else []
         started = time.perf_counter()
         results = generate_batch(target.model, prompts, [drafters[i] for i in rows], sampling, max_new_tokens,
-                                 target.stop_ids, generators, verify=verify, on_step=on_step, static=target.static)
+                                 target.stop_ids, generators, verify=verify, on_step=on_step, runner=target.runner)
         batch_wall = time.perf_counter() - started  # generate_batch synchronises the device before it returns
         joules = energy.joules(counted, energy.read()) if energy else None
         for i, prompt, result in zip(rows, prompts, results):
@@ -126,4 +126,4 @@ def warm_up(target: LoadedModel, drafters: dict[str, Drafter], question: Questio
         for size in sorted(set(batch_sizes)):
             rows = [drafter] + [drafter.fork() for _ in range(size - 1)]
             generate_batch(target.model, [prompt] * size, rows, Sampling(), tokens, target.stop_ids,
-                           static=target.static)
+                           runner=target.runner)

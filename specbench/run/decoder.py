@@ -15,8 +15,8 @@ from specbench.decode.cost_rounds import CostPlan
 from specbench.decode.costs import cpu_description, measure_copy_bandwidth, measure_cost_model, probe_seconds
 from specbench.decode.draft import Drafter
 from specbench.decode.engine import prepare_shapes
+from specbench.decode.runner import BATCH_SIZES
 from specbench.decode.sampling import Sampling
-from specbench.decode.static import BATCH_SIZES
 from specbench.decode.synthetic import SyntheticAcceptance
 from specbench.decode.target import load_model
 from specbench.method import BuildContext, MethodInfo
@@ -67,7 +67,7 @@ class Decoder:
         self.drafters: dict[str, Drafter] = {}
         self.methods: dict[str, MethodInfo] = {}
         self.references: dict[str, ReferenceDecoder] = {}
-        self.capacity: int | None = None  # the run's static cache length, once reserved (reserve)
+        self.capacity: int | None = None  # the run's cache length, once reserved (reserve)
 
     def machine(self) -> Machine:
         env = self.info.environment
@@ -76,15 +76,14 @@ class Decoder:
                        env["transformers"])
 
     def reserve(self, questions: dict[str, list[Question]]) -> int:
-        """The run's one static cache length (the static runtime's, the hf-compiled row's): the longest
-        conversation's; the static runtime's cache is reserved for it and the largest batch, once (the first call:
+        """The run's one cache length (the target's, the hf-compiled row's): the longest conversation's; the target's
+        cache is reserved for it and the largest batch, once (the first call:
         before the costs are measured, so that they and the captured shapes are the cache's the run decodes on).
         Returns the length."""
         if self.capacity is None:
             self.capacity = max((conversation_capacity(self.target, qs, self.budgets[task])
                                  for task, qs in questions.items()), default=0)
-            if self.target.static is not None:
-                self.target.static.reserve(max(self.cfg.batch_sizes), self.capacity)
+            self.target.runner.reserve(max(self.cfg.batch_sizes), self.capacity)
         return self.capacity
 
     def machine_costs(self, quiet: bool, store: bool) -> CostModel:
@@ -92,15 +91,14 @@ class Decoder:
         started), stored now when store and freshly measured (else the caller stores them after setup)."""
         with target_step(self.target, "the cost measurement"):
             costs = machine_costs(
-                self.machine(), self.measure_costs, lambda: probe_seconds(self.target.model, self.target.static),
+                self.machine(), self.measure_costs, lambda: probe_seconds(self.target.runner),
                 self.cfg.measure_costs, quiet, lambda line: tqdm.write(line, file=sys.stderr))
         if store and not costs.source.startswith("stored"):
             self.store_costs(costs)
         return self.with_bandwidth(costs)
 
     def measure_costs(self, watch: MachineWatch, plan: CostPlan) -> CostModel:
-        return measure_cost_model(self.target.model, self.cfg.target, static=self.target.static, watch=watch,
-                                  plan=plan)
+        return measure_cost_model(self.target.runner, self.cfg.target, watch=watch, plan=plan)
 
     def with_bandwidth(self, costs: CostModel) -> CostModel:
         """The costs with the device's copy bandwidth, measured now where they came without it (costs stored
@@ -119,9 +117,9 @@ class Decoder:
         check_prompts_fit(self.target, questions, self.budgets)
         build = BuildContext(self.target, self.cfg.draft, device=self.cfg.device, dtype=self.cfg.dtype, costs=costs,
                              methods=available_methods(self.cfg.method_files))
-        static = self.target.static
-        if static is not None and self.cfg.require_graphs:
-            static.require_capture()  # before the drafters are built: their graphs require it too
+        runner = self.target.runner
+        if self.cfg.require_graphs:
+            runner.require_capture()  # before the drafters are built: their graphs require it too
         self.methods = {m.name: m for m in methods}
         self.drafters = {m.name: m.drafter(build) for m in methods}
         self.info.trained_from = {name: d.trained_from for name, d in self.drafters.items() if d.trained_from}
@@ -130,29 +128,29 @@ class Decoder:
             self.references = {name: ReferenceDecoder(self.target, name, capacity) for name in self.cfg.references}
         first = next((qs[0] for qs in questions.values() if qs), None)
         with target_step(self.target, "the warm-up"):
-            if static is not None:  # every target shape a step can take, captured on the run's cache (CUDA)
-                prepare_shapes(self.target.model, static, max(self.cfg.batch_sizes),
+            if runner.fixed_shapes:  # every target shape a step can take, captured on the run's cache (CUDA)
+                prepare_shapes(runner, max(self.cfg.batch_sizes),
                                hidden=any(d.hidden_layers for d in self.drafters.values()))
             warm_up(self.target, self.drafters, first, self.cfg.warmup_tokens, self.warm_up_sizes())
             for reference in self.references.values():
                 reference.warm_up(first, self.cfg.warmup_tokens)
-        if static is not None:  # what was captured before timing (a drafter's later shapes are counted as timed)
-            static.start_timing()
-            self.info.environment["cuda_graphs"] = static.capture_report().line()
+        if runner.fixed_shapes:  # what was captured before timing (a drafter's later shapes are counted as timed)
+            runner.start_timing()
+            self.info.environment["cuda_graphs"] = runner.capture_report().line()
 
     def warm_up_sizes(self) -> tuple[int, ...]:
-        """The batch sizes each method warms up at: the run's, and on the static runtime every row bucket below its
+        """The batch sizes each method warms up at: the run's, and with fixed shapes every row bucket below its
         largest too (a batch whose rows finish at different steps drafts at those; their shapes are captured then,
         not inside a timed question)."""
         sizes = set(self.cfg.batch_sizes)
-        if self.target.static is not None:
+        if self.target.runner.fixed_shapes:
             sizes |= {b for b in BATCH_SIZES if b < max(sizes)}
         return tuple(sorted(sizes))
 
     def capture_report(self) -> dict[str, Any] | None:
-        """The static runtime's shapes and captures so far (run.json's cuda_graphs at the end of a run), or None."""
-        static = self.target.static
-        return static.capture_report().to_dict() if static is not None else None
+        """The fixed shapes met and captured so far (run.json's cuda_graphs at the end of a run), or None."""
+        runner = self.target.runner
+        return runner.capture_report().to_dict() if runner.fixed_shapes else None
 
     def decode(self, job: Job, progress: TokenProgress | None = None) -> Iterator[Record]:
         """Each method's records for the job (one per question), as soon as that method has answered every turn

@@ -1,0 +1,177 @@
+"""How one model's forwards run on its SlotCache (specbench.decode.kv): the target's, a draft model's, a feature
+head's. The same code on every runtime; what differs is one choice, `fixed_shapes`:
+
+- off (the CPU's runtimes): a forward runs at its own shape, over the cache slots in use (rounded up to SPAN_STEP),
+  and the cache grows (doubling) as a generation needs it;
+- on (`--runtime compiled`, the GPU's default): every forward is padded to a bucketed shape (its tokens per row to
+  the next of BLOCK_SIZES, its rows to the next of BATCH_SIZES; pad tokens and pad rows see only themselves) and
+  reads the cache's whole capacity, reserved once for the run, so that on CUDA each shape is captured once as a CUDA
+  graph and replayed (specbench.decode.graphs; gpt-fast's and the serving engines' way of taking the host out of a
+  step). A block longer than the largest bucket (a prefill) runs uncaptured at its own length. On the CPU the same
+  padded shapes run uncaptured (the tests run the GPU's shapes there).
+
+A run captures every target shape it can meet before it times anything (engine.prepare_shapes), after its cache's
+final `reserve`; a drafter's shapes are captured the first time they occur (in the warm-up, mostly). Every set of
+graphs counts the shapes first met once timing began. A capture that fails is reported once and that model runs
+uncaptured from then on; the run's tables say UNCAPTURED, and `--require-graphs` makes it an error.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from transformers import PreTrainedModel
+
+from specbench.decode.graphs import CaptureReport, Graphs
+from specbench.decode.kv import SlotCache
+
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64)  # tokens per row of a captured forward
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)  # rows of a captured forward
+CAPACITY_STEP = 512  # fixed shapes: slots are allocated in multiples of this
+SPAN_STEP = 64  # own shapes: a forward reads the slots in use rounded up to this (and the cache grows by doubling)
+HEADROOM = 2 * BLOCK_SIZES[-1]  # slots past the longest context a step may write (its block, its padding)
+
+
+def round_up(n: int, step: int) -> int:
+    """n rounded up to a multiple of step."""
+    return -(-n // step) * step
+
+
+def bucket(n: int, sizes: tuple[int, ...]) -> int:
+    """The smallest size that holds n, or n itself past the largest (run at its own shape, uncaptured)."""
+    return next((s for s in sizes if s >= n), n)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A forward's shape: rows, tokens per row, key slots read; `captured`: a bucketed shape a graph can replay."""
+    rows: int
+    tokens: int
+    key_slots: int
+    captured: bool
+
+
+@dataclass
+class ModelRunner:
+    """One model's cache and forwards, kept for the run (a later generation reuses the cache)."""
+    model: PreTrainedModel
+    fixed_shapes: bool  # bucketed shapes over a capacity reserved for the run (captured on CUDA)
+    layers: int = 0  # cache layers, when the model's layer indices outrun its config (a layer-skipped view); 0: its own
+    beside: "ModelRunner | None" = None  # a drafter's: the target's, whose reserved size its cache takes (fixed shapes)
+    cache: SlotCache | None = None
+    graphs: Graphs = field(init=False)
+    drafting: list[Graphs] = field(default_factory=list)  # the graphs of the drafters beside it (a target's)
+
+    def __post_init__(self) -> None:
+        self.graphs = Graphs(self.capture)
+
+    @property
+    def capture(self) -> bool:
+        """CUDA graphs were asked for (fixed shapes on CUDA)."""
+        return self.fixed_shapes and next(self.model.parameters()).device.type == "cuda"
+
+    def fit(self, rows: int, tokens: int, start: int) -> Shape:
+        """The shape of a forward of `rows` rows of up to `tokens` tokens written from slot `start` at most, the
+        cache reserved for it."""
+        padded = bucket(tokens, BLOCK_SIZES) if self.fixed_shapes else tokens
+        self.reserve(rows, start + padded)
+        return self.shape(rows, tokens, start + padded)
+
+    def shape(self, rows: int, tokens: int, used: int) -> Shape:
+        """The shape of a forward of `rows` rows of `tokens` tokens whose writes end before slot `used`."""
+        if self.fixed_shapes and tokens <= BLOCK_SIZES[-1] and rows <= BATCH_SIZES[-1]:
+            return Shape(bucket(rows, BATCH_SIZES), bucket(tokens, BLOCK_SIZES), self.capacity, True)
+        return Shape(rows, tokens, min(round_up(used, SPAN_STEP), self.capacity) if not self.fixed_shapes
+                     else self.capacity, False)
+
+    def reserve(self, rows: int, slots: int) -> SlotCache:
+        """Room for at least `rows` rows of `slots` slots each (what is written stays). Fixed shapes: the rows
+        bucketed and slots + HEADROOM rounded up to CAPACITY_STEP (a run reserves once, before its warm-up; growing
+        later drops the captured graphs); own shapes: the cache doubles."""
+        if self.cache is None:
+            self.cache = SlotCache(self.layers or self.model.config.num_hidden_layers)
+        cache = self.cache
+        if self.fixed_shapes:
+            if self.beside is not None and self.beside.cache is not None:  # one size for the run, the target's
+                rows, slots = max(rows, self.beside.cache.rows), max(slots, self.beside.capacity)
+            wanted = (bucket(rows, BATCH_SIZES), round_up(slots + HEADROOM, CAPACITY_STEP))
+        else:
+            wanted = (rows, slots if slots <= cache.capacity else max(round_up(slots, SPAN_STEP), 2 * cache.capacity))
+        if cache.reserve(*wanted):
+            self.graphs.graphs.clear()
+        return cache
+
+    @property
+    def capacity(self) -> int:
+        return self.cache.capacity if self.cache is not None else 0
+
+    def forward(self, inputs: dict[str, Any], shape: Shape, keep: int | torch.Tensor | None, hidden: bool) -> Any:
+        """The model's outputs for one forward of `shape` (inputs padded to it, `input_pos` among them): replayed
+        from a captured graph where the shape allows, else run directly. keep: logits_to_keep."""
+        assert self.cache is not None, "reserve() first"
+        key = (shape.rows, shape.tokens, keep, hidden) if shape.captured else None
+        return self.graphs.call(key, lambda given: self.run(given, shape.key_slots, keep, hidden), inputs)
+
+    def run(self, inputs: dict[str, Any], key_slots: int, keep: int | torch.Tensor | None, hidden: bool) -> Any:
+        """keep None: a model without an lm_head (a decoder), whose last hidden state is the output."""
+        extra = {} if keep is None else {"logits_to_keep": keep}
+        return self.model(**inputs, cache=self.cache, use_cache=True, output_hidden_states=hidden,
+                          key_slots=key_slots, **extra)
+
+    def prepare(self, rows: int, tokens: int, hidden: bool, inputs: Callable[[Shape], dict[str, Any]]) -> None:
+        """A shape met before timing (rows and tokens bucketed, every position's logits kept): on CUDA captured now,
+        its forward run on inputs(shape) at slot 0; elsewhere only counted."""
+        shape = self.shape(rows, tokens, tokens)
+        if self.graphs.capture:
+            self.forward(inputs(shape), shape, shape.tokens, hidden)
+        else:
+            self.graphs.note((shape.rows, shape.tokens, shape.tokens, hidden))
+
+    # The run's bookkeeping of its graphs (a target's runner, with its drafters' graphs beside it).
+
+    def require_capture(self) -> None:
+        """A failed capture of the target or of a drafter built from now on raises CaptureError (--require-graphs)."""
+        self.graphs.required = True
+
+    def start_timing(self) -> None:
+        """The warm-up is over: shapes met from now on are counted as met during timing."""
+        for graphs in [self.graphs, *self.drafting]:
+            graphs.timing = True
+
+    def drafter_runner(self, model: Any, layers: int = 0) -> "ModelRunner":
+        """A runner for a drafter's model beside this target: the same shape policy, its graphs reported with the
+        target's."""
+        runner = ModelRunner(model, self.fixed_shapes, layers, beside=self)
+        runner.graphs.required = self.graphs.required
+        self.drafting.append(runner.graphs)
+        return runner
+
+    def drafting_graphs(self) -> Graphs:
+        """Graphs for a drafter's own calls beside this target (Medusa's and Hydra's heads)."""
+        graphs = Graphs(self.capture, self.graphs.required, self.fixed_shapes)
+        self.drafting.append(graphs)
+        return graphs
+
+    def capture_report(self) -> CaptureReport:
+        """What was captured, the target's and its drafters' graphs apart, when, and why not."""
+        drafting = self.drafting
+        return CaptureReport(
+            asked=self.capture,
+            target_shapes=self.graphs.stats.shapes, drafting_shapes=sum(g.stats.shapes for g in drafting),
+            target_captures=self.graphs.stats.captures, drafting_captures=sum(g.stats.captures for g in drafting),
+            target_timed=self.graphs.stats.timed, drafting_timed=sum(g.stats.timed for g in drafting),
+            uncaptured=next((g.stats.uncaptured for g in [self.graphs, *drafting] if g.stats.uncaptured), ""))
+
+
+def call_rows(graphs: Graphs | None, run: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+              inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """run(inputs), every input's first dimension and the output's the batch's rows: where the graphs' shapes are
+    fixed, the rows padded with zeros to the next of BATCH_SIZES and the call replayed from its captured graph (on
+    the CPU: run padded, uncaptured); returns the real rows' output."""
+    rows = next(iter(inputs.values())).shape[0]
+    if graphs is None or not graphs.fixed_shapes or rows > BATCH_SIZES[-1]:
+        return run(inputs)
+    size = bucket(rows, BATCH_SIZES)
+    padded = {name: torch.cat([x, x.new_zeros(size - rows, *x.shape[1:])]) for name, x in inputs.items()}
+    return graphs.call((size,), run, padded)[:rows].clone()
