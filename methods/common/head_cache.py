@@ -25,20 +25,65 @@ from specbench.decode.runner import ModelRunner
 from specbench.methods.common.tree_search import additive_mask, expand
 
 
+class HeadStep(torch.nn.Module):
+    """A drafting step's device work, the unit a graph captures: the head over a block, then with k > 0 the top k
+    under each of its nodes (tree_search.expand). A module, so that it is one forward wherever forwards are
+    counted (bench --overhead's host time is the time outside them)."""
+
+    def __init__(self, head: Any) -> None:
+        super().__init__()
+        self.adapter = head
+        self.module = head.head  # registered: the step's parameters are the head's
+
+    def forward(self, inputs: dict[str, torch.Tensor], cache: Any, key_slots: int, k: int
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        head = self.adapter
+        out = head.run(inputs["tokens"], inputs["features"], inputs["positions"], inputs["mask"], cache,
+                       input_pos=inputs["input_pos"], key_slots=key_slots)
+        if k == 0:
+            return out, out[..., :0], out[..., :0].long()
+        return (out, *expand(head, out, k))
+
+
+class RootStep(torch.nn.Module):
+    """The top k under each row's tree root (its predicted feature): a forward of its own, as HeadStep is."""
+
+    def __init__(self, head: Any) -> None:
+        super().__init__()
+        self.adapter = head
+
+    def forward(self, inputs: dict[str, torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return expand(self.adapter, inputs["features"], k)
+
+
 @dataclass
 class HeadCache:
     """One feature head's cache and forwards, shared by the drafters of every row."""
     head: Any  # a feature_tree.FeatureHead
     runner: ModelRunner  # its cache, shapes and graphs (beside the target's runner)
     tree_slots: int  # the most nodes one search runs (they go after a row's context)
+    step: HeadStep
+    root_step: RootStep
     owners: list[int] = field(default_factory=list)  # who holds each cache row, in row order
 
     @staticmethod
     def of(head: Any, target: ModelRunner | None, tree_slots: int) -> "HeadCache":
-        module = head.head
-        runner = (target.drafter_runner(module, layers=1) if target is not None
-                  else ModelRunner(module, fixed_shapes=False, layers=1))
-        return HeadCache(head, runner, tree_slots)
+        step = HeadStep(head)
+        runner = (target.drafter_runner(step, layers=1) if target is not None
+                  else ModelRunner(step, fixed_shapes=False, layers=1))
+        return HeadCache(head, runner, tree_slots, step, RootStep(head))
+
+    def expand_root(self, root: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The top k (draft log-probs, draft indices) [R, 1, k] under each row's root feature root [R, W]; rows
+        padded to a bucketed count with fixed shapes (captured on CUDA)."""
+        rows = root.shape[0]
+        shape = self.runner.shape(rows, 1, 1)
+        features = root[:, None]
+        if shape.rows > rows:
+            features = torch.nn.functional.pad(features, (0, 0, 0, 0, 0, shape.rows - rows))
+        key = ("root", shape.rows, k) if shape.captured else None
+        logp, index = self.runner.graphs.call(key, lambda given: self.root_step(given, k), {"features": features})
+        return (logp, index) if shape.rows == rows else (logp[:rows].clone(), index[:rows].clone())
 
     def arrange(self, owners: list[int]) -> list[bool]:
         """Cache rows in the order of `owners`; returns which rows are new (they hold no context yet)."""
@@ -82,18 +127,11 @@ class HeadCache:
                   "input_pos": start[:, None] + torch.arange(size, device=device),
                   "mask": additive_mask(allowed, self.head.dtype)}
         key = (size_rows, size, features.shape[-1], k) if shape.captured else None
-        out, logp, index = self.runner.graphs.call(key, lambda given: self.run(given, shape.key_slots, k), inputs)
+        out, logp, index = self.runner.graphs.call(
+            key, lambda given: self.step(given, self.runner.cache, shape.key_slots, k), inputs)
         if not shape.captured:
             return out, logp, index
         return out[:rows, :n].clone(), logp[:rows, :n].clone(), index[:rows, :n].clone()
-
-    def run(self, inputs: dict[str, torch.Tensor], key_slots: int, k: int
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        out = self.head.run(inputs["tokens"], inputs["features"], inputs["positions"], inputs["mask"],
-                            self.runner.cache, input_pos=inputs["input_pos"], key_slots=key_slots)
-        if k == 0:
-            return out, out[..., :0], out[..., :0].long()
-        return (out, *expand(self.head, out, k))
 
 
 @dataclass
@@ -125,3 +163,6 @@ class HeadRows:
     def drop_levels(self) -> None:
         """Nothing to drop: the next fill overwrites the tree's slots."""
         self.ran = 0
+
+    def expand_root(self, root: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cache.expand_root(root, k)

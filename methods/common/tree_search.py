@@ -18,14 +18,14 @@ from specbench.decode.draft import ROOT, Draft
 
 def best_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The k largest values along the last dimension and their indices, largest first, equal values in index
-    order; the same for a row whatever else is in the tensor (torch.topk leaves the order of ties open)."""
-    kth = values.topk(k, dim=-1).values[..., -1:]
-    tied = values == kth
-    room = k - (values > kth).sum(dim=-1, keepdim=True)
-    chosen = (values > kth) | (tied & (tied.cumsum(dim=-1) <= room))
+    order; the same for a row whatever else is in the tensor (torch.topk leaves the order of ties open). The chosen
+    set: every value above the k-th largest, then the lowest-index values equal to it (a key per element: above it,
+    2n; equal to it, n - index; below, 0; its top k are that set); then ordered by value, ties by index."""
     n = values.shape[-1]
-    key = torch.where(chosen, n - torch.arange(n, device=values.device), 0)
-    index = key.topk(k, dim=-1).indices  # the k chosen, lowest index first (distinct keys: no ties)
+    kth = values.topk(k, dim=-1).values[..., -1:]
+    position = torch.arange(n, device=values.device)
+    key = torch.where(values > kth, 2 * n, torch.where(values == kth, n - position, 0))
+    index = key.topk(k, dim=-1).indices.sort(dim=-1).values  # the chosen set, lowest index first
     picked = values.gather(-1, index)
     order = picked.sort(dim=-1, descending=True, stable=True).indices
     return picked.gather(-1, order), index.gather(-1, order)
@@ -55,6 +55,9 @@ class HeadCache(Protocol):
     def drop_levels(self) -> None:
         """Forget the tree levels of this search."""
 
+    def expand_root(self, root: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k (draft log-probs, draft indices) [R, 1, k] under each row's root feature [R, W]."""
+
 
 @dataclass
 class Search:
@@ -67,8 +70,9 @@ class Search:
     target_ids: torch.Tensor  # [V_draft] draft index -> target token id
     stop: Callable[[torch.Tensor], torch.Tensor] | None = None  # frontier mass [R] -> stop here [R] (auto sizing)
 
-    def expand(self, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return expand(self.head, features, k)
+    def expand_root(self, root: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k (draft log-probs, draft indices) [R, 1, k] under each row's root feature [R, W]."""
+        return self.rows.expand_root(root, k)
 
     def run(self, tokens: torch.Tensor, features: torch.Tensor, depth: int, ancestors: torch.Tensor, k: int
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -98,7 +102,7 @@ def dynamic(search: Search, root: torch.Tensor, k: int, depth: int) -> Nodes:
     (k nodes), add the top k children of each (k * k candidates), keep the k best candidates by cumulative log-prob
     as the next frontier."""
     rows, device = root.shape[0], root.device
-    logp, index = search.expand(root[:, None], k)
+    logp, index = search.expand_root(root, k)
     f_scores, f_tokens = logp[:, 0], search.target_ids[index[:, 0]]
     frontier = torch.arange(k, device=device).expand(rows, k)
     nodes = Nodes([f_tokens], [torch.full((rows, k), ROOT, device=device)], [f_scores], [1] * k, [], [])
@@ -137,7 +141,7 @@ def static(search: Search, root: torch.Tensor, paths: list[tuple[int, ...]]) -> 
     for every row, so every index below is known on the host; only tokens, scores and features are tensors."""
     rows, device = root.shape[0], root.device
     width = max(p[-1] for p in paths) + 1
-    logp, index = search.expand(root[:, None], width)
+    logp, index = search.expand_root(root, width)
     first = [p for p in paths if len(p) == 1]
     ranks = [p[0] for p in first]
     nodes = Nodes([search.target_ids[index[:, 0, ranks]]], [], [logp[:, 0, ranks]], [1] * len(first), [], [])

@@ -158,9 +158,10 @@ def generate_batch(
         out, pads = forward(runner, active, drafts, layout)
         scores = [row_logits(out, b, draft) for b, draft in enumerate(drafts)]
         verdicts = verify_rows(verify, active, drafts, [logits for logits, _ in scores], model.device)
+        hidden = kept_hidden(out, active, verdicts, pads)
         moves, steps = [], []
         for b, (row, draft) in enumerate(zip(active, drafts)):
-            slots, step = settle(row, draft, verdicts[b], scores[b], out, b, pads[b], stop_ids)
+            slots, step = settle(row, draft, verdicts[b], scores[b], hidden[b], stop_ids)
             moves.append(slots)
             steps.append(step)
         stays = [b for b, row in enumerate(active) if row.live or (feed_last and not row.flushing)]
@@ -269,18 +270,34 @@ def verify_rows(verify: VerifyFn, rows: list[Row], drafts: list[Draft], logits: 
             for row, draft, scores in zip(rows, drafts, logits)]
 
 
-def settle(row: Row, draft: Draft, verdict: Verdict, scores: tuple[torch.Tensor, torch.Tensor | None], out: Any,
-           b: int, pad: int, stop_ids: set[int]) -> tuple[list[tuple[int, int]], StepResult]:
-    """Emit row b's tokens for its verdict and record the step. Returns the row's cache moves (its accepted tree
-    nodes, written after its pending tokens, down to follow them) and what its drafter is told."""
+def kept_hidden(out: Any, rows: list[Row], verdicts: list[Verdict], pads: list[int]) -> list[torch.Tensor | None]:
+    """Each row's hidden states its drafter asked for (Drafter.hidden_layers, concatenated) at the positions the step
+    adds to its cache (its pending tokens, then its accepted path), in order; None for a row that asks for none.
+    One gather for the whole batch (the rows' drafters read the same layers: one class per batch)."""
+    layers = next((row.drafter.hidden_layers for row in rows if row.drafter.hidden_layers), ())
+    if not layers:
+        return [None] * len(rows)
+    columns = [[pad + j for j in range(len(row.ctx.token_ids) - row.cache_len)]
+               + [pad + len(row.ctx.token_ids) - row.cache_len + i for i in verdict.path]
+               for row, verdict, pad in zip(rows, verdicts, pads)]
+    width = max(map(len, columns))
+    device = out.hidden_states[0].device
+    index = torch.tensor([c + [0] * (width - len(c)) for c in columns], dtype=torch.long).to(device)
+    states = torch.cat([out.hidden_states[i][: len(rows)] for i in layers], dim=-1)
+    picked = states.gather(1, index[:, :, None].expand(-1, -1, states.shape[-1]))
+    return [picked[b, : len(c)] if row.drafter.hidden_layers else None
+            for b, (row, c) in enumerate(zip(rows, columns))]
+
+
+def settle(row: Row, draft: Draft, verdict: Verdict, scores: tuple[torch.Tensor, torch.Tensor | None],
+           hidden: torch.Tensor | None, stop_ids: set[int]) -> tuple[list[tuple[int, int]], StepResult]:
+    """Emit the row's tokens for its verdict and record the step. Returns the row's cache moves (its accepted tree
+    nodes, written after its pending tokens, down to follow them) and what its drafter is told (with `hidden`, the
+    hidden states at the positions the step adds to its cache)."""
     logits, extra_logits = scores
     n_pending = len(row.ctx.token_ids) - row.cache_len
     base = row.cache_len + n_pending  # the slot of the tree's first node, and of the first accepted one after the move
     kept = [(base + node, base + k) for k, node in enumerate(verdict.path) if node != k]
-    hidden = None
-    if row.drafter.hidden_layers:
-        positions = [pad + j for j in range(n_pending)] + [pad + n_pending + i for i in verdict.path]
-        hidden = torch.cat([out.hidden_states[i][b][positions] for i in row.drafter.hidden_layers], dim=-1)
     row.cache_len += n_pending + len(verdict.path)
     if row.flushing:  # a finished row's last forward (feed_last): its draft is empty, nothing is emitted
         return kept, StepResult([], [], hidden, draft=draft)
