@@ -27,12 +27,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Mapping, Protocol
 
+import numpy as np
 import torch
 
 from specbench.decode.cost_model import CostCurve
 from specbench.decode.costs import CONTEXT, measure_cost_model
-from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
+from specbench.decode.inputs import to_device
 from specbench.decode.runner import ModelRunner
 from specbench.decode.runtime import fastest_seconds
 from specbench.method import BuildContext, Option
@@ -133,7 +135,16 @@ class FeatureTreeDrafter(Drafter):
         self.features: FeatureHistory | None = None  # target features of every cached target position
         self.filled = 0  # context positions in the head's cache (built from true target features)
         self.root_feature: torch.Tensor | None = None  # the head's prediction after the last of them
-        self.tree_features: dict[int, torch.Tensor] = {}
+        # The last search's (roots, outputs per head run, this row's index, node -> (run, column)): tree_features
+        self.last_search: tuple[torch.Tensor, list[torch.Tensor], int, dict[int, tuple[int, int]]] | None = None
+
+    @property
+    def tree_features(self) -> dict[int, torch.Tensor]:
+        """The head's predicted feature under the root (ROOT) and under each expanded node of the last draft."""
+        if self.last_search is None:
+            return {}
+        root, outs, row, where = self.last_search
+        return {ROOT: root[row], **{node: outs[run][row, column] for node, (run, column) in where.items()}}
 
     def begin(self, ctx: DecodeContext) -> None:
         self._reset()
@@ -199,12 +210,9 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
     for d, fresh in zip(members, first.cache.arrange([id(d) for d in members])):
         if fresh:  # no row in the head's cache yet (or no longer): its whole context is filled again
             d.filled = 0
-    root = fill(members, contexts)
-    device = head.device
-    base = torch.tensor([d.filled for d in members], device=device)  # where each row's tree starts
+    root, root_tokens, base = fill(members, contexts)
     rows = HeadRows(first.cache, [d.filled for d in members], base)
-    search = Search(head, rows, base, torch.tensor([c.token_ids[-1] for c in contexts], device=device),
-                    first.target_ids,
+    search = Search(head, rows, base, root_tokens, first.target_ids,
                     partial(first._stop, rows=len(members)) if tree.costs is not None else None)
     try:
         if tree.static_paths is not None:
@@ -213,35 +221,49 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
             nodes = dynamic(search, root, tree.top_k, tree.depth)
     finally:
         rows.drop_levels()
-    for b, d, (draft, features) in zip(ready, members, finish(nodes, root, tree.static_paths is None,
-                                                                 partial(first._size, rows=len(members)))):
+    outs = [out for _, out in nodes.expanded]
+    for row, (b, d, (draft, where)) in enumerate(zip(ready, members, finish(nodes, tree.static_paths is None,
+                                                                             partial(first._size, rows=len(members))))):
         drafts[b] = draft
-        d.tree_features = features  # the head's predicted feature under the root and each expanded node
+        d.last_search = (root, outs, row, where)
     return drafts
 
 
-Spans = list[tuple[int, int]]  # per row: (context positions in the head's cache, positions with known features)
-
-
-def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) -> torch.Tensor:
+def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]
+         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One head forward over every row's context positions not yet in its cache (tokens [R, n] and their true
-    features [R, n, F], right-padded to the longest); returns each row's predicted next feature, the root of its
-    tree [R, W]."""
+    features [R, n, F], right-padded to the longest), its host inputs sent in one copy. Returns each row's predicted
+    next feature, the root of its tree [R, W], its root token [R] and where its tree starts (its context length,
+    [R]), on the head's device."""
     head = drafters[0].head
-    device, shift = head.device, head.shift
+    shift = head.shift
     spans = [(d.filled, d.features.length) for d in drafters]
     n = max(known - filled for filled, known in spans)
+    host = np.zeros((len(drafters), n + 3), dtype=np.int64)  # tokens, then start, context length, root token
+    for b, (ctx, (filled, known)) in enumerate(zip(ctxs, spans)):
+        host[b, : known - filled] = ctx.token_ids[filled + shift : known + shift]
+        host[b, n :] = filled, known, ctx.token_ids[-1]
+    staged = to_device(host, head.device)
+    start, length, root_tokens = staged[:, n], staged[:, n + 1], staged[:, n + 2]
     if n > 0:
-        tokens = torch.tensor([ctx.token_ids[filled + shift : known + shift] + [0] * (n - known + filled)
-                               for ctx, (filled, known) in zip(ctxs, spans)], device=device)
-        features = torch.stack([torch.nn.functional.pad(d.features.span(filled, known), (0, 0, 0, n - known + filled))
-                                for d, (filled, known) in zip(drafters, spans)])
-        out = drafters[0].cache.fill(tokens, features, [filled for filled, _ in spans])
-    for b, (d, (filled, known)) in enumerate(zip(drafters, spans)):
-        if known > filled:
-            d.root_feature = out[b, known - filled - 1]
+        features = torch.zeros(len(drafters), n, drafters[0].features.buffer.shape[1], dtype=head.dtype,
+                               device=head.device)
+        for b, (d, (filled, known)) in enumerate(zip(drafters, spans)):
+            features[b, : known - filled] = d.features.span(filled, known)
+        out = drafters[0].cache.fill(staged[:, :n], features, start, max(filled for filled, _ in spans))
+        last = (length - start - 1).clamp(min=0)
+        fresh = out.gather(1, last[:, None, None].expand(-1, 1, out.shape[-1]))[:, 0]
+        if all(known > filled for filled, known in spans):
+            root = fresh
+        else:  # a row with nothing new keeps its root
+            root = torch.stack([fresh[b] if known > filled else d.root_feature
+                                for b, (d, (filled, known)) in enumerate(zip(drafters, spans))])
+    else:
+        root = torch.stack([d.root_feature for d in drafters])
+    for b, (d, (_, known)) in enumerate(zip(drafters, spans)):
+        d.root_feature = root[b]
         d.filled = known
-    return torch.stack([d.root_feature for d in drafters])
+    return root, root_tokens, length
 
 
 def size_automatically(drafter: FeatureTreeDrafter, ctx: BuildContext, key: str) -> None:
@@ -262,7 +284,7 @@ def measure_level_seconds(head: FeatureHead, top_k: int, cache: HeadCache, repea
     device = head.device
     context, tokens = probe_context(head)
     cache.arrange([-1])
-    out = cache.fill(tokens, context, [0])
+    out = cache.fill(tokens, context, torch.zeros(1, dtype=torch.long, device=device), 0)
     features = out[:, -1:].expand(1, top_k, -1).contiguous()
     level_tokens = tokens[:, :1].expand(1, top_k)
     positions = torch.full((1, top_k), CONTEXT, device=device)

@@ -91,14 +91,14 @@ class HeadCache:
         self.owners = list(owners)
         return fresh
 
-    def fill(self, tokens: torch.Tensor, features: torch.Tensor, starts: list[int]) -> torch.Tensor:
+    def fill(self, tokens: torch.Tensor, features: torch.Tensor, start: torch.Tensor, end: int) -> torch.Tensor:
         """The head over each row's new context positions (tokens [R, n], their target features [R, n, F]; row b's
-        first is position starts[b], the rest follow, right-padded); returns the predicted features [R, n, W]."""
+        first is position start[b] (end: the largest), the rest follow, right-padded); returns the predicted
+        features [R, n, W]."""
         n = tokens.shape[1]
-        start = torch.tensor(starts, device=tokens.device)
         positions = start[:, None] + torch.arange(n, device=tokens.device)
         visible = lambda slots: torch.arange(slots, device=tokens.device)[None, None, :] <= positions[:, :, None]  # noqa: E731
-        return self.forward(tokens, features, positions, start, max(starts), visible, 0)[0]
+        return self.forward(tokens, features, positions, start, end, visible, 0)[0]
 
     def forward(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor, start: torch.Tensor,
                 end: int, visible: Callable[[int], torch.Tensor], k: int

@@ -186,10 +186,10 @@ def is_ancestor(node: int, of: int, parents: list[int]) -> bool:
     return False
 
 
-def finish(nodes: Nodes, root: torch.Tensor, dynamic_tree: bool,
-           size: Callable[[list[float]], int]) -> list[tuple[Draft, dict[int, torch.Tensor]]]:
-    """Each row's draft and the head's predicted feature under its root and each of its expanded nodes, from ONE
-    copy of every row's nodes to the host. A dynamic tree keeps the best nodes by cumulative log-prob (ties: the
+def finish(nodes: Nodes, dynamic_tree: bool,
+           size: Callable[[list[float]], int]) -> list[tuple[Draft, dict[int, tuple[int, int]]]]:
+    """Each row's draft and where the head's predicted feature under each of its expanded nodes is (node -> (head
+    run, column) in nodes.expanded), from ONE copy of every row's nodes to the host. A dynamic tree keeps the best nodes by cumulative log-prob (ties: the
     earlier node), as many as size(their scores, best first) says, ordered by depth then score; nodes past the level
     where the row's tree would have stopped (auto sizing) are not there. A static tree keeps every node."""
     tokens, parents, scores = (torch.cat(part, dim=1) for part in (nodes.tokens, nodes.parents, nodes.scores))
@@ -198,7 +198,7 @@ def finish(nodes: Nodes, root: torch.Tensor, dynamic_tree: bool,
     parts = [tokens, parents, scores, order] + [index for index, _ in nodes.expanded] + [s[:, None] for s in nodes.stops]
     host = torch.cat([part.float() for part in parts], dim=1).cpu().tolist()  # the one copy
     results = []
-    for b, values in enumerate(host):
+    for values in host:
         tok, par, score = values[:count], values[count : 2 * count], values[2 * count : 3 * count]
         at = 4 * count
         expanded = []
@@ -215,8 +215,6 @@ def finish(nodes: Nodes, root: torch.Tensor, dynamic_tree: bool,
             keep = list(range(count))
         new_index = {old: new for new, old in enumerate(keep)}
         draft = Draft([int(tok[i]) for i in keep], [ROOT if par[i] == ROOT else new_index[int(par[i])] for i in keep])
-        features = {ROOT: root[b]}
-        for (_, out), run in zip(nodes.expanded, expanded):
-            features.update({new_index[i]: out[b, j] for j, i in enumerate(run) if i in new_index})
-        results.append((draft, features))
+        where = {new_index[i]: (r, j) for r, run in enumerate(expanded) for j, i in enumerate(run) if i in new_index}
+        results.append((draft, where))
     return results

@@ -27,8 +27,8 @@ from transformers import PreTrainedModel
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import accept_all, propose_all
-from specbench.decode.inputs import Block, row_block, step_inputs
-from specbench.decode.kv import SlotCache, fill_holes, move_paths
+from specbench.decode.inputs import Block, row_block, step_inputs, to_device
+from specbench.decode.kv import SlotCache, fill_holes
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runner import BATCH_SIZES, BLOCK_SIZES, ModelRunner, bucket
 from specbench.decode.runtime import synchronize
@@ -158,15 +158,11 @@ def generate_batch(
         out, pads = forward(runner, active, drafts, layout)
         scores = [row_logits(out, b, draft) for b, draft in enumerate(drafts)]
         verdicts = verify_rows(verify, active, drafts, [logits for logits, _ in scores], model.device)
-        hidden = kept_hidden(out, active, verdicts, pads)
-        moves, steps = [], []
-        for b, (row, draft) in enumerate(zip(active, drafts)):
-            slots, step = settle(row, draft, verdicts[b], scores[b], hidden[b], stop_ids)
-            moves.append(slots)
-            steps.append(step)
+        hidden = keep_accepted(runner.cache, out, active, verdicts, pads)
+        steps = [settle(row, draft, verdicts[b], scores[b], hidden[b], stop_ids)
+                 for b, (row, draft) in enumerate(zip(active, drafts))]
         stays = [b for b, row in enumerate(active) if row.live or (feed_last and not row.flushing)]
         order = keep_rows(runner.cache, stays) if len(stays) < len(active) else stays
-        move_paths(runner.cache, [moves[b] for b in order])
         verify_seconds = time.perf_counter() - t1
         told = [b for b, row in enumerate(active) if row.result.stop_reason != "eos" or feed_last]
         accept_all([active[b] for b in told], [steps[b] for b in told])
@@ -222,7 +218,7 @@ def keep_rows(cache: SlotCache, stays: list[int]) -> list[int]:
     row each kept row now holds."""
     holes, movers, order = fill_holes(stays)
     if holes and cache.keys is not None:
-        index = torch.tensor([holes, movers], dtype=torch.long).to(cache.keys.device)
+        index = to_device(np.array([holes, movers], dtype=np.int64), cache.keys.device)
         cache.copy_rows(index[0], index[1])
     return order
 
@@ -270,37 +266,51 @@ def verify_rows(verify: VerifyFn, rows: list[Row], drafts: list[Draft], logits: 
             for row, draft, scores in zip(rows, drafts, logits)]
 
 
-def kept_hidden(out: Any, rows: list[Row], verdicts: list[Verdict], pads: list[int]) -> list[torch.Tensor | None]:
-    """Each row's hidden states its drafter asked for (Drafter.hidden_layers, concatenated) at the positions the step
-    adds to its cache (its pending tokens, then its accepted path), in order; None for a row that asks for none.
-    One gather for the whole batch (the rows' drafters read the same layers: one class per batch)."""
+def keep_accepted(cache: SlotCache, out: Any, rows: list[Row], verdicts: list[Verdict], pads: list[int]
+                  ) -> list[torch.Tensor | None]:
+    """After verification: each row's accepted tree nodes move down in the cache to follow its pending tokens
+    (written from its context length on), and each row's drafter gets the hidden states it asked for
+    (Drafter.hidden_layers, concatenated) at the positions the step adds to its cache, in order (None for a row
+    that asks for none). The indices of both go to the device in ONE copy; one gather for every row's hidden states
+    (the rows' drafters read the same layers: one class per batch), one for every row's and layer's moves."""
     layers = next((row.drafter.hidden_layers for row in rows if row.drafter.hidden_layers), ())
+    moves, columns = [], []
+    for row, verdict, pad in zip(rows, verdicts, pads):
+        n_pending = len(row.ctx.token_ids) - row.cache_len
+        base = row.cache_len + n_pending  # the slot of the tree's first node, and of the first accepted one after
+        moves.append([(base + node, base + k) for k, node in enumerate(verdict.path) if node != k])
+        columns.append([pad + j for j in range(n_pending)] + [pad + n_pending + i for i in verdict.path])
+    moving = any(moves) and cache.keys is not None
+    if not layers and not moving:
+        return [None] * len(rows)
+    longest, width = max(map(len, moves)), max(map(len, columns)) if layers else 0
+    host = np.zeros((len(rows), width + 2 * longest), dtype=np.int64)
+    for b, (m, c) in enumerate(zip(moves, columns)):
+        if layers:
+            host[b, : len(c)] = c
+        if moving:  # a row with fewer moves repeats its last one (or slot 0 onto itself): one value written twice
+            padded = m + [m[-1] if m else (0, 0)] * (longest - len(m))
+            host[b, width : width + longest], host[b, width + longest :] = zip(*padded)
+    staged = to_device(host, out.logits.device)
+    if moving:
+        cache.move_slots(staged[:, width : width + longest], staged[:, width + longest :])
     if not layers:
         return [None] * len(rows)
-    columns = [[pad + j for j in range(len(row.ctx.token_ids) - row.cache_len)]
-               + [pad + len(row.ctx.token_ids) - row.cache_len + i for i in verdict.path]
-               for row, verdict, pad in zip(rows, verdicts, pads)]
-    width = max(map(len, columns))
-    device = out.hidden_states[0].device
-    index = torch.tensor([c + [0] * (width - len(c)) for c in columns], dtype=torch.long).to(device)
     states = torch.cat([out.hidden_states[i][: len(rows)] for i in layers], dim=-1)
-    picked = states.gather(1, index[:, :, None].expand(-1, -1, states.shape[-1]))
+    picked = states.gather(1, staged[:, :width, None].expand(-1, -1, states.shape[-1]))
     return [picked[b, : len(c)] if row.drafter.hidden_layers else None
             for b, (row, c) in enumerate(zip(rows, columns))]
 
 
 def settle(row: Row, draft: Draft, verdict: Verdict, scores: tuple[torch.Tensor, torch.Tensor | None],
-           hidden: torch.Tensor | None, stop_ids: set[int]) -> tuple[list[tuple[int, int]], StepResult]:
-    """Emit the row's tokens for its verdict and record the step. Returns the row's cache moves (its accepted tree
-    nodes, written after its pending tokens, down to follow them) and what its drafter is told (with `hidden`, the
-    hidden states at the positions the step adds to its cache)."""
+           hidden: torch.Tensor | None, stop_ids: set[int]) -> StepResult:
+    """Emit the row's tokens for its verdict and record the step. Returns what its drafter is told (with `hidden`,
+    the hidden states at the positions the step added to its cache)."""
     logits, extra_logits = scores
     n_pending = len(row.ctx.token_ids) - row.cache_len
-    base = row.cache_len + n_pending  # the slot of the tree's first node, and of the first accepted one after the move
-    kept = [(base + node, base + k) for k, node in enumerate(verdict.path) if node != k]
     row.cache_len += n_pending + len(verdict.path)
     if row.flushing:  # a finished row's last forward (feed_last): its draft is empty, nothing is emitted
-        return kept, StepResult([], [], hidden, draft=draft)
+        return StepResult([], [], hidden, draft=draft)
     emitted, stopped = emitted_tokens(draft, verdict, row.remaining, stop_ids)
     if stopped:
         row.result.stop_reason = "eos"
@@ -310,4 +320,4 @@ def settle(row: Row, draft: Draft, verdict: Verdict, scores: tuple[torch.Tensor,
     row.result.tree_sizes.append(len(draft))
     end = verdict.path[-1] if verdict.path else ROOT
     row.result.full_paths.append(bool(draft) and end not in draft.parents)  # the path ended at a leaf
-    return kept, StepResult(emitted, verdict.path, hidden, extra_logits, draft, logits)
+    return StepResult(emitted, verdict.path, hidden, extra_logits, draft, logits)

@@ -46,13 +46,18 @@ def row_block(pending: list[int], draft: Draft, cache_len: int) -> Block:
     allowed = np.zeros((total, total), dtype=bool)
     allowed[:n_pending, :n_pending] = np.tri(n_pending, dtype=bool)
     allowed[n_pending:, :n_pending] = True
-    allowed[n_pending : n_pending + n, n_pending : n_pending + n] = ancestors(draft.parents).numpy()
+    allowed[n_pending : n_pending + n, n_pending : n_pending + n] = ancestor_mask(draft.parents)
     if extra:
         allowed[n_pending + n :, n_pending + n :] = extra.allowed.cpu().numpy()
     return Block(tokens, positions.astype(np.int64), allowed)
 
 
 def ancestors(parents: list[int]) -> torch.Tensor:
+    """ancestor_mask as a tensor."""
+    return torch.from_numpy(ancestor_mask(parents))
+
+
+def ancestor_mask(parents: list[int]) -> np.ndarray:
     """[n, n] bool: node i's row holds i and every ancestor of i. By pointer jumping (each round doubles the levels
     covered), so a deep tree costs a few array ops rather than one per node."""
     n = len(parents)
@@ -62,7 +67,7 @@ def ancestors(parents: list[int]) -> torch.Tensor:
         ancestor |= ancestor[jump]
         further = jump[jump]
         if np.array_equal(further, jump):
-            return torch.from_numpy(ancestor)
+            return ancestor
         jump = further
 
 

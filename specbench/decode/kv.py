@@ -143,14 +143,3 @@ def arrange(cache: SlotCache | None, before: list[int], owners: list[int]) -> li
                         torch.tensor([old for old, _ in moves], device=device))
     return [owner not in where for owner in owners]
 
-
-def move_paths(cache: SlotCache, moves: list[list[tuple[int, int]]]) -> None:
-    """The target's compaction after verification: row b's slots moves[b] = [(from, to), ...] (its accepted tree
-    nodes down to follow its context), every row and layer in one gather; one copy of the indices to the device."""
-    if not any(moves) or cache.keys is None:
-        return
-    # A row with fewer moves repeats its last one (or slot 0 onto itself): the same value written twice.
-    longest = max(len(m) for m in moves)
-    padded = [m + [m[-1] if m else (0, 0)] * (longest - len(m)) for m in moves]
-    index = torch.tensor(padded, dtype=torch.long).to(cache.keys.device)  # [rows, moves, 2]
-    cache.move_slots(index[..., 0], index[..., 1])

@@ -55,7 +55,7 @@ class AttentionLayout:
         [B, K] (needed only with a window): one tensor, or one per layer kind."""
         def additive(seen: torch.Tensor) -> torch.Tensor:
             zero = torch.zeros((), dtype=dtype, device=seen.device)
-            lowest = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=seen.device)
+            lowest = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=seen.device)
             return torch.where(seen, zero, lowest)[:, None]
 
         def windowed(window: int) -> torch.Tensor:
