@@ -2,8 +2,8 @@
 generate), so that any two commits can be measured the same way (scripts/figures/overhead_side_by_side.py runs
 this file once per revision, with that revision's tree first on PYTHONPATH). Prints JSON on stdout.
 
-Per runtime, method and batch size: on `shape:smollm2-135m-tiny` (the default target's 30 layers at tiny width,
-random weights), one thread, T=0, B prompts of equal token length (row i's own tokens), a fixed token budget:
+Per runtime, method and batch size, on --target (the driver's: `shape:smollm2-135m-tiny`, the default target's 30
+layers at tiny width, random weights), one thread, T=0, B prompts of equal token length (row i's own tokens), a fixed token budget:
 - host ms: process CPU time outside every outermost module call (torch's global module hooks: the target's
   forwards, a drafter's heads and draft models), from the end of the target's first forward (the prefill) to the end
   of its last, per step (target forwards - 1; the target's forwards are counted by the hooks and must equal the
@@ -15,8 +15,8 @@ random weights), one thread, T=0, B prompts of equal token length (row i's own t
   boolean-mask index). On the CPU every tensor is on the CPU: the host tensors are tracked as a GPU run would have
   them (made from Python data or by a factory without a device, brought over by .cpu()/.tolist(), or computed from
   host tensors alone). A simpler count than specbench.measure.host_waits, which older commits lack.
-Usage: python overhead_probe.py [--runtimes fast,compiled] [--methods vanilla,eagle@total_tokens=16] [--batches 1,4]
-       [--max-new-tokens 16] [--prompt-tokens 40] [--rounds 1] [--waits]
+Usage: python overhead_probe.py --target NAME --runtimes fast,compiled --methods vanilla,eagle@total_tokens=16
+       --batches 1,4 --max-new-tokens 16 [--prompt-tokens 40] [--rounds 1] [--waits]
 """
 from __future__ import annotations
 
@@ -38,7 +38,6 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils.weak import WeakIdKeyDictionary
 
-TARGET = "shape:smollm2-135m-tiny"
 # setup.py installs these folders of the tree as subpackages of specbench; an editable install's import finder would
 # map them to its own checkout, so they are bound to the imported tree's folders before anything imports them
 MAPPED = {"methods": "methods", "builtin_tasks": "tasks", "heads": "heads"}
@@ -214,7 +213,7 @@ def probe(args: argparse.Namespace) -> dict:
 
     cells, skipped = [], []
     for runtime in args.runtimes.split(","):
-        target = api.load_target(TARGET, runtime=runtime)
+        target = api.load_target(args.target, runtime=runtime)
         for spec in args.methods.split(","):
             name, options = method_options(spec)
             try:
@@ -236,17 +235,18 @@ def probe(args: argparse.Namespace) -> dict:
                 print(f"{runtime} {spec} B={batch}: {best.host_ms:.2f} host ms/step", file=sys.stderr)
     return {"tree": str(Path(specbench.__file__).resolve().parent.parent),
             "methods_folder": str(Path(specbench.methods.__file__).resolve().parent),
-            "target": TARGET, "layers": target.model.config.num_hidden_layers, "threads": torch.get_num_threads(),
+            "target": args.target, "layers": target.model.config.num_hidden_layers, "threads": torch.get_num_threads(),
             "torch": torch.__version__, "prompt_tokens": args.prompt_tokens, "max_new_tokens": args.max_new_tokens,
             "rounds": args.rounds, "cells": cells, "skipped": skipped}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
-    parser.add_argument("--runtimes", default="fast,compiled")
-    parser.add_argument("--methods", default="vanilla,pld,eagle@total_tokens=16,eagle3@total_tokens=16,medusa,hydra,sps")
-    parser.add_argument("--batches", default="1,4,64")
-    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--runtimes", required=True, help="comma-separated, e.g. fast,compiled")
+    parser.add_argument("--methods", required=True, help="comma-separated, options after @: eagle@total_tokens=16")
+    parser.add_argument("--batches", required=True, help="comma-separated batch sizes")
+    parser.add_argument("--max-new-tokens", type=int, required=True)
     parser.add_argument("--prompt-tokens", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=1, help="generations timed per cell (the fastest kept)")
     parser.add_argument("--waits", action="store_true", help="count host-blocking points in one more generation")
