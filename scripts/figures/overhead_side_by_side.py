@@ -169,6 +169,10 @@ def setting(old: Revision, new: Revision, args: argparse.Namespace, rounds: list
     lines += [f"- skipped on {label} ({name}): {s['method']} on {s['runtime']}: {s['reason']}"
               for label, name, result in (("old", old.name, rounds[0]), ("new", new.name, rounds[1]))
               for s in result["skipped"]]
+    stopped = sorted({f"{r['tree']}: {c['method']} B={c['batch']} on {c['runtime']}" for r in rounds
+                      for c in r["cells"] if c["stop_reasons"] != ["length"]})
+    lines += [f"- WARNING: a row stopped before its budget (a stop token), so later steps had fewer rows: {s}"
+              for s in stopped]
     return lines
 
 
@@ -207,7 +211,8 @@ def main() -> None:
     except Refused as exc:
         sys.exit(f"overhead_side_by_side: {exc}")
     rows = side_by_side(rounds[0::2], rounds[1::2])
-    load = f"- load average (1, 5, 15 min) before {load_before}, after {load_after}"
+    load = ("- load average (1, 5, 15 min) before " + ", ".join(f"{x:.2f}" for x in load_before) + "; after "
+            + ", ".join(f"{x:.2f}" for x in load_after))
     head = [*setting(old, new, args, rounds), load]
     table = table_markdown(rows, old, new)
     print("\n".join([*head, "", table]))
