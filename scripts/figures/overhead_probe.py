@@ -65,13 +65,19 @@ def bind_tree() -> ModuleType:
 
 def tensors(values: Any) -> list[torch.Tensor]:
     """The tensors among a call's arguments, one level of lists and tuples deep."""
-    found = []
-    for v in values if isinstance(values, (list, tuple)) else (values,):
-        if isinstance(v, torch.Tensor):
-            found.append(v)
-        elif isinstance(v, (list, tuple)):
-            found.extend(t for t in v if isinstance(t, torch.Tensor))
-    return found
+    items = values if isinstance(values, (list, tuple)) else (values,)
+    flat = [t for v in items for t in (v if isinstance(v, (list, tuple)) else (v,))]
+    return [t for t in flat if isinstance(t, torch.Tensor)]
+
+
+@dataclass
+class Mark:
+    """The clocks and wait counts at the end of one of the target's forwards."""
+    cpu: float
+    wall: float
+    forward_cpu: float
+    forward_wall: float
+    waits: Counter
 
 
 @dataclass
@@ -84,7 +90,7 @@ class Clock:
     wall: float = 0.0
     started: tuple[float, float] = (0.0, 0.0)
     waits: Counter = field(default_factory=Counter)  # "kind name" -> count outside forwards
-    marks: list[tuple[float, float, float, float, Counter]] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
 
     def before(self, module: torch.nn.Module, inputs: Any) -> None:
         if self.depth == 0:
@@ -98,7 +104,7 @@ class Clock:
             self.cpu += cpu - self.started[0]
             self.wall += wall - self.started[1]
             if module is self.target:
-                self.marks.append((cpu, wall, self.cpu, self.wall, Counter(self.waits)))
+                self.marks.append(Mark(cpu, wall, self.cpu, self.wall, Counter(self.waits)))
 
 
 class Waits(TorchFunctionMode):
@@ -181,12 +187,14 @@ def measured(api: ModuleType, target: Any, drafter: Any, prompts: list[list[int]
                            "accept_lengths: the target's forward is not a call of target.model")
     if forwards < 2:
         raise RuntimeError("decoded in one step: measuring needs two or more (raise --max-new-tokens)")
-    (cpu0, wall0, fcpu0, fwall0, waits0), (cpu1, wall1, fcpu1, fwall1, waits1) = clock.marks[0], clock.marks[-1]
+    first, last = clock.marks[0], clock.marks[-1]
     steps = forwards - 1
     digest = hashlib.sha256(json.dumps([[r.token_ids, r.accept_lengths] for r in results]).encode()).hexdigest()
-    return Generation(steps, 1000 * (cpu1 - cpu0 - (fcpu1 - fcpu0)) / steps,
-                      1000 * (wall1 - wall0 - (fwall1 - fwall0)) / steps, 1000 * (fcpu1 - fcpu0) / steps,
-                      {k: (waits1[k] - waits0[k]) / steps for k in sorted(waits1) if waits1[k] > waits0[k]},
+    return Generation(steps, 1000 * (last.cpu - first.cpu - (last.forward_cpu - first.forward_cpu)) / steps,
+                      1000 * (last.wall - first.wall - (last.forward_wall - first.forward_wall)) / steps,
+                      1000 * (last.forward_cpu - first.forward_cpu) / steps,
+                      {k: (last.waits[k] - first.waits[k]) / steps for k in sorted(last.waits)
+                       if last.waits[k] > first.waits[k]},
                       digest[:16], sorted({r.stop_reason for r in results}))
 
 
