@@ -1,10 +1,11 @@
 """The host's work per decode step at two revisions, side by side (issue 62's "measure b57aa9c the same way"): the
-older revision is checked out as a git worktree under a temporary folder (reused when it is already there), and
-each revision runs scripts/figures/overhead_probe.py (this checkout's: the same instrument for both) in a
-subprocess with its own tree first on PYTHONPATH, so each imports its own specbench through the public API. Rounds
-alternate (old, new, old, new, ...) so that a change of the machine's load hits both alike; each cell's figure is
-the fastest of its rounds, and the host-blocking points are counted in the first round. Prints the table and writes
-OUT/table.md, OUT/results.json (every round's probe output) and OUT/README.md (the command and the setting).
+older revision is checked out as a git worktree under a temporary folder (reused when it is already there; remove
+it with `git worktree remove --force DIR`), and each revision runs scripts/figures/overhead_probe.py (this
+checkout's: the same instrument for both) in a subprocess with its own tree first on PYTHONPATH, so each imports its
+own specbench through the public API. Rounds alternate (old, new, old, new, ...) so that a change of the machine's
+load hits both alike; each cell's figure is the fastest of its rounds, and the host-blocking points are counted in
+the first round. Prints the table and writes OUT/table.md, OUT/results.json (every round's probe output) and
+OUT/README.md (the command and the setting).
 Usage: python scripts/figures/overhead_side_by_side.py [--old b57aa9c] [--new REV (default: the working tree)]
        [--methods ...] [--batches 1,4,64] [--runtimes fast,compiled] [--rounds 3] [--max-new-tokens 16] [--out DIR]
 """
