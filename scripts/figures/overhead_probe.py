@@ -3,7 +3,8 @@ generate), so that any two commits can be measured the same way (scripts/figures
 this file once per revision, with that revision's tree first on PYTHONPATH). Prints JSON on stdout.
 
 Per runtime, method and batch size, on --target (the driver's: `shape:smollm2-135m-tiny`, the default target's 30
-layers at tiny width, random weights), one thread, T=0, B prompts of equal token length (row i's own tokens), a fixed token budget:
+layers at tiny width, random weights), one thread, T=0, B prompts of equal token length (row i's own tokens), a
+fixed token budget:
 - host ms: process CPU time outside every outermost module call (torch's global module hooks: the target's
   forwards, a drafter's heads and draft models), from the end of the target's first forward (the prefill) to the end
   of its last, per step (target forwards - 1; the target's forwards are counted by the hooks and must equal the
