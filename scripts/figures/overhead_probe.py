@@ -73,11 +73,11 @@ def tensors(values: Any) -> list[torch.Tensor]:
 
 @dataclass
 class Mark:
-    """The clocks and wait counts at the end of one of the target's forwards."""
-    cpu: float
-    wall: float
+    """At the end of one of the target's forwards: the process's CPU and wall seconds so far less those inside
+    forwards, the CPU seconds inside them, and the waits counted so far."""
+    host_cpu: float
+    host_wall: float
     forward_cpu: float
-    forward_wall: float
     waits: Counter
 
 
@@ -105,7 +105,7 @@ class Clock:
             self.cpu += cpu - self.started[0]
             self.wall += wall - self.started[1]
             if module is self.target:
-                self.marks.append(Mark(cpu, wall, self.cpu, self.wall, Counter(self.waits)))
+                self.marks.append(Mark(cpu - self.cpu, wall - self.wall, self.cpu, Counter(self.waits)))
 
 
 class Waits(TorchFunctionMode):
@@ -191,8 +191,8 @@ def measured(api: ModuleType, target: Any, drafter: Any, prompts: list[list[int]
     first, last = clock.marks[0], clock.marks[-1]
     steps = forwards - 1
     digest = hashlib.sha256(json.dumps([[r.token_ids, r.accept_lengths] for r in results]).encode()).hexdigest()
-    return Generation(steps, 1000 * (last.cpu - first.cpu - (last.forward_cpu - first.forward_cpu)) / steps,
-                      1000 * (last.wall - first.wall - (last.forward_wall - first.forward_wall)) / steps,
+    return Generation(steps, 1000 * (last.host_cpu - first.host_cpu) / steps,
+                      1000 * (last.host_wall - first.host_wall) / steps,
                       1000 * (last.forward_cpu - first.forward_cpu) / steps,
                       {k: (last.waits[k] - first.waits[k]) / steps for k in sorted(last.waits)
                        if last.waits[k] > first.waits[k]},
