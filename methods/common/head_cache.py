@@ -16,7 +16,7 @@ finished trees to the host.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -26,9 +26,10 @@ from specbench.methods.common.tree_search import additive_mask, expand
 
 
 class HeadStep(torch.nn.Module):
-    """A drafting step's device work, the unit a graph captures: the head over a block, then with k > 0 the top k
-    under each of its nodes (tree_search.expand). A module, so that it is one forward wherever forwards are
-    counted (bench --overhead's host time is the time outside them)."""
+    """A drafting step's device work, the unit a graph captures: the mask from each row's context length and the
+    block's own visibility, the head over the block, then with k > 0 the top k under each of its nodes
+    (tree_search.expand). A module, so that it is one forward wherever forwards are counted (bench --overhead's
+    host time is the time outside them)."""
 
     def __init__(self, head: Any) -> None:
         super().__init__()
@@ -37,9 +38,21 @@ class HeadStep(torch.nn.Module):
 
     def forward(self, inputs: dict[str, torch.Tensor], cache: Any, key_slots: int, k: int
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """inputs: tokens, features, positions [R, n]; base [R] (a row's context length: slots below it are its
+        context, seen by every query); block [R, n, S] (what each query sees of the S slots from base on: the
+        nodes run before in this search, then the block's own, written at base + S - n + j)."""
         head = self.adapter
-        out = head.run(inputs["tokens"], inputs["features"], inputs["positions"], inputs["mask"], cache,
-                       input_pos=inputs["input_pos"], key_slots=key_slots)
+        tokens, base, block = inputs["tokens"], inputs["base"], inputs["block"]
+        rows, n = tokens.shape
+        span = block.shape[2]
+        device = tokens.device
+        relative = torch.arange(key_slots, device=device)[None] - base[:, None]  # [R, K]
+        inside = (relative >= 0) & (relative < span)
+        seen = block.gather(2, relative.clamp(0, span - 1)[:, None, :].expand(rows, n, key_slots))
+        allowed = (relative < 0)[:, None, :] | (seen & inside[:, None, :])
+        input_pos = base[:, None] + (span - n) + torch.arange(n, device=device)
+        out = head.run(tokens, inputs["features"], inputs["positions"], additive_mask(allowed, head.dtype), cache,
+                       input_pos=input_pos, key_slots=key_slots)
         if k == 0:
             return out, out[..., :0], out[..., :0].long()
         return (out, *expand(head, out, k))
@@ -95,38 +108,37 @@ class HeadCache:
         """The head over each row's new context positions (tokens [R, n], their target features [R, n, F]; row b's
         first is position start[b] (end: the largest), the rest follow, right-padded); returns the predicted
         features [R, n, W]."""
-        n = tokens.shape[1]
-        positions = start[:, None] + torch.arange(n, device=tokens.device)
-        visible = lambda slots: torch.arange(slots, device=tokens.device)[None, None, :] <= positions[:, :, None]  # noqa: E731
-        return self.forward(tokens, features, positions, start, end, visible, 0)[0]
+        positions = start[:, None] + torch.arange(tokens.shape[1], device=tokens.device)
+        return self.forward(tokens, features, positions, start, end, None, 0)[0]
 
-    def forward(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor, start: torch.Tensor,
-                end: int, visible: Callable[[int], torch.Tensor], k: int
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One head forward, its block written at slots start[b], start[b] + 1, ... of row b (end: the largest
-        start), query j seeing the key slots visible(key slots)[b, j] ([R, n, key slots]); at a bucketed shape pad
-        rows and tokens see their own slot. Returns (predicted features, and with k > 0 the top k under each:
-        log-probs, draft indices), tensors the caller may keep."""
+    def forward(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor, base: torch.Tensor,
+                end: int, ancestors: torch.Tensor | None, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One head forward over n tokens per row after its first base[b] slots (end: the largest): a fill
+        (ancestors None: causal, written from base on) or a tree level (each node sees its ancestors among the S
+        nodes run before in this search, ancestors [R, n, S], and itself; written after them). At a bucketed shape
+        pad rows and tokens see only their own slot (and the context). Returns (predicted features, and with k > 0
+        the top k under each: log-probs, draft indices), tensors the caller may keep."""
         rows, n = tokens.shape
         device = tokens.device
+        ran = 0 if ancestors is None else ancestors.shape[2]
         shape = self.runner.fit(rows, n, end + self.tree_slots)
-        allowed = visible(shape.key_slots)
         size_rows, size = shape.rows, shape.tokens
         extra_rows, extra = size_rows - rows, size - n
         if extra_rows or extra:
             tokens = torch.nn.functional.pad(tokens, (0, extra, 0, extra_rows))
             features = torch.nn.functional.pad(features, (0, 0, 0, extra, 0, extra_rows))
             positions = torch.nn.functional.pad(positions, (0, extra, 0, extra_rows))
-            start = torch.nn.functional.pad(start, (0, extra_rows))
-            allowed = torch.nn.functional.pad(allowed, (0, 0, 0, extra, 0, extra_rows))
-            pads = torch.ones(size_rows, size, dtype=torch.bool, device=device)
-            pads[:rows, :n] = False
-            first = start[:, None] + torch.arange(size, device=device)  # a pad token's own slot
-            allowed = allowed | (pads[..., None] & (torch.arange(shape.key_slots, device=device) == first[..., None]))
-        inputs = {"tokens": tokens, "features": features.to(self.head.dtype), "positions": positions,
-                  "input_pos": start[:, None] + torch.arange(size, device=device),
-                  "mask": additive_mask(allowed, self.head.dtype)}
-        key = (size_rows, size, features.shape[-1], k) if shape.captured else None
+            base = torch.nn.functional.pad(base, (0, extra_rows))
+        if ancestors is None:
+            block = torch.ones(size, size, dtype=torch.bool, device=device).tril().expand(size_rows, -1, -1)
+        else:
+            if extra_rows or extra:
+                ancestors = torch.nn.functional.pad(ancestors, (0, 0, 0, extra, 0, extra_rows))
+            own = torch.eye(size, dtype=torch.bool, device=device).expand(size_rows, -1, -1)
+            block = torch.cat([ancestors, own], dim=2)
+        inputs = {"tokens": tokens, "features": features.to(self.head.dtype), "positions": positions, "base": base,
+                  "block": block}
+        key = (size_rows, size, features.shape[-1], ran, k) if shape.captured else None
         out, logp, index = self.runner.graphs.call(
             key, lambda given: self.step(given, self.runner.cache, shape.key_slots, k), inputs)
         if not shape.captured:
@@ -144,21 +156,10 @@ class HeadRows:
 
     def level(self, head: Any, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
               ancestors: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        rows, n = tokens.shape
-        ran = ancestors.shape[2]
-        assert ran == self.ran, "a level sees every node run before it in this search"
-        device, base = tokens.device, self.base
-
-        def visible(slots: int) -> torch.Tensor:
-            relative = torch.arange(slots, device=device)[None] - base[:, None]  # [R, slots]
-            allowed = (relative < 0)[:, None, :].expand(rows, n, -1)  # the row's context
-            if ran:
-                seen = ancestors.gather(2, relative.clamp(0, ran - 1)[:, None, :].expand(rows, n, -1))
-                allowed = allowed | (seen & ((relative >= 0) & (relative < ran))[:, None, :])
-            return allowed | (relative[:, None, :] == ran + torch.arange(n, device=device)[None, :, None])
-
-        self.ran += n
-        return self.cache.forward(tokens, features, positions, base + ran, max(self.filled) + ran, visible, k)
+        assert ancestors.shape[2] == self.ran, "a level sees every node run before it in this search"
+        end = max(self.filled) + self.ran
+        self.ran += tokens.shape[1]
+        return self.cache.forward(tokens, features, positions, self.base, end, ancestors, k)
 
     def drop_levels(self) -> None:
         """Nothing to drop: the next fill overwrites the tree's slots."""
