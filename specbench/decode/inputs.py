@@ -102,10 +102,11 @@ def step_inputs(blocks: list[Block], starts: list[int], shape: Shape, dtype: tor
     starts[b] + (c - pad) mod tokens."""
     rows, size, slots = shape.rows, shape.tokens, shape.key_slots
     chain = all(block.allowed is None for block in blocks)
-    columns = 2 * size + 2 + (0 if chain else size * size)
+    local_at = 3 * size + 2  # the columns of a tree step's own masks
+    columns = local_at + (0 if chain else size * size)
     host = np.zeros((rows, columns), dtype=np.int64)
-    ids, positions = host[:, :size], host[:, size : 2 * size]
-    start, pads = host[:, 2 * size], host[:, 2 * size + 1]
+    ids, positions, slots_written = host[:, :size], host[:, size : 2 * size], host[:, 2 * size : 3 * size]
+    start, pads = host[:, 3 * size], host[:, 3 * size + 1]
     positions[:] = np.arange(size)  # a pad token's position is its slot (a pad row's: its column)
     pads[:] = size
     for b, (block, first) in enumerate(zip(blocks, starts)):
@@ -115,17 +116,16 @@ def step_inputs(blocks: list[Block], starts: list[int], shape: Shape, dtype: tor
         positions[b, pad:] = block.positions
         positions[b, :pad] += first + n
         start[b], pads[b] = first, pad
+    slots_written[:] = start[:, None] + (np.arange(size) - pads[:, None]) % size
     if not chain:
-        local = host[:, 2 * size + 2 :].reshape(rows, size, size)
+        local = host[:, local_at:].reshape(rows, size, size)
         local[:, range(size), range(size)] = 1  # a pad query sees its own slot
         for b, block in enumerate(blocks):
             n = len(block.tokens)
             local[b, size - n :, size - n :] = block.allowed if block.allowed is not None else np.tri(n, dtype=bool)
     staged = to_device(host, device)
-    position_ids = staged[:, size : 2 * size]
-    start_slots, pad = staged[:, 2 * size, None], staged[:, 2 * size + 1, None]
-    offsets = torch.arange(size, device=device)
-    input_pos = start_slots + (offsets - pad) % size
+    position_ids, input_pos = staged[:, size : 2 * size], staged[:, 2 * size : 3 * size]
+    start_slots, pad = staged[:, 3 * size, None], staged[:, 3 * size + 1, None]
     key = torch.arange(slots, device=device)
     if chain:  # slot s holds position s: a query at position p sees the slots up to p
         allowed = key[None, None, :] <= position_ids[:, :, None]
@@ -134,8 +134,8 @@ def step_inputs(blocks: list[Block], starts: list[int], shape: Shape, dtype: tor
         relative = key[None, :] - start_slots  # [R, K]: the key's slot after the row's context (< 0: context)
         in_block = (relative >= 0) & (relative < size)
         column = (relative + pad).remainder(size)  # the block column written at that slot
-        local = staged[:, 2 * size + 2 :].reshape(rows, size, size).bool()
-        real = offsets[None, :] >= pad  # [R, N]: the queries that are not pads
+        local = staged[:, local_at:].reshape(rows, size, size).bool()
+        real = torch.arange(size, device=device)[None, :] >= pad  # [R, N]: the queries that are not pads
         allowed = ((relative < 0)[:, None, :] & real[:, :, None]) | (
             local.gather(2, column[:, None, :].expand(rows, size, slots)) & in_block[:, None, :])
         key_positions = torch.where(in_block, position_ids.gather(1, column), key[None, :])
