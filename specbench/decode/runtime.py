@@ -23,10 +23,11 @@ hole).
 Swapping modules goes through the model's public module tree (`set_submodule`); the model's own forward, masks
 and caches are untouched.
 
-The runtimes (`--runtime`): "fast" (the kernels above, a cache that grows; the CPU's default), "stock"
-(transformers' modules as they are), "compiled" (a static cache, fixed shapes and, on CUDA, CUDA graphs:
-specbench.decode.static; the GPU's default; on the CPU with the kernels above, uncaptured) and "eager"
-(transformers' modules and a growing cache, no graphs: the EAGLE and Spec-Bench repositories' GPU protocol, for
+The runtimes (`--runtime`) are two choices, the kernels and the shapes (specbench.decode.runner): "fast" (the
+kernels above, each forward at its own shape; the CPU's default), "stock" (transformers' modules as they are),
+"compiled" (fixed bucketed shapes over a cache reserved for the run, replayed from CUDA graphs on CUDA; the GPU's
+default; on the CPU with the kernels above, uncaptured) and "eager"
+(transformers' modules at their own shapes, no graphs: the EAGLE and Spec-Bench repositories' GPU protocol, for
 comparison with published numbers; on the CPU the same as "stock").
 """
 from __future__ import annotations
@@ -133,7 +134,7 @@ class RuntimeInfo:
     swapped_linears: int
     max_tokens: int
     packed_linears: int = 0  # of the swapped ones, with oneDNN-packed weights
-    static: bool = False  # a static cache and fixed shapes (specbench.decode.static)
+    fixed_shapes: bool = False  # bucketed shapes over a cache reserved for the run (specbench.decode.runner)
     captured: bool = False  # ... replayed from CUDA graphs
 
 
@@ -193,12 +194,13 @@ def chosen(runtime: str, device: torch.device) -> str:
 def prepare(model: PreTrainedModel, runtime: str = "auto", max_tokens: int = FEW_TOKENS) -> RuntimeInfo:
     """Set up the target's runtime in place. "stock" and "eager" leave the model as transformers built it."""
     name = chosen(runtime, model.device)
-    static = name == "compiled"
+    fixed = name == "compiled"
     if name in ("stock", "eager"):
         return RuntimeInfo(name, 0, 0)
     if model.device.type != "cpu":
-        return RuntimeInfo(name if static else "fast (GPU: stock kernels)", 0, 0, static=static,
-                           captured=static and model.device.type == "cuda")
+        return RuntimeInfo(name if fixed else "fast (GPU: stock kernels)", 0, 0, fixed_shapes=fixed,
+                           captured=fixed and model.device.type == "cuda")
     swap_linears(model, max_tokens)
     swapped = [m for m in model.modules() if isinstance(m, FewTokenLinear)]
-    return RuntimeInfo(name, len(swapped), max_tokens, sum(m.packed is not None for m in swapped), static=static)
+    return RuntimeInfo(name, len(swapped), max_tokens, sum(m.packed is not None for m in swapped),
+                       fixed_shapes=fixed)
