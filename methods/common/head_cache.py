@@ -16,7 +16,7 @@ finished trees to the host.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -36,11 +36,13 @@ class HeadStep(torch.nn.Module):
         self.adapter = head
         self.module = head.head  # registered: the step's parameters are the head's
 
-    def forward(self, inputs: dict[str, torch.Tensor], cache: Any, key_slots: int, k: int
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, inputs: dict[str, Any], cache: Any, key_slots: int, k: int, then: Callable | None = None,
+                real: int = 0) -> tuple:
         """inputs: tokens, features, positions [R, n]; base [R] (a row's context length: slots below it are its
         context, seen by every query); block [R, n, S] (what each query sees of the S slots from base on: the
-        nodes run before in this search, then the block's own, written at base + S - n + j)."""
+        nodes run before in this search, then the block's own, written at base + S - n + j); with `then`, state
+        (its tensors). Returns the head's output, the top k under each token (k > 0) and, with `then`,
+        then(output, log-probs, indices of the first `real` tokens, state)."""
         head = self.adapter
         tokens, base, block = inputs["tokens"], inputs["base"], inputs["block"]
         rows, n = tokens.shape
@@ -55,7 +57,10 @@ class HeadStep(torch.nn.Module):
                        input_pos=input_pos, key_slots=key_slots)
         if k == 0:
             return out, out[..., :0], out[..., :0].long()
-        return (out, *expand(head, out, k))
+        logp, index = expand(head, out, k)
+        if then is None:
+            return out, logp, index
+        return out, logp, index, then(out[:, :real], logp[:, :real], index[:, :real], inputs["state"])
 
 
 class RootStep(torch.nn.Module):
@@ -112,12 +117,14 @@ class HeadCache:
         return self.forward(tokens, features, positions, start, end, None, 0)[0]
 
     def forward(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor, base: torch.Tensor,
-                end: int, ancestors: torch.Tensor | None, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                end: int, ancestors: torch.Tensor | None, k: int, then: Callable | None = None,
+                state: dict[str, torch.Tensor] | None = None) -> tuple:
         """One head forward over n tokens per row after its first base[b] slots (end: the largest): a fill
         (ancestors None: causal, written from base on) or a tree level (each node sees its ancestors among the S
         nodes run before in this search, ancestors [R, n, S], and itself; written after them). At a bucketed shape
         pad rows and tokens see only their own slot (and the context). Returns (predicted features, and with k > 0
-        the top k under each: log-probs, draft indices), tensors the caller may keep."""
+        the top k under each: log-probs, draft indices; with `then`, its result: HeadStep), tensors the caller may
+        keep."""
         rows, n = tokens.shape
         device = tokens.device
         ran = 0 if ancestors is None else ancestors.shape[2]
@@ -138,12 +145,18 @@ class HeadCache:
             block = torch.cat([ancestors, own], dim=2)
         inputs = {"tokens": tokens, "features": features.to(self.head.dtype), "positions": positions, "base": base,
                   "block": block}
-        key = (size_rows, size, features.shape[-1], ran, k) if shape.captured else None
-        out, logp, index = self.runner.graphs.call(
-            key, lambda given: self.step(given, self.runner.cache, shape.key_slots, k), inputs)
+        if then is not None:
+            inputs["state"] = {name: torch.cat([t, t.new_zeros(extra_rows, *t.shape[1:])]) if extra_rows else t
+                               for name, t in state.items()}
+        key = (size_rows, size, features.shape[-1], ran, k, then is not None) if shape.captured else None
+        found = self.runner.graphs.call(
+            key, lambda given: self.step(given, self.runner.cache, shape.key_slots, k, then, n), inputs)
         if not shape.captured:
+            return found
+        out, logp, index = (t[:rows, :n].clone() for t in found[:3])
+        if then is None:
             return out, logp, index
-        return out[:rows, :n].clone(), logp[:rows, :n].clone(), index[:rows, :n].clone()
+        return out, logp, index, {name: t[:rows].clone() for name, t in found[3].items()}
 
 
 @dataclass
@@ -155,11 +168,12 @@ class HeadRows:
     ran: int = 0  # nodes this search has run so far, in every row
 
     def level(self, head: Any, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
-              ancestors: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              ancestors: torch.Tensor, k: int, then: Callable | None = None,
+              state: dict[str, torch.Tensor] | None = None) -> tuple:
         assert ancestors.shape[2] == self.ran, "a level sees every node run before it in this search"
         end = max(self.filled) + self.ran
         self.ran += tokens.shape[1]
-        return self.cache.forward(tokens, features, positions, self.base, end, ancestors, k)
+        return self.cache.forward(tokens, features, positions, self.base, end, ancestors, k, then, state)
 
     def drop_levels(self) -> None:
         """Nothing to drop: the next fill overwrites the tree's slots."""

@@ -9,6 +9,7 @@ rows are drafted beside it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Protocol
 
 import torch
@@ -46,7 +47,8 @@ class HeadCache(Protocol):
     """The rows' head cache a search runs its levels on (head_cache.HeadRows)."""
 
     def level(self, head: Any, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
-              ancestors: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              ancestors: torch.Tensor, k: int, then: Callable | None = None,
+              state: dict[str, torch.Tensor] | None = None) -> tuple:
         """The head over n tree nodes of each row (tokens [R, n], features [R, n, W], positions [R, n]), each seeing
         its row's context, its ancestors among the S nodes run before in this search (ancestors [R, n, S], in the
         order they ran) and itself; their keys stay until drop_levels. Returns the predicted features [R, n, W]
@@ -74,15 +76,16 @@ class Search:
         """Top-k (draft log-probs, draft indices) [R, 1, k] under each row's root feature [R, W]."""
         return self.rows.expand_root(root, k)
 
-    def run(self, tokens: torch.Tensor, features: torch.Tensor, depth: int, ancestors: torch.Tensor, k: int
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def run(self, tokens: torch.Tensor, features: torch.Tensor, depth: int, ancestors: torch.Tensor, k: int,
+            then: Callable | None = None, state: dict[str, torch.Tensor] | None = None) -> tuple:
         """The head over n nodes of each row at one depth (tokens [R, n], their parents' features [R, n, W]); each
         sees its row's context, its ancestors among the nodes run before (ancestors [R, n, S]) and itself.
-        Returns their predicted features [R, n, W] and the top k under each; their keys stay in the cache until
-        the search ends."""
+        Returns their predicted features [R, n, W] and the top k under each, and with `then` its result
+        then(features, log-probs, indices, state) computed in the same step (captured with it); their keys stay in
+        the cache until the search ends."""
         rows, n = tokens.shape
         positions = (self.base + depth - 1)[:, None].expand(rows, n)
-        return self.rows.level(self.head, tokens, features, positions, ancestors, k)
+        return self.rows.level(self.head, tokens, features, positions, ancestors, k, then, state)
 
 
 @dataclass
@@ -100,35 +103,52 @@ class Nodes:
 def dynamic(search: Search, root: torch.Tensor, k: int, depth: int) -> Nodes:
     """EAGLE-2's dynamic tree: the top k children of the root, then depth - 1 times: run the head over the frontier
     (k nodes), add the top k children of each (k * k candidates), keep the k best candidates by cumulative log-prob
-    as the next frontier."""
+    as the next frontier. Each level's bookkeeping (`frontier_step`) runs inside the level's step, after the head's
+    top-k: one captured graph a level."""
     rows, device = root.shape[0], root.device
     logp, index = search.expand_root(root, k)
-    f_scores, f_tokens = logp[:, 0], search.target_ids[index[:, 0]]
-    frontier = torch.arange(k, device=device).expand(rows, k)
-    nodes = Nodes([f_tokens], [torch.full((rows, k), ROOT, device=device)], [f_scores], [1] * k, [], [])
-    parent_features, parent_tokens = root[:, None].expand(rows, k, -1), search.root_tokens[:, None].expand(rows, k)
-    ancestors = torch.zeros(rows, k, 0, dtype=torch.bool, device=device)
+    f_tokens = search.target_ids[index[:, 0]]
+    state = {"f_scores": logp[:, 0], "f_tokens": f_tokens, "frontier": torch.arange(k, device=device).expand(rows, k),
+             "parent_tokens": search.root_tokens[:, None].expand(rows, k),
+             "ancestors": torch.zeros(rows, k, 0, dtype=torch.bool, device=device)}
+    nodes = Nodes([f_tokens], [torch.full((rows, k), ROOT, device=device)], [state["f_scores"]], [1] * k, [], [])
+    parent_features = root[:, None].expand(rows, k, -1)
     for level in range(1, depth):
         if search.stop is not None:
-            nodes.stops.append(search.stop(f_scores.exp().sum(dim=1)))
+            nodes.stops.append(search.stop(state["f_scores"].exp().sum(dim=1)))
             if device.type == "cpu" and bool(nodes.stops[-1].all()):
                 break  # on the CPU reading the decision back costs nothing; elsewhere the level runs, is cut later
-        out, logp, index = search.run(f_tokens if search.head.shift else parent_tokens, parent_features, level,
-                                      ancestors, k)
-        nodes.expanded.append((frontier, out))
-        scores, tokens = (f_scores[..., None] + logp).flatten(1), search.target_ids[index].flatten(1)
-        count = len(nodes.depths)
-        nodes.tokens.append(tokens)
-        nodes.parents.append(frontier.repeat_interleave(k, dim=1))
-        nodes.scores.append(scores)
+        then = partial(frontier_step, search.target_ids, k, len(nodes.depths))
+        fed = state["f_tokens"] if search.head.shift else state["parent_tokens"]
+        out, _, _, found = search.run(fed, parent_features, level, state["ancestors"], k, then, state)
+        nodes.expanded.append((state["frontier"], out))
+        nodes.tokens.append(found["tokens"])
+        nodes.parents.append(found["parents"])
+        nodes.scores.append(found["scores"])
         nodes.depths += [level + 1] * (k * k)
-        best = best_k(scores, k)[1]
-        slot = best // k  # the frontier node each new frontier node hangs under
-        parent_tokens, parent_features = f_tokens.gather(1, slot), out.gather(1, spread(slot, out))
-        f_scores, f_tokens, frontier = scores.gather(1, best), tokens.gather(1, best), count + best
-        ancestors = torch.cat([ancestors.gather(1, spread(slot, ancestors)),
-                               torch.nn.functional.one_hot(slot, k).bool()], dim=2)
+        parent_features = found["parent_features"]
+        state = {name: found[name] for name in state}
     return nodes
+
+
+def frontier_step(target_ids: torch.Tensor, k: int, count: int, out: torch.Tensor, logp: torch.Tensor,
+                  index: torch.Tensor, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A dynamic level's bookkeeping, from the head's output over the frontier's k nodes (out [R, k, W]) and the
+    top k under each (logp, index [R, k, k]): the k * k candidates (scores, target tokens, parents: node indices,
+    the frontier's numbered from `count` on), and the next frontier (the k best candidates by cumulative log-prob:
+    their scores, tokens, node indices, their parents' tokens and predicted features, and each one's ancestors
+    among the nodes run so far)."""
+    frontier = state["frontier"]
+    scores = (state["f_scores"][..., None] + logp).flatten(1)
+    tokens = target_ids[index].flatten(1)
+    best = best_k(scores, k)[1]
+    slot = best // k  # the frontier node each new frontier node hangs under
+    ancestors = state["ancestors"]
+    return {"scores": scores, "tokens": tokens, "parents": frontier.repeat_interleave(k, dim=1),
+            "parent_tokens": state["f_tokens"].gather(1, slot), "parent_features": out.gather(1, spread(slot, out)),
+            "f_scores": scores.gather(1, best), "f_tokens": tokens.gather(1, best), "frontier": count + best,
+            "ancestors": torch.cat([ancestors.gather(1, spread(slot, ancestors)),
+                                    torch.nn.functional.one_hot(slot, k).bool()], dim=2)}
 
 
 def spread(index: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
