@@ -101,7 +101,7 @@ class HeadCache:
             features = torch.nn.functional.pad(features, (0, 0, 0, 0, 0, shape.rows - rows))
         key = ("root", shape.rows, k) if shape.captured else None
         logp, index = self.runner.graphs.call(key, lambda given: self.root_step(given, k), {"features": features})
-        return (logp, index) if shape.rows == rows else (logp[:rows].clone(), index[:rows].clone())
+        return logp[:rows], index[:rows]
 
     def arrange(self, owners: list[int]) -> list[bool]:
         """Cache rows in the order of `owners`; returns which rows are new (they hold no context yet)."""
@@ -153,10 +153,11 @@ class HeadCache:
             key, lambda given: self.step(given, self.runner.cache, shape.key_slots, k, then, n), inputs)
         if not shape.captured:
             return found
-        out, logp, index = (t[:rows, :n].clone() for t in found[:3])
+        # Views of the graph's outputs: valid until its shape replays, in the next search (no shape repeats within one).
+        out, logp, index = (t[:rows, :n] for t in found[:3])
         if then is None:
             return out, logp, index
-        return out, logp, index, {name: t[:rows].clone() for name, t in found[3].items()}
+        return out, logp, index, {name: t[:rows] for name, t in found[3].items()}
 
 
 @dataclass
