@@ -4,8 +4,8 @@ slot starts[b], its context length) and the 4D mask under which each tree node s
 ancestors.
 
 The host builds only what it must (numpy: small torch ops cost several microseconds each, and this runs every
-step): the token ids, positions, start slots and, for a tree, each block's own [tokens, tokens] mask, staged in ONE
-buffer and sent to the device in one copy (non-blocking from pinned memory on CUDA); the mask over the cache's key
+step): the token ids, positions, write and start slots (int64) and, for a tree, each block's own [tokens, tokens]
+mask (a byte each), staged in ONE byte buffer and sent to the device in one copy (non-blocking from pinned memory on CUDA); the mask over the cache's key
 slots is made on the device from those, so a step's host work does not grow with the context. Blocks are
 left-padded to the step's shape (every row's scored tokens end at the forward's last column); a pad token is written
 past its row's real tokens (where no real query looks and the next step overwrites it) and sees only its own slot
@@ -102,9 +102,10 @@ def step_inputs(blocks: list[Block], starts: list[int], shape: Shape, dtype: tor
     starts[b] + (c - pad) mod tokens."""
     rows, size, slots = shape.rows, shape.tokens, shape.key_slots
     chain = all(block.allowed is None for block in blocks)
-    local_at = 3 * size + 2  # the columns of a tree step's own masks
-    columns = local_at + (0 if chain else size * size)
-    host = np.zeros((rows, columns), dtype=np.int64)
+    numbers = 8 * (3 * size + 2)  # bytes of the int64 part: ids, positions, write slots, start slot, padding
+    local_bytes = 0 if chain else -(-size * size // 8) * 8  # a tree step's own masks, one byte each (8-aligned)
+    buffer = np.zeros((rows, numbers + local_bytes), dtype=np.uint8)  # ONE buffer, ONE copy
+    host = buffer[:, :numbers].view(np.int64)
     ids, positions, slots_written = host[:, :size], host[:, size : 2 * size], host[:, 2 * size : 3 * size]
     start, pads = host[:, 3 * size], host[:, 3 * size + 1]
     positions[:] = np.arange(size)  # a pad token's position is its slot (a pad row's: its column)
@@ -118,12 +119,13 @@ def step_inputs(blocks: list[Block], starts: list[int], shape: Shape, dtype: tor
         start[b], pads[b] = first, pad
     slots_written[:] = start[:, None] + (np.arange(size) - pads[:, None]) % size
     if not chain:
-        local = host[:, local_at:].reshape(rows, size, size)
+        local = buffer[:, numbers : numbers + size * size].reshape(rows, size, size)
         local[:, range(size), range(size)] = 1  # a pad query sees its own slot
         for b, block in enumerate(blocks):
             n = len(block.tokens)
             local[b, size - n :, size - n :] = block.allowed if block.allowed is not None else np.tri(n, dtype=bool)
-    staged = to_device(host, device)
+    raw = to_device(buffer, device)
+    staged = raw[:, :numbers].view(torch.int64)
     position_ids, input_pos = staged[:, size : 2 * size], staged[:, 2 * size : 3 * size]
     start_slots, pad = staged[:, 3 * size, None], staged[:, 3 * size + 1, None]
     key = torch.arange(slots, device=device)
@@ -134,7 +136,7 @@ def step_inputs(blocks: list[Block], starts: list[int], shape: Shape, dtype: tor
         relative = key[None, :] - start_slots  # [R, K]: the key's slot after the row's context (< 0: context)
         in_block = (relative >= 0) & (relative < size)
         column = (relative + pad).remainder(size)  # the block column written at that slot
-        local = staged[:, local_at:].reshape(rows, size, size).bool()
+        local = raw[:, numbers : numbers + size * size].reshape(rows, size, size).bool()
         real = torch.arange(size, device=device)[None, :] >= pad  # [R, N]: the queries that are not pads
         allowed = ((relative < 0)[:, None, :] & real[:, :, None]) | (
             local.gather(2, column[:, None, :].expand(rows, size, slots)) & in_block[:, None, :])
