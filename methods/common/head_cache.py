@@ -8,8 +8,10 @@ finished trees to the host.
 - A search's tree levels go after the row's context: the nodes run before in this search at slots context + 0, 1,
   ..., the level's own nodes after them, so the level mask is [context | ancestors among those nodes | itself],
   built on the device from the row's context length. The next fill overwrites them; nothing is dropped.
-- Each forward is the head's run followed by the level's top-k (tree_search.expand): one graph per (rows, tokens,
-  input width, k) when captured.
+- Each forward is one module call (HeadStep): the mask, built from each row's context length and the block's own
+  visibility, the head, the top-k under each node (tree_search.expand) and, for a dynamic tree's level, the level's
+  bookkeeping (tree_search.frontier_step); at fixed shapes one graph per (rows, tokens, input width, nodes run
+  before, k, bookkeeping or not), and one per (rows, k) for the root's top-k (RootStep).
 - Rows are held by drafters (an owner key each): a row that stays keeps its slots, moved up when rows before it
   leave; a drafter new to the cache (or one drafted elsewhere since) fills its whole context again.
 """
