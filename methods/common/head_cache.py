@@ -23,8 +23,9 @@ from typing import Any, Callable
 import torch
 
 from specbench.decode.kv import arrange
+from specbench.decode.layout import additive
 from specbench.decode.runner import ModelRunner
-from specbench.methods.common.tree_search import additive_mask, expand
+from specbench.methods.common.tree_search import expand
 
 
 class HeadStep(torch.nn.Module):
@@ -55,7 +56,7 @@ class HeadStep(torch.nn.Module):
         seen = block.gather(2, relative.clamp(0, span - 1)[:, None, :].expand(rows, n, key_slots))
         allowed = (relative < 0)[:, None, :] | (seen & inside[:, None, :])
         input_pos = base[:, None] + (span - n) + torch.arange(n, device=device)
-        out = head.run(tokens, inputs["features"], inputs["positions"], additive_mask(allowed, head.dtype), cache,
+        out = head.run(tokens, inputs["features"], inputs["positions"], additive(allowed, head.dtype), cache,
                        input_pos=input_pos, key_slots=key_slots)
         if k == 0:
             return out, out[..., :0], out[..., :0].long()

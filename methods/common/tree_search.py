@@ -32,12 +32,6 @@ def best_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return picked.gather(-1, order), index.gather(-1, order)
 
 
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[R, n, S] bool -> [R, 1, n, S] additive, on allowed's device."""
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-    return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
-
-
 def expand(head: Any, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k (draft log-probs, draft indices) [R, n, k] under nodes whose predicted features are [R, n, W]."""
     return best_k(torch.log_softmax(head.draft_logits(features).float(), dim=-1), k)

@@ -53,20 +53,23 @@ class AttentionLayout:
               dtype: torch.dtype) -> torch.Tensor | dict[str, torch.Tensor]:
         """Additive [B, 1, N, K] masks from allowed [B, N, K] (what each query may see), positions [B, N] and
         [B, K] (needed only with a window): one tensor, or one per layer kind."""
-        def additive(seen: torch.Tensor) -> torch.Tensor:
-            zero = torch.zeros((), dtype=dtype, device=seen.device)
-            lowest = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=seen.device)
-            return torch.where(seen, zero, lowest)[:, None]
-
         def windowed(window: int) -> torch.Tensor:
             near = query_positions[:, :, None] - key_positions[:, None, :] < window
-            return additive(allowed & near)
+            return additive(allowed & near, dtype)
 
         if not self.windows:
-            return additive(allowed)
+            return additive(allowed, dtype)
         if not self.per_kind:
             return windowed(self.windows["all"])
-        return {FULL: additive(allowed), SLIDING: windowed(self.windows[SLIDING])}
+        return {FULL: additive(allowed, dtype), SLIDING: windowed(self.windows[SLIDING])}
 
 
 FULL_ONLY = AttentionLayout()  # every layer attends to the whole context
+
+
+def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[B, N, K] bool (what each query may see) -> the additive mask [B, 1, N, K]: 0 where allowed, dtype's lowest
+    elsewhere (the one definition for the target's, a draft model's and a feature head's masks)."""
+    zero = torch.zeros((), dtype=dtype, device=allowed.device)
+    lowest = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=allowed.device)
+    return torch.where(allowed, zero, lowest)[:, None]
