@@ -8,8 +8,9 @@ bonus token; the KV cache keeps each row's accepted path only. The bonus token i
 root of the next step.
 
 Rows advance by different lengths: in the cache (specbench.decode.kv) slot s of a row holds its position s, and
-each row's block is written from its own context length on (`input_pos`, passed with the forward), right-padded to
-the step's shape; after verification each row's accepted tree nodes move down to follow its context. A finished row
+each row's block is written from its own context length on (`input_pos`, passed with the forward), left-padded to
+the step's shape (its pad tokens written past its real ones); after verification each row's accepted tree nodes
+move down to follow its context. A finished row
 leaves the batch at once (its cache row is filled by a live row's), or, with `feed_last`, after one more forward over
 its last tokens, so that a drafter reading hidden states gets those of every token (distillation records them).
 The target's runner (specbench.decode.runner) decides the forward's shape: its own, or a bucketed one replayed
@@ -274,6 +275,8 @@ def keep_accepted(cache: SlotCache, out: Any, rows: list[Row], verdicts: list[Ve
     that asks for none). The indices of both go to the device in ONE copy; one gather for every row's hidden states
     (the rows' drafters read the same layers: one class per batch), one for every row's and layer's moves."""
     layers = next((row.drafter.hidden_layers for row in rows if row.drafter.hidden_layers), ())
+    if any(row.drafter.hidden_layers not in ((), layers) for row in rows):
+        raise ValueError("the drafters of one batch must read the same hidden states")
     moves, columns = [], []
     for row, verdict, pad in zip(rows, verdicts, pads):
         n_pending = len(row.ctx.token_ids) - row.cache_len
