@@ -101,3 +101,19 @@ def test_rows_that_stay_keep_their_context_when_others_leave(four_layers, fixed_
             alone.arrange([1])
             expected = alone.logits([prompt + [token]], [0])
             torch.testing.assert_close(moved[row], expected[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fixed_shapes", [False, True])
+def test_a_row_that_stays_may_move_past_the_rows_the_cache_had(four_layers, fixed_shapes):
+    """A group drafting together grew (a drafter joins in front): the row that stays moves to a row the cache did
+    not have yet, with its context."""
+    chain = draft_chain(four_layers, ModelRunner(four_layers, fixed_shapes))
+    with torch.inference_mode():
+        chain.arrange([10])
+        chain.logits([PROMPTS[0]], [0])
+        assert chain.arrange([11, 10]) == [True, False]
+        grown = chain.logits([PROMPTS[1], [5]], [0, len(PROMPTS[0])])
+        alone = draft_chain(four_layers, ModelRunner(four_layers, fixed_shapes))
+        alone.arrange([1])
+        expected = alone.logits([PROMPTS[0] + [5]], [0])
+    torch.testing.assert_close(grown[1], expected[0], rtol=1e-4, atol=1e-4)
