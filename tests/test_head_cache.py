@@ -148,7 +148,7 @@ def test_a_failed_head_capture_is_reported_and_drafting_goes_on_uncaptured(targe
         out = generate(target, PROMPTS[0], drafter, Sampling(), 16, set(), runner=runner)
     assert out.token_ids == reference.token_ids and out.accept_lengths == reference.accept_lengths
     assert not graphs.capture and graphs.stats.uncaptured
-    assert runner.drafting == [graphs] and "UNCAPTURED" in runner.capture_report().line()
+    assert runner.drafting == [graphs] and runner.capture_report().uncaptured == graphs.stats.uncaptured
 
 
 @pytest.mark.parametrize("name", ["medusa", "hydra"])
