@@ -135,13 +135,13 @@ def sample_method(target, prompt, drafter: Drafter, verify: VerifyFn | None = No
 # ---------------------------------------------------------------------------------------------- drafters
 
 
-def eagle_drafter(target, static: bool, runner: ModelRunner | None = None) -> EagleDrafter:
+def eagle_drafter(target, static_tree: bool, runner: ModelRunner | None = None) -> EagleDrafter:
     """A random EAGLE head: over 12 tokens its top-3 trees still cover much of the target's mass. runner: the
     target's, beside which the head drafts (None: one of the head's own)."""
     torch.manual_seed(5)
     head = EagleHead(head_config(target.config))
     head.embed_tokens.weight.data.copy_(target.get_input_embeddings().weight)
-    spec = TreeSpec(top_k=3, depth=3, total_tokens=8, static_paths=parse_tree(EAGLE1_TREE) if static else None)
+    spec = TreeSpec(top_k=3, depth=3, total_tokens=8, static_paths=parse_tree(EAGLE1_TREE) if static_tree else None)
     return EagleDrafter(head, target.get_output_embeddings().weight, None, spec, target=runner)
 
 
@@ -314,7 +314,7 @@ def _zero_without_renormalising(p: torch.Tensor, x: int) -> torch.Tensor:
 not_renormalised = with_rules(RejectionRules(after_one_hot=_zero_without_renormalising))
 
 CANARIES = {
-    "eagle, bonus from the unprocessed softmax": (lambda t, d, p: eagle_drafter(t, static=False),
+    "eagle, bonus from the unprocessed softmax": (lambda t, d, p: eagle_drafter(t, static_tree=False),
                                                   bonus_from_unprocessed_softmax),
     "sps, bonus from the unprocessed softmax": (lambda t, d, p: DraftModelDrafter(d, gamma=3, vocab_size=VOCAB),
                                                 bonus_from_unprocessed_softmax),
