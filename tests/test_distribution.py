@@ -274,8 +274,13 @@ LOSSLESS = {
 @pytest.mark.parametrize("name", list(LOSSLESS))
 def test_lossless_method_samples_vanillas_joint(target, draft_model, prompt, exact_joint, name):
     case, runner = LOSSLESS[name], ModelRunner(target, fixed_shapes=False)
-    result = sample_method(target, prompt, case.build(target, draft_model, prompt, runner), runner=runner)
-    # Power: draft tokens were accepted deep in the tree, and bonus tokens drawn after fully accepted paths.
+    assert_lossless(case, sample_method(target, prompt, case.build(target, draft_model, prompt, runner), runner=runner),
+                    exact_joint)
+
+
+def assert_lossless(case: Case, result: Sampled, exact_joint: np.ndarray) -> None:
+    """The samples fit vanilla's joint, with power: draft tokens were accepted deep in the tree, and bonus tokens
+    drawn after fully accepted paths, at least as often as the case's floors."""
     assert result.deep_accepts >= case.min_deep, f"only {result.deep_accepts} draft tokens accepted at depth >= 2"
     assert result.full_paths >= case.min_full, f"only {result.full_paths} fully accepted paths"
     assert goodness_of_fit(result.counts, exact_joint) > PASS_P

@@ -17,10 +17,9 @@ from specbench.decode.target import load_model
 from specbench.methods.vanilla import VanillaDrafter
 from tests.conftest import tiny_llama
 from tests.drafters import RandomTreeDrafter
-from tests.stats import goodness_of_fit
 from tests.test_distribution import (  # noqa: F401 (fixtures)
     LOSSLESS,
-    PASS_P,
+    assert_lossless,
     draft_model,
     exact_joint,
     prompt,
@@ -77,10 +76,8 @@ SAMPLED = list(LOSSLESS) if CHOSEN == "all" else CHOSEN.split(";")
 @pytest.mark.parametrize("name", SAMPLED)
 def test_fixed_shapes_sample_vanillas_joint(target, draft_model, prompt, exact_joint, name):
     case, runner = LOSSLESS[name], ModelRunner(target, fixed_shapes=True)
-    result = sample_method(target, prompt, case.build(target, draft_model, prompt, runner), runner=runner)
-    assert result.deep_accepts >= case.min_deep, f"only {result.deep_accepts} draft tokens accepted at depth >= 2"
-    assert result.full_paths >= case.min_full, f"only {result.full_paths} fully accepted paths"
-    assert goodness_of_fit(result.counts, exact_joint) > PASS_P
+    assert_lossless(case, sample_method(target, prompt, case.build(target, draft_model, prompt, runner), runner=runner),
+                    exact_joint)
 
 
 def test_fixed_shapes_batch_of_four_equals_each_row_alone():
