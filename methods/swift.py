@@ -32,7 +32,7 @@ def build(ctx: BuildContext) -> Drafter:
     view = layer_skip_view(model, skipped_layers(ctx))
     vocab = model.get_output_embeddings().weight.shape[0]
     # The view's cache has a slot for every layer of the target (its layers keep their indices).
-    chain = draft_chain(view, ctx.target, layers=model.get_decoder().config.num_hidden_layers)
+    chain = draft_chain(view, ctx.target.runner, layers=model.get_decoder().config.num_hidden_layers)
     return DraftModelDrafter(view, ctx.option("gamma"), vocab, chain=chain)
 
 

@@ -9,13 +9,8 @@ from transformers import PreTrainedModel
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter
 from specbench.decode.sampling import target_probs
-from specbench.decode.static import StaticTarget
-from specbench.methods.common.feature_tree import FeatureTreeDrafter, tree_slots
-from specbench.methods.common.static_head import StaticHead
 from specbench.methods.eagle.head import EagleHead, head_config
 from specbench.methods.eagle.training import EagleTrainable
-from specbench.methods.hydra import HydraDrafter
-from specbench.methods.medusa import MedusaDrafter
 from specbench.train.training import Batch
 
 
@@ -103,13 +98,3 @@ def fitted_eagle_head(target: PreTrainedModel, tokens: torch.Tensor, steps: int,
         optimizer.step()
     return head.eval()
 
-
-def on_runtime(drafter: Drafter, static: StaticTarget) -> Drafter:
-    """The drafter as a run on the static runtime builds it: a feature head (samd's EAGLE fallback's too) drafts on
-    a static cache of its own beside the target, Medusa's and Hydra's drafting runs padded to a bucketed row count."""
-    for part in (drafter, getattr(drafter, "aux", None)):
-        if isinstance(part, FeatureTreeDrafter):
-            part.static = StaticHead.of(part.head, static, tree_slots(part.tree))
-        if isinstance(part, (MedusaDrafter, HydraDrafter)):
-            part.graphs = static.drafting_graphs()
-    return drafter

@@ -13,13 +13,13 @@ from specbench.decode.cost_model import CostCurve
 from specbench.decode.cost_rounds import SIZES as SIZES_MEASURED
 from specbench.decode.costs import CONTEXT, measure_cost_model
 from specbench.decode.engine import generate, generate_batch
+from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling
-from specbench.decode.static import StaticTarget
 from specbench.methods.common.feature_tree import TreeSpec, measure_level_seconds
 from specbench.methods.eagle import EagleDrafter
 from specbench.methods.vanilla import VanillaDrafter
 from tests.test_eagle3 import target  # noqa: F401 (fixture)
-from tests.test_static_head import PROMPTS, on_static, trained_eagle
+from tests.test_head_cache import PROMPTS, beside, trained_eagle
 
 SIZES = [1, 2, 4, 8, 16, 32]
 RISING = CostCurve(SIZES, [0.010 * (1 + n / 8) for n in SIZES])  # a CPU's: each token adds an eighth of T(1)
@@ -65,19 +65,21 @@ def test_auto_sized_trees_in_a_batch_are_smaller_and_lossless(target, head):  # 
     assert max(a for g in together for a in g.accept_lengths) >= 2  # and the batch's smaller trees accepted
 
 
-def test_costs_are_measured_on_the_static_runtime_and_leave_drafting_as_it_was(target, head):  # noqa: F811
-    """On `--runtime compiled` the verification curve and a tree level's time are measured as the run runs them
-    (padded shapes on the static caches, replayed from graphs on CUDA); the measurement's row of the head's cache is
-    no drafter's, so a drafter that drafts after it fills its own context and drafts what it drafts without it."""
-    static = StaticTarget(target, capture=False)
-    curve = measure_cost_model(target, "tiny", rounds=1, static=static).verify
+@pytest.mark.parametrize("fixed_shapes", [False, True])
+def test_costs_are_measured_on_the_runs_runner_and_leave_drafting_as_it_was(target, head, fixed_shapes):  # noqa: F811
+    """The verification curve and a tree level's time are measured as the run runs them, on the target's runner
+    and the head's cache beside it (with fixed shapes: padded, replayed from graphs on CUDA); the measurement's row
+    of the head's cache is no drafter's, so a drafter that drafts after it fills its own context and drafts what it
+    drafts without it."""
+    runner = ModelRunner(target, fixed_shapes=fixed_shapes)
+    curve = measure_cost_model(runner, "tiny", rounds=1).verify
     assert curve.sizes == SIZES_MEASURED and all(0 < t < 1 for t in curve.seconds)
-    assert static.cache is not None and static.capacity >= CONTEXT
+    assert runner.cache is not None and runner.capacity >= CONTEXT
     growing = sized(target, head, RISING)
-    drafter = on_static(growing, static)
-    assert 0 < measure_level_seconds(drafter.head, 3, repeats=2, static=drafter.static) < 1
-    assert drafter.static.owners == [-1]
+    drafter = beside(growing, runner)
+    assert 0 < measure_level_seconds(drafter.head, 3, drafter.cache, repeats=2) < 1
+    assert drafter.cache.owners == [-1]
     for p in PROMPTS:
-        out = generate(target, p, drafter, Sampling(), 24, set(), static=static)
+        out = generate(target, p, drafter, Sampling(), 24, set(), runner=runner)
         reference = generate(target, p, growing, Sampling(), 24, set())
         assert out.token_ids == reference.token_ids and out.accept_lengths == reference.accept_lengths

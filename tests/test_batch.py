@@ -13,6 +13,7 @@ import torch
 from specbench.cli import main
 from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate, generate_batch
+from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling
 from specbench.decode.verify import VerifyFn
 from tests.test_cli import bad_input, run_args
@@ -20,12 +21,12 @@ from tests.test_distribution import (  # noqa: F401  (shared fixtures)
     CANARIES,
     FLAG_P,
     LOSSLESS,
-    PASS_P,
     SAMPLES,
     SAMPLING,
     TOKENS,
     VOCAB,
     Sampled,
+    assert_lossless,
     draft_model,
     exact_joint,
     goodness_of_fit,
@@ -36,7 +37,7 @@ from tests.test_distribution import (  # noqa: F401  (shared fixtures)
 GREEDY_CASES = ["vanilla", "sps (chain with q)", "pld", "tree, candidates sampled from q", "eagle (dynamic tree)",
                 "eagle1 (static tree)", "medusa", "hydra", "eagle3 (reduced draft vocabulary)", "lookahead",
                 "recycling (matrix per generation)", "suffix (tree per generation)",
-                "rest (datastore of the target's samples)", "samd (recycling fallback)"]
+                "rest (datastore of the target's samples)", "samd (recycling fallback)", "samd-eagle (EAGLE fallback)"]
 
 
 def rows(drafter: Drafter, n: int) -> list[Drafter]:
@@ -45,11 +46,12 @@ def rows(drafter: Drafter, n: int) -> list[Drafter]:
 
 @pytest.mark.parametrize("name", GREEDY_CASES)
 def test_greedy_rows_equal_single_decoding(target, draft_model, prompt, name):
-    drafter = LOSSLESS[name].build(target, draft_model, prompt)
+    runner = ModelRunner(target, fixed_shapes=False)
+    drafter = LOSSLESS[name].build(target, draft_model, prompt, runner)
     # Prompts of different lengths: the prefill is left-padded, and rows then advance by different lengths.
     prompts = [prompt, prompt[:5], prompt + prompt[:3], [2, 9] + prompt[4:]]
-    alone = [generate(target, p, drafter, Sampling(), 40, set()) for p in prompts]
-    together = generate_batch(target, prompts, rows(drafter, len(prompts)), Sampling(), 40, set())
+    alone = [generate(target, p, drafter, Sampling(), 40, set(), runner=runner) for p in prompts]
+    together = generate_batch(target, prompts, rows(drafter, len(prompts)), Sampling(), 40, set(), runner=runner)
     for single, batched in zip(alone, together):
         assert batched.token_ids == single.token_ids
         assert batched.accept_lengths == single.accept_lengths
@@ -81,9 +83,11 @@ def test_one_drafter_per_row_is_required(target, prompt):
 # ------------------------------------------------------------------------------------------ T > 0 in a batch
 
 
-def sample_batched(target, prompt, drafter: Drafter, verify: VerifyFn | None = None, batch: int = 4) -> Sampled:
+def sample_batched(target, prompt, drafter: Drafter, verify: VerifyFn | None = None, batch: int = 4,
+                   runner: ModelRunner | None = None) -> Sampled:
     """SAMPLES samples of the first TOKENS tokens after `prompt`, decoded batch - 1 at a time beside a longer
-    companion prompt (so the measured rows are left-padded at the prefill); each row has its own generator."""
+    companion prompt (so the measured rows are left-padded at the prefill); each row has its own generator. runner:
+    the target's (None: one of its own shapes per batch)."""
     result = Sampled(np.zeros((VOCAB,) * TOKENS), 0, 0)
     companion = prompt + prompt[:5]
     measured = batch - 1
@@ -91,7 +95,7 @@ def sample_batched(target, prompt, drafter: Drafter, verify: VerifyFn | None = N
         n = min(measured, SAMPLES - start)
         generators = [torch.Generator().manual_seed(10_000 + start + i) for i in range(n + 1)]
         outs = generate_batch(target, [prompt] * n + [companion], rows(drafter, n + 1), SAMPLING, TOKENS, set(),
-                              generators, verify)
+                              generators, verify, runner=runner)
         for out in outs[:n]:
             result.counts[tuple(out.token_ids)] += 1
             result.deep_accepts += sum(max(0, a - 2) for a, k in zip(out.accept_lengths, out.tree_sizes) if k)
@@ -104,11 +108,9 @@ BATCHED_LOSSLESS = ["vanilla", "sps (chain with q)", "pld", "eagle (dynamic tree
 
 @pytest.mark.parametrize("name", BATCHED_LOSSLESS)
 def test_batched_rows_sample_vanillas_joint(target, draft_model, prompt, exact_joint, name):
-    case = LOSSLESS[name]
-    result = sample_batched(target, prompt, case.build(target, draft_model, prompt))
-    assert result.deep_accepts >= case.min_deep, f"only {result.deep_accepts} draft tokens accepted at depth >= 2"
-    assert result.full_paths >= case.min_full, f"only {result.full_paths} fully accepted paths"
-    assert goodness_of_fit(result.counts, exact_joint) > PASS_P
+    case, runner = LOSSLESS[name], ModelRunner(target, fixed_shapes=False)
+    assert_lossless(case, sample_batched(target, prompt, case.build(target, draft_model, prompt, runner), runner=runner),
+                    exact_joint)
 
 
 def test_batched_test_flags_a_wrong_bonus(target, draft_model, prompt, exact_joint):

@@ -28,7 +28,7 @@ class Recording(EagleDrafter):
     def accepted(self, ctx, step):
         super().accepted(ctx, step)
         self.seen.append((step.draft.tokens, step.draft.parents, step.path))
-        self.shared = max(self.shared, len(self.rows.members) if self.rows else 0)
+        self.shared = max(self.shared, len(self.cache.owners))  # the rows of the last call that drafted it
 
 
 @pytest.fixture(scope="module")
@@ -40,20 +40,20 @@ def head(target):  # noqa: F811
     return fitted_eagle_head(target, tokens, steps=40, lr=0.03, seed=5)
 
 
-def recording(target, head, static: bool) -> Recording:
-    spec = TreeSpec(top_k=3, depth=3, total_tokens=8, static_paths=parse_tree(EAGLE1_TREE) if static else None)
+def recording(target, head, static_tree: bool) -> Recording:
+    spec = TreeSpec(top_k=3, depth=3, total_tokens=8, static_paths=parse_tree(EAGLE1_TREE) if static_tree else None)
     return Recording(head, target.get_output_embeddings().weight, None, spec)
 
 
-@pytest.mark.parametrize("static", [False, True], ids=["eagle", "eagle1"])
-def test_rows_drafted_together_draft_what_they_draft_alone(target, prompt, head, static):  # noqa: F811
+@pytest.mark.parametrize("static_tree", [False, True], ids=["eagle", "eagle1"])
+def test_rows_drafted_together_draft_what_they_draft_alone(target, prompt, head, static_tree):  # noqa: F811
     prompts = [prompt, prompt[:5], [2, 9] + prompt[4:]]
     alone = []
     for p in prompts:
-        drafter = recording(target, head, static)
+        drafter = recording(target, head, static_tree)
         generate(target, p, drafter, Sampling(), 24, set())
         alone.append(drafter.seen)
-    drafter = recording(target, head, static)
+    drafter = recording(target, head, static_tree)
     rows = [drafter] + [drafter.fork() for _ in prompts[1:]]
     generate_batch(target, prompts, rows, Sampling(), 24, set())
     assert max(d.shared for d in rows) == len(prompts)  # one head cache for every row: one call drafted them all
@@ -78,7 +78,7 @@ def test_rows_regrouped_in_any_order_keep_their_own_state(target, prompt, head):
     prompts = [prompt, prompt[:6], [2, 9] + prompt[4:]]
     contexts = [DecodeContext(list(p), len(p), Sampling(), None) for p in prompts]
 
-    proto = recording(target, head, static=False)
+    proto = recording(target, head, static_tree=False)
 
     def started(p: list[int]) -> Recording:
         drafter = proto.fork()  # forks share the head: they draft together
@@ -93,7 +93,7 @@ def test_rows_regrouped_in_any_order_keep_their_own_state(target, prompt, head):
     for group in ([0, 1], [1, 2], [2, 0], [0, 1, 2], [2], [1, 0]):
         drafters = [(a, b, c)[i] for i in group]
         drafts = type(a).propose_batch(drafters, [contexts[i] for i in group])
-        assert all(d.rows is drafters[0].rows for d in drafters)  # drafted in one call
+        assert all(d.cache is a.cache for d in drafters) and a.cache.owners == [id(d) for d in drafters]  # one call
         assert [(d.tokens, d.parents) for d in drafts] == [(alone[i].tokens, alone[i].parents) for i in group]
 
 
@@ -105,7 +105,7 @@ def test_rows_that_stop_early_reorder_the_batch_and_the_rest_draft_on(target, he
         prompts = [torch.randint(0, VOCAB, (int(n),), generator=generator).tolist()
                    for n in torch.randint(3, 12, (4,), generator=generator)]
         stop = {int(torch.randint(0, VOCAB, (1,), generator=generator))}
-        drafter = recording(target, head, static=False)
+        drafter = recording(target, head, static_tree=False)
         alone = [generate(target, p, drafter, Sampling(), 20, stop).token_ids for p in prompts]
         rows = [drafter] + [drafter.fork() for _ in prompts[1:]]
         assert [g.token_ids for g in generate_batch(target, prompts, rows, Sampling(), 20, stop)] == alone

@@ -1,4 +1,4 @@
-"""The static runtime's capture accounting (issue 61): every target shape is met before timing, a failed capture
+"""Fixed shapes' capture accounting (issue 61): every target shape is met before timing, a failed capture
 is loud in the run's tables (UNCAPTURED), and --require-graphs turns it into an error. On the CPU nothing is captured,
 so the counters count the captures there would have been."""
 from __future__ import annotations
@@ -10,14 +10,14 @@ import pytest
 from specbench.cli import main
 from specbench.decode.engine import generate, generate_batch, prepare_shapes
 from specbench.decode.graphs import CaptureError
+from specbench.decode.runner import BATCH_SIZES, BLOCK_SIZES, ModelRunner
 from specbench.decode.sampling import Sampling
-from specbench.decode.static import BATCH_SIZES, BLOCK_SIZES, StaticTarget
 from specbench.methods.vanilla import VanillaDrafter
 from specbench.run.run_info import RunInfo, uncaptured_note
 from tests.conftest import tiny_llama
 
 
-def test_a_cpu_run_on_the_static_runtime_meets_no_new_target_shape_while_timed(tiny_target_dir, tmp_path):
+def test_a_cpu_run_at_fixed_shapes_meets_no_new_target_shape_while_timed(tiny_target_dir, tmp_path):
     out = tmp_path / "r"
     assert main(["run", "--target", str(tiny_target_dir), "--out", str(out), "--max-new-tokens", "12",
                  "--methods", "vanilla,pld", "--tasks", "gsm8k,mt_bench", "--limit", "2", "--temperatures", "0",
@@ -32,31 +32,32 @@ def test_a_cpu_run_on_the_static_runtime_meets_no_new_target_shape_while_timed(t
 def test_shapes_met_after_timing_began_are_counted():
     """Without prepare_shapes a step's first shapes are met while timed: the counter sees them."""
     model = tiny_llama(64, seed=3, layers=2, hidden=32).eval()
-    static = StaticTarget(model, capture=False)
-    static.reserve(2, 64)
-    static.start_timing()
-    generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 4, set(), static=static)
-    assert static.capture_report().target_timed == 2  # the prefill's block of 4 and the one-token steps
+    runner = ModelRunner(model, fixed_shapes=True)
+    runner.reserve(2, 64)
+    runner.start_timing()
+    generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 4, set(), runner=runner)
+    assert runner.capture_report().target_timed == 2  # the prefill's block of 4 and the one-token steps
 
 
 def test_prepare_shapes_covers_what_a_batch_meets():
     model = tiny_llama(64, seed=3, layers=2, hidden=32).eval()
-    static = StaticTarget(model, capture=False)
-    static.reserve(3, 64)
-    prepare_shapes(model, static, 3, hidden=False)
-    assert static.capture_report().target_shapes == len([b for b in BATCH_SIZES if b <= 4]) * len(BLOCK_SIZES)
-    static.start_timing()
+    runner = ModelRunner(model, fixed_shapes=True)
+    runner.reserve(3, 64)
+    prepare_shapes(runner, 3, hidden=False)
+    assert runner.capture_report().target_shapes == len([b for b in BATCH_SIZES if b <= 4]) * len(BLOCK_SIZES)
+    runner.start_timing()
     generate_batch(model, [[1, 2, 3], [4, 5], [6]], [VanillaDrafter() for _ in range(3)], Sampling(), 6, set(),
-                   static=static)
-    assert static.capture_report().target_timed == 0
+                   runner=runner)
+    assert runner.capture_report().target_timed == 0
 
 
 def test_require_graphs_makes_a_failed_capture_an_error():
     model = tiny_llama(64, seed=3, layers=2, hidden=32).eval()
-    static = StaticTarget(model, capture=True)  # no CUDA here: the capture fails
-    static.require_capture()
+    runner = ModelRunner(model, fixed_shapes=True)
+    runner.graphs.capture = True  # asked for anyway: no CUDA here, so the capture fails
+    runner.require_capture()
     with pytest.raises(CaptureError, match="--require-graphs"):
-        generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 4, set(), static=static)
+        generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 4, set(), runner=runner)
 
 
 def test_require_graphs_on_a_runtime_that_captures_nothing_is_one_error_line(tiny_target_dir, tmp_path, capsys):

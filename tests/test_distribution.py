@@ -20,9 +20,9 @@ import torch
 
 from specbench.decode.draft import Drafter, parse_tree
 from specbench.decode.engine import generate
+from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling, sample, target_probs
 from specbench.decode.self_draft import layer_skip_view
-from specbench.decode.static import StaticTarget
 from specbench.decode.verify import (
     RejectionRules,
     Uniforms,
@@ -32,6 +32,7 @@ from specbench.decode.verify import (
     residual_after_one_hot,
 )
 from specbench.methods.common.datastore import Datastore
+from specbench.methods.common.draft_model import draft_chain
 from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec
 from specbench.methods.common.feature_tree import TreeSpec as FeatureTreeSpec
 from specbench.methods.common.static_tree import DEFAULT_NODES, first_paths
@@ -68,6 +69,7 @@ SAMPLING = Sampling(temperature=0.7, top_p=0.9)
 BASE = [3, 7, 1, 5]
 PASS_P = 1e-3  # a lossless method fails one seeded run with this probability
 FLAG_P = 1e-6  # a canary must be flagged far beyond that
+REDUCED = torch.tensor([0, 2, 3, 5, 7, 8, 9])  # a reduced draft vocabulary
 
 
 @pytest.fixture(scope="module")
@@ -118,11 +120,12 @@ class Sampled:
 
 
 def sample_method(target, prompt, drafter: Drafter, verify: VerifyFn | None = None,
-                  static: StaticTarget | None = None) -> Sampled:
+                  runner: ModelRunner | None = None) -> Sampled:
+    """SAMPLES generations of TOKENS tokens on the target's runner (None: one of its own shapes for each)."""
     generator = torch.Generator().manual_seed(1234)
     result = Sampled(np.zeros((VOCAB,) * TOKENS), 0, 0)
     for _ in range(SAMPLES):
-        out = generate(target, prompt, drafter, SAMPLING, TOKENS, set(), generator, verify, static)
+        out = generate(target, prompt, drafter, SAMPLING, TOKENS, set(), generator, verify, runner)
         result.counts[tuple(out.token_ids)] += 1
         result.deep_accepts += sum(max(0, a - 2) for a, n in zip(out.accept_lengths, out.tree_sizes) if n)
         result.full_paths += sum(out.full_paths)
@@ -132,13 +135,19 @@ def sample_method(target, prompt, drafter: Drafter, verify: VerifyFn | None = No
 # ---------------------------------------------------------------------------------------------- drafters
 
 
-def eagle_drafter(target, static: bool) -> EagleDrafter:
-    """A random EAGLE head: over 12 tokens its top-3 trees still cover much of the target's mass."""
+def eagle_drafter(target, static_tree: bool, runner: ModelRunner | None = None) -> EagleDrafter:
+    """A random EAGLE head: over 12 tokens its top-3 trees still cover much of the target's mass. runner: the
+    target's, beside which the head drafts (None: one of the head's own)."""
     torch.manual_seed(5)
     head = EagleHead(head_config(target.config))
     head.embed_tokens.weight.data.copy_(target.get_input_embeddings().weight)
-    spec = TreeSpec(top_k=3, depth=3, total_tokens=8, static_paths=parse_tree(EAGLE1_TREE) if static else None)
-    return EagleDrafter(head, target.get_output_embeddings().weight, None, spec)
+    spec = TreeSpec(top_k=3, depth=3, total_tokens=8, static_paths=parse_tree(EAGLE1_TREE) if static_tree else None)
+    return EagleDrafter(head, target.get_output_embeddings().weight, None, spec, target=runner)
+
+
+def chained(model, runner: ModelRunner | None, draft_vocab: torch.Tensor | None = None) -> DraftModelDrafter:
+    """sps's drafter of gamma 3 with this draft model, its chain beside the target's runner."""
+    return DraftModelDrafter(model, 3, VOCAB, draft_vocab, draft_chain(model, runner, draft_vocab))
 
 
 def fit_for_a_moment(trainable, target, prompt: list[int], lr: float) -> None:
@@ -159,16 +168,17 @@ def fit_for_a_moment(trainable, target, prompt: list[int], lr: float) -> None:
         optimizer.step()
 
 
-def medusa_drafter(target, prompt: list[int]) -> MedusaDrafter:
+def medusa_drafter(target, prompt: list[int], runner: ModelRunner | None = None) -> MedusaDrafter:
     """Medusa heads trained for a moment on the target's own samples after the prompt (random heads guess the
     token two places ahead so badly that depth 2 is never accepted)."""
     torch.manual_seed(6)
     heads = MedusaHeads(target.config.hidden_size, 4)
     fit_for_a_moment(MedusaTrainable(heads, target.get_output_embeddings().weight, None), target, prompt, 0.03)
-    return MedusaDrafter(heads.eval(), target.get_output_embeddings().weight, None, first_paths(DEFAULT_NODES))
+    return MedusaDrafter(heads.eval(), target.get_output_embeddings().weight, None, first_paths(DEFAULT_NODES),
+                         graphs=runner.drafting_graphs() if runner is not None else None)
 
 
-def hydra_drafter(target, prompt: list[int]) -> HydraDrafter:
+def hydra_drafter(target, prompt: list[int], runner: ModelRunner | None = None) -> HydraDrafter:
     """Hydra heads trained for a moment on the target's own samples after the prompt, by teacher distillation from
     the target's exact distributions (Hydra++'s objective, the default of `train hydra`)."""
     torch.manual_seed(10)
@@ -176,10 +186,10 @@ def hydra_drafter(target, prompt: list[int]) -> HydraDrafter:
     trainable = HydraTrainable(heads, target.get_input_embeddings(), target.get_output_embeddings().weight, None)
     fit_for_a_moment(trainable, target, prompt, 0.01)
     return HydraDrafter(heads.eval(), target.get_input_embeddings(), target.get_output_embeddings().weight, None,
-                        first_paths(DEFAULT_NODES))
+                        first_paths(DEFAULT_NODES), graphs=runner.drafting_graphs() if runner is not None else None)
 
 
-def eagle3_drafter(target, prompt: list[int]) -> FeatureTreeDrafter:
+def eagle3_drafter(target, prompt: list[int], runner: ModelRunner | None = None) -> FeatureTreeDrafter:
     """An EAGLE-3 head trained for a moment with the training-time test on the target's own samples after the
     prompt, drafting over a reduced vocabulary (d2t/t2d) that leaves some of the target's tokens out."""
     torch.manual_seed(8)
@@ -199,7 +209,7 @@ def eagle3_drafter(target, prompt: list[int]) -> FeatureTreeDrafter:
         loss.backward()
         optimizer.step()
     return FeatureTreeDrafter(Eagle3FeatureHead(head.eval(), target.config.num_hidden_layers),
-                              FeatureTreeSpec(top_k=3, depth=3, total_tokens=8))
+                              FeatureTreeSpec(top_k=3, depth=3, total_tokens=8), runner)
 
 
 def samples_store(target, prompt: list[int], with_prompt: bool = True) -> Datastore:
@@ -213,60 +223,64 @@ def samples_store(target, prompt: list[int], with_prompt: bool = True) -> Datast
 
 @dataclass(frozen=True)
 class Case:
-    build: Callable  # (target, draft_model, prompt) -> Drafter
+    build: Callable  # (target, draft_model, prompt, the target's runner) -> Drafter
     min_deep: int = 0  # power floors over SAMPLES samples
     min_full: int = 0
 
 
 LOSSLESS = {
-    "vanilla": Case(lambda t, d, p: VanillaDrafter()),
-    "sps (chain with q)": Case(lambda t, d, p: DraftModelDrafter(d, gamma=3, vocab_size=VOCAB), 600, 600),
-    "sps, reduced draft vocabulary": Case(lambda t, d, p: DraftModelDrafter(
-        d, gamma=3, vocab_size=VOCAB, draft_vocab=torch.tensor([0, 2, 3, 5, 7, 8, 9])), 400, 400),
-    "pld": Case(lambda t, d, p: PromptLookupDrafter(), 500, 300),
-    "tree, one-hot candidates": Case(lambda t, d, p: ModelTreeDrafter(d, width=2, sampled=False), 600, 600),
-    "tree, candidates sampled from q": Case(lambda t, d, p: ModelTreeDrafter(d, width=2, sampled=True), 500, 600),
-    "random trees": Case(lambda t, d, p: RandomTreeDrafter(VOCAB, seed=3), 25, 200),
-    "eagle (dynamic tree)": Case(lambda t, d, p: eagle_drafter(t, static=False), 50, 300),
-    "eagle1 (static tree)": Case(lambda t, d, p: eagle_drafter(t, static=True), 50, 400),
-    "medusa": Case(lambda t, d, p: medusa_drafter(t, p), 300, 400),
+    "vanilla": Case(lambda t, d, p, r: VanillaDrafter()),
+    "sps (chain with q)": Case(lambda t, d, p, r: chained(d, r), 600, 600),
+    "sps, reduced draft vocabulary": Case(lambda t, d, p, r: chained(d, r, REDUCED), 400, 400),
+    "pld": Case(lambda t, d, p, r: PromptLookupDrafter(), 500, 300),
+    "tree, one-hot candidates": Case(lambda t, d, p, r: ModelTreeDrafter(d, width=2, sampled=False), 600, 600),
+    "tree, candidates sampled from q": Case(lambda t, d, p, r: ModelTreeDrafter(d, width=2, sampled=True), 500, 600),
+    "random trees": Case(lambda t, d, p, r: RandomTreeDrafter(VOCAB, seed=3), 25, 200),
+    "eagle (dynamic tree)": Case(lambda t, d, p, r: eagle_drafter(t, False, r), 50, 300),
+    "eagle1 (static tree)": Case(lambda t, d, p, r: eagle_drafter(t, True, r), 50, 400),
+    "medusa": Case(lambda t, d, p, r: medusa_drafter(t, p, r), 300, 400),
     # The 1-layer target has no layer swift may skip: its view is the target itself, so this checks the view's own
     # cache and q (tests/test_swift.py tests a 4-layer target with layers skipped). 5000 deep accepts and 2500 full
     # paths when written.
     "swift (layer-skip view, nothing to skip on 1 layer)": Case(
-        lambda t, d, p: DraftModelDrafter(layer_skip_view(t, []), gamma=3, vocab_size=VOCAB), 2500, 1250),
+        lambda t, d, p, r: chained(layer_skip_view(t, []), r), 2500, 1250),
     # 1731 deep accepts and 1915 full paths when written (p 0.09).
-    "hydra": Case(lambda t, d, p: hydra_drafter(t, p), 850, 950),
-    "eagle3 (reduced draft vocabulary)": Case(lambda t, d, p: eagle3_drafter(t, p), 400, 1100),
-    "lookahead": Case(lambda t, d, p: LookaheadDrafter(3, 3, 3), 30, 50),
+    "hydra": Case(lambda t, d, p, r: hydra_drafter(t, p, r), 850, 950),
+    "eagle3 (reduced draft vocabulary)": Case(lambda t, d, p, r: eagle3_drafter(t, p, r), 400, 1100),
+    "lookahead": Case(lambda t, d, p, r: LookaheadDrafter(3, 3, 3), 30, 50),
     # The matrix fills over the samples (3,568 deep accepts and 1,800 full paths when written).
     "recycling (matrix kept across generations)": Case(
-        lambda t, d, p: RecyclingDrafter(VOCAB, parse_tree(RECYCLING_TREE), "run"), 1500, 800),
+        lambda t, d, p, r: RecyclingDrafter(VOCAB, parse_tree(RECYCLING_TREE), "run"), 1500, 800),
     # Cleared every generation: within four tokens only one-token drafts can be filled (775 full paths when written);
     # its depth >= 2 acceptance is asserted at T=0 (test_recycling.py, test_batch.py).
     "recycling (matrix per generation)": Case(
-        lambda t, d, p: RecyclingDrafter(VOCAB, parse_tree(RECYCLING_TREE), "generation"), 0, 350),
+        lambda t, d, p, r: RecyclingDrafter(VOCAB, parse_tree(RECYCLING_TREE), "generation"), 0, 350),
     # The prompt repeats BASE, so the generation's own tree drafts from the first step; the global tree grows with
     # every sample's output. Floors about half of what was measured when written (deep accepts, full paths):
     # suffix run 1793/2109, suffix generation 1820/1465, rest 2625/1942, samd 1704/1199.
-    "suffix (trees kept across generations)": Case(lambda t, d, p: SuffixDrafter(scope="run", factor=4.0), 900, 1000),
-    "suffix (tree per generation)": Case(lambda t, d, p: SuffixDrafter(scope="generation", factor=4.0), 900, 700),
+    "suffix (trees kept across generations)": Case(lambda t, d, p, r: SuffixDrafter(scope="run", factor=4.0), 900, 1000),
+    "suffix (tree per generation)": Case(lambda t, d, p, r: SuffixDrafter(scope="generation", factor=4.0), 900, 700),
     "rest (datastore of the target's samples)": Case(
-        lambda t, d, p: RestDrafter(samples_store(t, p), max_tokens=8), 1300, 950),
-    "samd (recycling fallback)": Case(lambda t, d, p: SamDrafter(
+        lambda t, d, p, r: RestDrafter(samples_store(t, p), max_tokens=8), 1300, 950),
+    "samd (recycling fallback)": Case(lambda t, d, p, r: SamDrafter(
         samples_store(t, p), RecyclingDrafter(VOCAB, parse_tree(RECYCLING_TREE), "generation")), 850, 600),
     # The continuations alone: EAGLE drafts about a quarter of the steps (126 of 498 in 200 samples when written);
     # 1794 deep accepts and 1010 full paths when written.
-    "samd-eagle (EAGLE fallback)": Case(lambda t, d, p: SamDrafter(
-        samples_store(t, p, with_prompt=False), eagle_drafter(t, static=False)), 900, 500),
+    "samd-eagle (EAGLE fallback)": Case(lambda t, d, p, r: SamDrafter(
+        samples_store(t, p, with_prompt=False), eagle_drafter(t, False, r)), 900, 500),
 }
 
 
 @pytest.mark.parametrize("name", list(LOSSLESS))
 def test_lossless_method_samples_vanillas_joint(target, draft_model, prompt, exact_joint, name):
-    case = LOSSLESS[name]
-    result = sample_method(target, prompt, case.build(target, draft_model, prompt))
-    # Power: draft tokens were accepted deep in the tree, and bonus tokens drawn after fully accepted paths.
+    case, runner = LOSSLESS[name], ModelRunner(target, fixed_shapes=False)
+    assert_lossless(case, sample_method(target, prompt, case.build(target, draft_model, prompt, runner), runner=runner),
+                    exact_joint)
+
+
+def assert_lossless(case: Case, result: Sampled, exact_joint: np.ndarray) -> None:
+    """The samples fit vanilla's joint, with power: draft tokens were accepted deep in the tree, and bonus tokens
+    drawn after fully accepted paths, at least as often as the case's floors."""
     assert result.deep_accepts >= case.min_deep, f"only {result.deep_accepts} draft tokens accepted at depth >= 2"
     assert result.full_paths >= case.min_full, f"only {result.full_paths} fully accepted paths"
     assert goodness_of_fit(result.counts, exact_joint) > PASS_P
@@ -305,7 +319,7 @@ def _zero_without_renormalising(p: torch.Tensor, x: int) -> torch.Tensor:
 not_renormalised = with_rules(RejectionRules(after_one_hot=_zero_without_renormalising))
 
 CANARIES = {
-    "eagle, bonus from the unprocessed softmax": (lambda t, d, p: eagle_drafter(t, static=False),
+    "eagle, bonus from the unprocessed softmax": (lambda t, d, p: eagle_drafter(t, static_tree=False),
                                                   bonus_from_unprocessed_softmax),
     "sps, bonus from the unprocessed softmax": (lambda t, d, p: DraftModelDrafter(d, gamma=3, vocab_size=VOCAB),
                                                 bonus_from_unprocessed_softmax),

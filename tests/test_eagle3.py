@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specbench.decode.engine import generate
+from specbench.decode.kv import SlotCache
 from specbench.decode.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec
@@ -97,8 +98,9 @@ def test_drafter_receives_the_fused_layers(target):
     with torch.no_grad():
         states = target(torch.tensor([sequence[:-1]]), output_hidden_states=True).hidden_states
     expected = torch.cat([states[i][0] for i in (2, 3, 3)], dim=-1)
-    assert spy.features.shape == expected.shape
-    torch.testing.assert_close(spy.features, expected, atol=1e-5, rtol=1e-4)
+    features = spy.features.span(0, spy.features.length)  # every cached position's, in order
+    assert features.shape == expected.shape
+    torch.testing.assert_close(features, expected, atol=1e-5, rtol=1e-4)
 
 
 def test_training_time_test_matches_incremental_drafting(target):
@@ -113,12 +115,15 @@ def test_training_time_test_matches_incremental_drafting(target):
         steps = unroll(head, tokens, fused, 3)
         adapter = Eagle3FeatureHead(head, target.config.num_hidden_layers)
         for t in (3, 5):
-            cache = adapter.new_cache()
-            context = adapter.run(tokens[:, 1 : t + 2], fused[:, : t + 1], torch.arange(t + 1)[None], None, cache)[0]
+            cache = SlotCache(1)  # slot s holds position s: the context at 0..t, node j at t + j
+            cache.reserve(1, 16)
+            context = adapter.run(tokens[:, 1 : t + 2], fused[:, : t + 1], torch.arange(t + 1)[None], None, cache,
+                                  input_pos=torch.arange(t + 1)[None], key_slots=t + 1)[0]
             torch.testing.assert_close(context[-1], steps[0][0, t], atol=1e-5, rtol=1e-4)
             feature = context[-1]
             for j in (1, 2):  # one node per level, its token the true next one; it sees the context and itself
-                out = adapter.run(tokens[:, t + 1 + j : t + 2 + j], feature[None, None], torch.tensor([[t + j]]), None, cache)[0]
+                out = adapter.run(tokens[:, t + 1 + j : t + 2 + j], feature[None, None], torch.tensor([[t + j]]), None,
+                                  cache, input_pos=torch.tensor([[t + j]]), key_slots=t + 1 + j)[0]
                 torch.testing.assert_close(out[0], steps[j][0, t], atol=1e-5, rtol=1e-4)
                 feature = out[0]
 

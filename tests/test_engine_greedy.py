@@ -5,12 +5,11 @@ import random
 
 import pytest
 import torch
-from transformers import DynamicCache
 
 from specbench.decode.draft import Draft
 from specbench.decode.engine import generate
-from specbench.decode.inputs import ancestors, tree_inputs
-from specbench.decode.kv import keep_slots, new_cache
+from specbench.decode.inputs import Block, ancestors, row_block, step_inputs
+from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling
 from specbench.methods.pld import PromptLookupDrafter
 from specbench.methods.sps import DraftModelDrafter
@@ -87,15 +86,24 @@ def test_stop_token_ends_every_method_alike(target, prompts):
         assert result.token_ids == expected and result.stop_reason == "eos"
 
 
-def test_tree_mask_gives_each_node_its_path_logits(target):
+def step_logits(runner: ModelRunner, block: Block, start: int) -> torch.Tensor:
+    """The logits of each of the block's tokens [n, V], written from slot `start` of row 0, as the engine runs a
+    step at the runner's shape (its pad tokens' logits dropped)."""
+    model = runner.model
+    shape = runner.fit(1, len(block.tokens), start)
+    inputs = step_inputs([block], [start], shape, model.dtype, model.device)
+    logits = runner.forward(inputs.named(), shape, shape.tokens, False).logits[0]
+    return logits[inputs.pads[0]:]
+
+
+@pytest.mark.parametrize("fixed_shapes", [False, True])
+def test_tree_mask_gives_each_node_its_path_logits(target, fixed_shapes):
     context = [3, 9, 4, 4, 17, 2]
     draft = Draft(tokens=[5, 6, 7, 8, 9, 10], parents=[-1, -1, 0, 0, 1, 3])
-    cache = DynamicCache(config=target.config)
-    with torch.no_grad():
-        target(torch.tensor([context[:-1]]), cache=cache, use_cache=True)
-        inputs = tree_inputs(context[-1:], draft, len(context) - 1, torch.float32, torch.device("cpu"))
-        tree_logits = target(input_ids=inputs.input_ids, position_ids=inputs.position_ids,
-                             attention_mask=inputs.attention_mask, cache=cache).logits[0]
+    runner = ModelRunner(target, fixed_shapes=fixed_shapes)
+    with torch.inference_mode():
+        step_logits(runner, row_block(context[:-1], Draft(), 0), 0)
+        tree_logits = step_logits(runner, row_block(context[-1:], draft, len(context) - 1), len(context) - 1)
         for node in range(len(draft)):
             path, p = [], node
             while p != -1:
@@ -105,17 +113,16 @@ def test_tree_mask_gives_each_node_its_path_logits(target):
             torch.testing.assert_close(tree_logits[node + 1], alone, atol=1e-5, rtol=1e-5)
 
 
-def test_compaction_keeps_the_accepted_path_only(target):
+@pytest.mark.parametrize("fixed_shapes", [False, True])
+def test_compaction_keeps_the_accepted_path_only(target, fixed_shapes):
     context = [1, 2, 3, 4, 5]
     draft = Draft(tokens=[7, 8, 9, 10], parents=[-1, -1, 1, 2])  # accept nodes 1, 2, 3: a path with a gap
-    cache = new_cache()
-    with torch.no_grad():
-        inputs = tree_inputs(context, draft, 0, torch.float32, torch.device("cpu"))
-        target(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=inputs.attention_mask,
-               cache=cache)
-        keep_slots(cache, [(len(context), [len(context) + i for i in (1, 2, 3)])])
-        assert cache.get_seq_length() == len(context) + 3
-        continued = target(torch.tensor([[11]]), cache=cache).logits[0, -1]
+    runner = ModelRunner(target, fixed_shapes=fixed_shapes)
+    with torch.inference_mode():
+        step_logits(runner, row_block(context, draft, 0), 0)
+        base = len(context)  # the tree's first slot: node i at base + i, moved down to follow the context
+        runner.cache.move_slots(torch.tensor([[base + 1, base + 2, base + 3]]), torch.tensor([[base, base + 1, base + 2]]))
+        continued = step_logits(runner, row_block([11], Draft(), base + 3), base + 3)[-1]
         fresh = target(torch.tensor([context + [8, 9, 10, 11]])).logits[0, -1]
     torch.testing.assert_close(continued, fresh, atol=1e-5, rtol=1e-5)
 

@@ -1,55 +1,95 @@
-"""The in-place cache (specbench.decode.kv): writes, growth, row and slot compaction give what concatenation and a
-gather would, and a model continued after compaction scores as a fresh prefill does."""
+"""The one slot cache (specbench.decode.kv.SlotCache): a forward's writes land at the slots its call names
+(`input_pos`) and it reads back its first `key_slots` slots; slot moves and row copies move every layer at once;
+`reserve` grows the storage keeping what is written; the engine's and the drafters' row bookkeeping (fill_holes,
+arrange) moves what it says."""
 from __future__ import annotations
 
+import pytest
 import torch
 
-from specbench.decode.kv import SlotLayer, keep_rows, keep_slots, new_cache, truncate_cache
+from specbench.decode.kv import SlotCache, SlotLayer, arrange, fill_holes
+
+LAYERS, HEADS, KEY_DIM, VALUE_DIM = 3, 2, 4, 3  # values narrower than keys (MLA)
 
 
-def filled_cache(rows: int, lengths: list[int], layers: int = 2, seed: int = 0):
-    """A new_cache() written in several updates (past the first capacity), and the same states concatenated."""
+def states(rows: int, tokens: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.randn(rows, HEADS, tokens, KEY_DIM, generator=gen),
+            torch.randn(rows, HEADS, tokens, VALUE_DIM, generator=gen))
+
+
+def written(rows: int, slots: int, seed: int = 0) -> SlotCache:
+    """A cache of `rows` rows whose first `slots` slots of every layer hold random states (one forward)."""
     gen = torch.Generator().manual_seed(seed)
-    cache, keys, values = new_cache(), [[] for _ in range(layers)], [[] for _ in range(layers)]
-    for n in lengths:
-        for i in range(layers):
-            k = torch.randn(rows, 2, n, 4, generator=gen)
-            v = torch.randn(rows, 2, n, 3, generator=gen)  # values may be narrower than keys (MLA)
-            cache.update(k, v, i)
-            keys[i].append(k)
-            values[i].append(v)
-    return cache, [torch.cat(k, dim=2) for k in keys], [torch.cat(v, dim=2) for v in values]
+    cache = SlotCache(LAYERS)
+    cache.reserve(rows, slots)
+    where = torch.arange(slots).expand(rows, -1)
+    for i in range(LAYERS):
+        cache.update(*states(rows, slots, gen), i, input_pos=where, key_slots=slots)
+    return cache
 
 
-def test_writes_in_place_and_growth_equal_concatenation():
-    cache, keys, values = filled_cache(3, [50, 1, 30, 1, 1, 60])
+def test_writes_land_at_their_input_pos_and_a_forward_reads_its_key_slots():
+    gen = torch.Generator().manual_seed(1)
+    cache = SlotCache(LAYERS)
+    cache.reserve(2, 16)
     assert all(isinstance(layer, SlotLayer) for layer in cache.layers)
-    assert cache.get_seq_length() == 143
-    assert cache.layers[0].key_buffer.shape[2] >= 143
-    for layer, k, v in zip(cache.layers, keys, values):
-        assert torch.equal(layer.keys, k) and torch.equal(layer.values, v)
-    truncate_cache(cache, 100)
-    assert cache.get_seq_length() == 100 and torch.equal(cache.layers[1].keys, keys[1][:, :, :100])
+    where = torch.tensor([[3, 4, 5], [9, 10, 11]])  # each row its own slots
+    for i in range(LAYERS):
+        k, v = states(2, 3, gen)
+        keys, values = cache.update(k, v, i, input_pos=where, key_slots=12)
+        assert keys.shape == (2, HEADS, 12, KEY_DIM) and values.shape == (2, HEADS, 12, VALUE_DIM)
+        for b in range(2):
+            assert torch.equal(cache.keys[i, b, :, where[b]], k[b]) and torch.equal(cache.values[i, b, :, where[b]], v[b])
+            assert torch.equal(keys[b, :, where[b]], k[b])  # what the forward attends over holds them
+        untouched = torch.ones(16, dtype=torch.bool)
+        untouched[where[0]] = False
+        assert not cache.keys[i, 0, :, untouched].any()  # nothing else was written
+    with pytest.raises(ValueError, match="input_pos"):
+        cache.update(*states(2, 1, gen), 0)
 
 
-def test_row_and_slot_compaction_equal_a_gather():
-    cache, keys, values = filled_cache(4, [20, 6])
-    # Rows 1 and 3 live on; each keeps a prefix (its context) and a few later slots.
-    kept = {1: (12, [20, 22, 25]), 3: (5, [5, 6, 21])}
-    order = keep_rows(cache, [1, 3])
-    assert sorted(order) == [1, 3]
-    width = keep_slots(cache, [kept[b] for b in order])
-    assert width == 15
-    for layer, k, v in zip(cache.layers, keys, values):
-        for new, old in enumerate(order):
-            context, extra = kept[old]
-            slots = list(range(context)) + extra
-            assert torch.equal(layer.keys[new, :, : len(slots)], k[old, :, slots])
-            assert torch.equal(layer.values[new, :, : len(slots)], v[old, :, slots])
+def test_move_slots_moves_every_layer_reading_all_before_writing():
+    cache = written(2, 10)
+    keys, values = cache.keys.clone(), cache.values.clone()
+    # Row 0 moves slots 5, 7, 8 down to 4, 5, 6 (slot 5 is read before it is written); row 1 swaps 2 and 3.
+    source, target = torch.tensor([[5, 7, 8], [2, 3, 3]]), torch.tensor([[4, 5, 6], [3, 2, 2]])
+    cache.move_slots(source, target)
+    for b in range(2):
+        expected_keys, expected_values = keys[:, b].clone(), values[:, b].clone()
+        expected_keys[:, :, target[b]] = keys[:, b, :, source[b]]
+        expected_values[:, :, target[b]] = values[:, b, :, source[b]]
+        assert torch.equal(cache.keys[:, b], expected_keys) and torch.equal(cache.values[:, b], expected_values)
 
 
-def test_a_lone_row_keeps_a_path_with_gaps():
-    cache, keys, _ = filled_cache(1, [10])
-    assert keep_slots(cache, [(4, [5, 7, 8])]) == 7
-    assert torch.equal(cache.layers[0].keys, keys[0][:, :, [0, 1, 2, 3, 5, 7, 8]])
-    assert keep_slots(cache, [(7, [])]) == 7  # nothing to move
+def test_copy_rows_moves_every_layer():
+    cache = written(4, 6)
+    keys, values = cache.keys.clone(), cache.values.clone()
+    cache.copy_rows(torch.tensor([0, 2]), torch.tensor([3, 1]))
+    assert torch.equal(cache.keys[:, [0, 1, 2, 3]], keys[:, [3, 1, 1, 3]])
+    assert torch.equal(cache.values[:, [0, 1, 2, 3]], values[:, [3, 1, 1, 3]])
+
+
+def test_reserve_grows_keeping_what_is_written_and_moves_nothing_when_there_is_room():
+    cache = written(2, 8)
+    keys, values, version = cache.keys.clone(), cache.values.clone(), cache.version
+    assert not cache.reserve(1, 8) and cache.version == version  # room enough: nothing moves
+    assert cache.reserve(3, 20) and cache.version == version + 1
+    assert cache.keys.shape == (LAYERS, 3, HEADS, 20, KEY_DIM) and cache.values.shape[3] == 20
+    assert torch.equal(cache.keys[:, :2, :, :8], keys) and torch.equal(cache.values[:, :2, :, :8], values)
+    assert not cache.keys[:, 2].any() and not cache.keys[:, :, :, 8:].any()
+    assert cache.reserve(1, 30) and cache.rows == 3 and cache.capacity == 30  # more slots keep the rows it had
+
+
+def test_fill_holes_fills_dropped_rows_with_live_rows_from_above():
+    assert fill_holes([0, 2, 4, 5]) == ([1, 3], [4, 5], [0, 4, 2, 5])
+    assert fill_holes([0, 1]) == ([], [], [0, 1])
+    assert fill_holes([3]) == ([0], [3], [3])
+
+
+def test_arrange_keeps_a_returning_owners_slots_and_says_which_rows_are_new():
+    cache = written(3, 4)
+    keys = cache.keys.clone()
+    fresh = arrange(cache, [10, 11, 12], [12, 10, 13])
+    assert fresh == [False, False, True]
+    assert torch.equal(cache.keys[:, 0], keys[:, 2]) and torch.equal(cache.keys[:, 1], keys[:, 0])
+    assert arrange(None, [], [7]) == [True]  # no cache yet: every row is new

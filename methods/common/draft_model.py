@@ -11,17 +11,16 @@ from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
 from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import sample, target_probs
-from specbench.decode.target import LoadedModel
 from specbench.errors import SpecbenchError
 
 
-def draft_chain(model: PreTrainedModel, target: LoadedModel | None, draft_vocab: torch.Tensor | None = None,
+def draft_chain(model: PreTrainedModel, target: ModelRunner | None, draft_vocab: torch.Tensor | None = None,
                 layers: int = 0) -> DraftChain:
     """The draft's chain beside the target's runner (its shape policy; None: a runner of its own). draft_vocab: the
     lm_head rows it drafts over (a reduced vocabulary: the decoder runs, then those rows alone). layers: the cache's
     layer count where the draft's layer indices outrun its config (a layer-skipped view)."""
     body = model if draft_vocab is None else model.get_decoder()
-    runner = (target.runner.drafter_runner(body, layers) if target is not None and target.runner is not None
+    runner = (target.drafter_runner(body, layers) if target is not None
               else ModelRunner(body, fixed_shapes=False, layers=layers))
     head = None
     if draft_vocab is not None:

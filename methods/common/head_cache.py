@@ -22,7 +22,6 @@ from typing import Any, Callable
 
 import torch
 
-from specbench.decode.kv import arrange
 from specbench.decode.layout import additive
 from specbench.decode.runner import ModelRunner
 from specbench.methods.common.tree_search import expand
@@ -108,7 +107,7 @@ class HeadCache:
 
     def arrange(self, owners: list[int]) -> list[bool]:
         """Cache rows in the order of `owners`; returns which rows are new (they hold no context yet)."""
-        fresh = arrange(self.runner.cache, self.owners, owners)
+        fresh = self.runner.arrange(self.owners, owners)
         self.owners = list(owners)
         return fresh
 

@@ -26,7 +26,7 @@ def build(ctx: BuildContext) -> Drafter:
     if wants_random(ctx):  # a shape target: a 2-layer random draft of its own architecture and vocabulary
         draft_model = random_draft_model(ctx.target.model, "sps")
         prepare_drafter(draft_model, ctx.target.runtime)
-        drafter = DraftModelDrafter(draft_model, gamma, vocab, chain=draft_chain(draft_model, ctx.target))
+        drafter = DraftModelDrafter(draft_model, gamma, vocab, chain=draft_chain(draft_model, ctx.target.runner))
         drafter.trained_from = RANDOM_FROM
         return drafter
     folder = Path(chosen) if chosen else shipped_folder("sps", ctx.target.name)
@@ -34,7 +34,7 @@ def build(ctx: BuildContext) -> Drafter:
         draft_model, draft_vocab = load_small_draft(folder, ctx.target.model)
         prepare_drafter(draft_model, ctx.target.runtime)
         drafter = DraftModelDrafter(draft_model, gamma, vocab, draft_vocab,
-                                     draft_chain(draft_model, ctx.target, draft_vocab))
+                                     draft_chain(draft_model, ctx.target.runner, draft_vocab))
         drafter.trained_from = str(folder)
         return drafter
     if not chosen:
@@ -44,7 +44,7 @@ def build(ctx: BuildContext) -> Drafter:
     draft = load_model(chosen, ctx.device, ctx.dtype, runtime)
     if draft.tokenizer.get_vocab() != ctx.target.tokenizer.get_vocab():
         raise SpecbenchError(f"--draft {chosen} has a different tokenizer from the target {ctx.target.name}")
-    drafter = DraftModelDrafter(draft.model, gamma, vocab, chain=draft_chain(draft.model, ctx.target))
+    drafter = DraftModelDrafter(draft.model, gamma, vocab, chain=draft_chain(draft.model, ctx.target.runner))
     drafter.trained_from = chosen
     return drafter
 

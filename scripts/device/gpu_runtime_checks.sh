@@ -5,7 +5,7 @@
 #      0.8,0.6,0.4 (TIMING-ONLY) for vanilla, pld, eagle, medusa, hydra, sps and swift, on both runtimes;
 #   D. no compiled run of call 1 UNCAPTURED; the compiled runtime's vanilla against the eager runtime's, token for
 #      token (fp32), then `check` on every lossless run folder of call 1 (token identity with vanilla);
-#   E. tests/test_static_mask.py and tests/test_static_head.py with the carried pytest: their CUDA cases hold the
+#   E. tests/test_step_inputs.py and tests/test_head_cache.py with the carried pytest: their CUDA cases hold the
 #      device-built masks to the host's and the captured drafting (EAGLE-1/2/3 heads, Medusa, Hydra) to the uncaptured.
 # The limits (seconds; each times LIMIT_SCALE) sum to 50 + 50 + 5 + 20 + 4 x 20 + 90 = 295; the script exits 1 when any
 # step failed. The synthetic run folders come back as $OUT/gpu-synthetic.tgz, the log as $OUT/log-checks.txt.
@@ -38,7 +38,7 @@ step 20 "compiled vanilla = eager vanilla (fp32)" $py -m specbench check "$runs/
 for run in compiled-float32 compiled-bfloat16 eager-float32 batch-bfloat16; do
     step 20 "check $run" $py -m specbench check "$runs/$run"
 done
-step 90 "CUDA mask and capture tests" $py -m pytest -q -p no:cacheprovider tests/test_static_mask.py \
-    tests/test_static_head.py -k "cuda or captured_drafting"  # only the CUDA cases (the CPU ones run in CI)
+step 90 "CUDA mask and capture tests" $py -m pytest -q -p no:cacheprovider tests/test_step_inputs.py \
+    tests/test_head_cache.py -k "cuda or captured_drafting"  # only the CUDA cases (the CPU ones run in CI)
 grep "^== \|identical\|DIFFER\|MISMATCH\|Error\|error\|passed\|failed" "$LOG" | tail -40
 finish

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specbench.decode.kv import arrange
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runner import ModelRunner
 
@@ -37,7 +36,7 @@ class DraftChain:
 
     def arrange(self, owners: list[int]) -> list[bool]:
         """Cache rows in the order of `owners` (kv.arrange); returns which rows are new."""
-        fresh = arrange(self.runner.cache, self.owners, owners)
+        fresh = self.runner.arrange(self.owners, owners)
         self.owners = list(owners)
         return fresh
 

@@ -24,7 +24,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specbench.decode.graphs import CaptureReport, Graphs
-from specbench.decode.kv import SlotCache
+from specbench.decode.kv import SlotCache, arrange
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64)  # tokens per row of a captured forward
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)  # rows of a captured forward
@@ -101,6 +101,12 @@ class ModelRunner:
         if cache.reserve(*wanted):
             self.graphs.graphs.clear()
         return cache
+
+    def arrange(self, before: list[int], owners: list[int]) -> list[bool]:
+        """A drafter's cache rows in the order of `owners` (kv.arrange), room made for them all first (a row that
+        stays may move past the rows the cache had: a group of drafters drafting together grew); returns which rows
+        are new."""
+        return arrange(self.reserve(len(owners), 0), before, owners)
 
     @property
     def capacity(self) -> int:

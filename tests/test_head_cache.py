@@ -1,9 +1,9 @@
-"""Feature heads on the static runtime (methods/common/static_head.py): EAGLE-1/2/3's head keeps a static cache of
-its own beside the target's, each row's slot s at its position s, tree levels after the context, every forward
-padded to a bucketed shape (captured on CUDA; here, on the CPU, the same code uncaptured). It must draft exactly what
-the growing head cache drafts (T=0: tokens and accept lengths), draft a batch's rows together exactly as each
-alone with one head forward per tree level for all of them, and sample vanilla's distribution at T>0
-(test_static.py runs EAGLE's distribution case with the static head)."""
+"""Feature heads' caches (methods/common/head_cache.py): EAGLE-1/2/3's head keeps a slot cache of its own beside the
+target's runner, each row's slot s at its position s, tree levels after the context. At fixed shapes every forward
+is padded to a bucketed shape (captured on CUDA; here, on the CPU, the same code uncaptured): the head must draft
+exactly what it drafts at its own shapes (T=0: tokens and accept lengths), draft a batch's rows together exactly as
+each alone with one head forward per tree level for all of them, and sample vanilla's distribution at T>0
+(test_fixed_shapes.py runs EAGLE's distribution case at fixed shapes)."""
 from __future__ import annotations
 
 import copy
@@ -13,15 +13,16 @@ import torch
 
 from specbench.decode.draft import parse_tree
 from specbench.decode.engine import generate, generate_batch
+from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling
-from specbench.decode.static import StaticTarget
 from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec
 from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
 from specbench.methods.eagle.head import EagleHead
+from specbench.methods.eagle3 import Eagle3FeatureHead
 from specbench.methods.hydra import HydraDrafter
 from specbench.methods.medusa import MedusaDrafter
 from specbench.methods.vanilla import VanillaDrafter
-from tests.drafters import fitted_eagle_head, on_runtime
+from tests.drafters import fitted_eagle_head
 from tests.test_distribution import hydra_drafter, medusa_drafter
 from tests.test_eagle3 import VOCAB, target, trained_head  # noqa: F401 (fixture)
 from tests.test_eagle3 import drafter as eagle3_drafter
@@ -32,9 +33,9 @@ TRAIN = [torch.randint(0, VOCAB, (4,), generator=GEN).tolist() for _ in range(16
 PROMPTS = [torch.randint(0, VOCAB, (n,), generator=GEN).tolist() for n in (6, 2, 8, 1)]
 
 
-def on_static(drafter: FeatureTreeDrafter, static: StaticTarget) -> FeatureTreeDrafter:
-    """A copy of the drafter (the same head weights) drafting beside this target as a run builds it."""
-    return on_runtime(copy.deepcopy(drafter), static)
+def beside(drafter: FeatureTreeDrafter, runner: ModelRunner) -> FeatureTreeDrafter:
+    """The drafter's head and tree (the same weights) drafting beside this target runner, as a run builds it."""
+    return FeatureTreeDrafter(drafter.head, copy.deepcopy(drafter.tree), runner)
 
 
 def trained_eagle(target) -> EagleHead:
@@ -53,32 +54,32 @@ def built(target):
 
 
 @pytest.mark.parametrize("name", HEADS)
-def test_a_static_head_drafts_what_the_growing_cache_drafts(target, built, name):
-    static = StaticTarget(target, capture=False)
-    growing, fixed = copy.deepcopy(built[name]), on_static(built[name], static)
+def test_a_fixed_shapes_head_drafts_what_an_own_shapes_head_drafts(target, built, name):
+    own_runner, fixed_runner = ModelRunner(target, fixed_shapes=False), ModelRunner(target, fixed_shapes=True)
+    own, fixed = beside(built[name], own_runner), beside(built[name], fixed_runner)
     deep = drafted = 0
     for base in PROMPTS + TRAIN[:4]:
         reference = generate(target, base, VanillaDrafter(), Sampling(), 24, set()).token_ids
-        dynamic = generate(target, base, growing, Sampling(), 24, set())
-        out = generate(target, base, fixed, Sampling(), 24, set(), static=static)
+        dynamic = generate(target, base, own, Sampling(), 24, set(), runner=own_runner)
+        out = generate(target, base, fixed, Sampling(), 24, set(), runner=fixed_runner)
         assert out.token_ids == dynamic.token_ids == reference, base
         assert out.accept_lengths == dynamic.accept_lengths, base
         deep += sum(a >= 3 for a in out.accept_lengths)
         drafted += sum(out.tree_sizes)
     assert drafted > 0 and deep >= 3, f"{drafted} nodes drafted, {deep} steps accepted two or more"
-    assert fixed.static.cache is not None and fixed.static.cache.plan.layers == 1
+    assert fixed.cache.runner.fixed_shapes and len(fixed.cache.runner.cache.layers) == 1
 
 
 @pytest.mark.parametrize("name", ["eagle", "eagle1"])
 def test_a_batch_drafts_one_head_forward_per_level_as_each_row_alone(target, built, name):
-    static = StaticTarget(target, capture=False)
-    drafter = on_static(built[name], static)
-    alone = [generate(target, p, drafter, Sampling(), 24, {7}, static=static) for p in PROMPTS]
+    runner = ModelRunner(target, fixed_shapes=True)
+    drafter = beside(built[name], runner)
+    alone = [generate(target, p, drafter, Sampling(), 24, {7}, runner=runner) for p in PROMPTS]
     forwards: list[int] = []
-    forward = drafter.static.forward
-    drafter.static.forward = lambda tokens, *rest: forwards.append(tokens.shape[0]) or forward(tokens, *rest)
+    forward = drafter.cache.forward
+    drafter.cache.forward = lambda tokens, *rest: forwards.append(tokens.shape[0]) or forward(tokens, *rest)
     together = generate_batch(target, PROMPTS, [drafter.fork() for _ in PROMPTS], Sampling(), 24, {7},
-                              static=static)
+                              runner=runner)
     for one, batched in zip(alone, together):
         assert batched.token_ids == one.token_ids
         assert batched.accept_lengths == one.accept_lengths
@@ -90,11 +91,11 @@ def test_a_batch_drafts_one_head_forward_per_level_as_each_row_alone(target, bui
 
 def test_rows_that_leave_move_up_and_draft_as_each_row_alone(target, built):
     """Rows finishing at different steps (EOS) move the rows after them up, slots and all."""
-    static = StaticTarget(target, capture=False)
-    drafter = on_static(built["eagle"], static)
+    runner = ModelRunner(target, fixed_shapes=True)
+    drafter = beside(built["eagle"], runner)
     alone = [generate(target, p, copy.deepcopy(built["eagle"]), Sampling(), 24, {7, 11}) for p in PROMPTS]
     together = generate_batch(target, PROMPTS, [drafter.fork() for _ in PROMPTS], Sampling(), 24, {7, 11},
-                              static=static)
+                              runner=runner)
     assert len({len(g.accept_lengths) for g in together}) > 1, "every row finished at the same step"
     for one, batched in zip(alone, together):
         assert batched.token_ids == one.token_ids and batched.accept_lengths == one.accept_lengths
@@ -103,64 +104,65 @@ def test_rows_that_leave_move_up_and_draft_as_each_row_alone(target, built):
 def test_a_drafter_that_lost_its_row_fills_its_whole_context_again(target, built):
     """Another drafter took the cache's rows and wrote over them before every proposal: the drafter fills its
     context from the start each time and drafts what it drafts on the growing cache."""
-    static = StaticTarget(target, capture=False)
-    drafter = on_static(built["eagle"], static)
+    runner = ModelRunner(target, fixed_shapes=True)
+    drafter = beside(built["eagle"], runner)
     propose = drafter.propose
 
     def evicted_first(ctx):
-        drafter.static.arrange([-1])
-        plan = drafter.static.cache.plan if drafter.static.cache is not None else None
-        if plan is not None and plan.keys is not None:
-            plan.keys.normal_(), plan.values.normal_()
+        drafter.cache.arrange([-1])
+        cache = drafter.cache.runner.cache
+        if cache is not None and cache.keys is not None:
+            cache.keys.normal_(), cache.values.normal_()
         return propose(ctx)
 
     drafter.propose = evicted_first
     for p in PROMPTS + TRAIN[:2]:
         reference = generate(target, p, copy.deepcopy(built["eagle"]), Sampling(), 24, set())
-        out = generate(target, p, drafter, Sampling(), 24, set(), static=static)
+        out = generate(target, p, drafter, Sampling(), 24, set(), runner=runner)
         assert out.token_ids == reference.token_ids and out.accept_lengths == reference.accept_lengths
 
 
-def test_a_static_head_cache_that_grows_keeps_what_it_held(target, built):
-    static = StaticTarget(target, capture=False)
-    drafter = on_static(built["eagle"], static)
-    head = drafter.static
+def test_a_fixed_shapes_head_cache_that_grows_keeps_what_it_held(target, built):
+    drafter = beside(built["eagle"], ModelRunner(target, fixed_shapes=True))
+    head = drafter.cache
     features = torch.randn(2, 5, drafter.head.feature_size)
     tokens = torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
     with torch.inference_mode():
-        head.fill(tokens, features, [0, 3])
-        before = head.cache.plan.keys[:, :2, :, :8].clone()
-        head.reserve(9, head.cache.plan.capacity + 1)
-    assert head.cache.plan.rows == 16 and head.cache.plan.capacity == 1024
-    assert torch.equal(head.cache.plan.keys[:, :2, :, :8], before)
+        head.fill(tokens, features, torch.tensor([0, 3]), 3)
+        cache = head.runner.cache
+        before, version = cache.keys[:, :2, :, :8].clone(), cache.version
+        head.runner.reserve(9, cache.capacity + 1)
+    assert cache.rows == 16 and cache.capacity == 1024 and cache.version > version  # bucketed, rounded up
+    assert torch.equal(cache.keys[:, :2, :, :8], before)
 
 
 def test_a_failed_head_capture_is_reported_and_drafting_goes_on_uncaptured(target, built):
     """No CUDA here: asking for capture fails at the first head forward, is counted once with the target's, and the
     drafter goes on uncaptured, drafting as before."""
-    static = StaticTarget(target, capture=True)
-    drafter = on_static(built["eagle"], static)
-    static.capture, static.graphs.capture = False, False  # the target runs uncaptured; only the head tries
+    runner = ModelRunner(target, fixed_shapes=True)
+    drafter = beside(built["eagle"], runner)
+    graphs = drafter.cache.runner.graphs
+    graphs.capture = True  # the target runs uncaptured; only the head tries
     reference = generate(target, PROMPTS[0], copy.deepcopy(built["eagle"]), Sampling(), 16, set())
     with pytest.warns(UserWarning, match="CUDA graph capture failed"):
-        out = generate(target, PROMPTS[0], drafter, Sampling(), 16, set(), static=static)
+        out = generate(target, PROMPTS[0], drafter, Sampling(), 16, set(), runner=runner)
     assert out.token_ids == reference.token_ids and out.accept_lengths == reference.accept_lengths
-    assert not drafter.static.graphs.capture and drafter.static.graphs.stats.uncaptured
-    assert static.drafting == [drafter.static.graphs]
+    assert not graphs.capture and graphs.stats.uncaptured
+    assert runner.drafting == [graphs] and runner.capture_report().uncaptured == graphs.stats.uncaptured
 
 
 @pytest.mark.parametrize("name", ["medusa", "hydra"])
 def test_medusa_and_hydra_draft_a_padded_batch_as_each_row_alone(target, name):
     """Medusa's and Hydra's drafting is one function of the rows' last features (and tokens), run padded to the
-    bucketed row count on the static runtime (captured on CUDA): three rows, padded to four, draft as each alone."""
+    bucketed row count at fixed shapes (captured on CUDA): three rows, padded to four, draft as each alone at its own
+    shapes."""
     build = medusa_drafter if name == "medusa" else hydra_drafter
     growing = build(target, TRAIN[0])
-    static = StaticTarget(target, capture=False)
-    fixed = copy.deepcopy(growing)
-    fixed.graphs = static.drafting_graphs()
+    runner = ModelRunner(target, fixed_shapes=True)
+    fixed = build(target, TRAIN[0], runner)  # the same seeded heads, drafting beside the fixed-shapes runner
     prompts = PROMPTS[:3]
     alone = [generate(target, p, growing, Sampling(), 24, set()) for p in prompts]
-    together = generate_batch(target, prompts, [fixed.fork() for _ in prompts], Sampling(), 24, set(), static=static)
+    together = generate_batch(target, prompts, [fixed.fork() for _ in prompts], Sampling(), 24, set(), runner=runner)
     for p, one, batched in zip(prompts, alone, together):
         assert batched.token_ids == one.token_ids == generate(target, p, VanillaDrafter(), Sampling(), 24,
                                                               set()).token_ids
@@ -171,39 +173,42 @@ def test_medusa_and_hydra_draft_a_padded_batch_as_each_row_alone(target, name):
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (capture is CUDA-only)")
 
 
-def cuda_drafter(name: str, model, built, static: StaticTarget):
-    """The test's drafter of this name with its weights on the model's device, drafting beside `static`."""
+def cuda_drafter(name: str, model, built, runner: ModelRunner):
+    """The test's drafter of this name with its weights on the model's device, drafting beside `runner`."""
     lm_head = model.get_output_embeddings().weight
     if name in ("eagle", "eagle1"):
         head = copy.deepcopy(built[name].head.head).to(model.device)
-        return EagleDrafter(head, lm_head, None, built[name].tree, static_target=static)
+        return EagleDrafter(head, lm_head, None, built[name].tree, target=runner)
     if name == "eagle3":
-        return on_runtime(eagle3_drafter(model, copy.deepcopy(built[name].head.head).to(model.device)), static)
+        head = copy.deepcopy(built[name].head.head).to(model.device)
+        return FeatureTreeDrafter(Eagle3FeatureHead(head, model.config.num_hidden_layers), built[name].tree, runner)
     cpu = built[name]
     heads = copy.deepcopy(cpu.heads).to(model.device)
     if name == "medusa":
-        return MedusaDrafter(heads, lm_head, None, cpu.tree, graphs=static.drafting_graphs())
-    return HydraDrafter(heads, model.get_input_embeddings(), lm_head, None, cpu.tree, graphs=static.drafting_graphs())
+        return MedusaDrafter(heads, lm_head, None, cpu.tree, graphs=runner.drafting_graphs())
+    return HydraDrafter(heads, model.get_input_embeddings(), lm_head, None, cpu.tree, graphs=runner.drafting_graphs())
 
 
 @CUDA
 @pytest.mark.parametrize("name", HEADS + ["medusa", "hydra"])
 def test_captured_drafting_drafts_what_it_drafts_uncaptured(target, built, name):
-    """On CUDA, every drafting forward replayed from its graph (the target's too): the same tokens and accept
-    lengths as the same code uncaptured, alone and in a batch of three (padded to four)."""
+    """On CUDA at fixed shapes, every drafting forward replayed from its graph (the target's too): the same tokens
+    and accept lengths as the same shapes uncaptured, alone and in a batch of three (padded to four)."""
     if name in ("medusa", "hydra"):
         built = {name: (medusa_drafter if name == "medusa" else hydra_drafter)(target, TRAIN[0])}
     model = copy.deepcopy(target).to("cuda")
     outputs = {}
     for capture in (False, True):
-        static = StaticTarget(model, capture=capture)
-        drafter = cuda_drafter(name, model, built, static)
-        alone = [generate(model, p, drafter, Sampling(), 24, set(), static=static) for p in PROMPTS]
+        runner = ModelRunner(model, fixed_shapes=True)
+        drafter = cuda_drafter(name, model, built, runner)
+        for graphs in [runner.graphs, *runner.drafting]:
+            graphs.capture = capture  # the same fixed shapes, replayed from graphs or run directly
+        alone = [generate(model, p, drafter, Sampling(), 24, set(), runner=runner) for p in PROMPTS]
         together = generate_batch(model, PROMPTS[:3], [drafter.fork() for _ in PROMPTS[:3]], Sampling(), 24, set(),
-                                  static=static)
+                                  runner=runner)
         outputs[capture] = [(g.token_ids, g.accept_lengths) for g in alone + together]
         if capture:
-            assert static.drafting and all(g.capture and g.stats.captures > 0 for g in static.drafting), \
-                static.capture_report().line()
+            assert runner.drafting and all(g.capture and g.stats.captures > 0 for g in runner.drafting), \
+                runner.capture_report().line()
     assert outputs[True] == outputs[False]
     assert max(a for _, lengths in outputs[True] for a in lengths) >= 3  # drafts accepted at depth >= 2

@@ -1,0 +1,122 @@
+"""A step's inputs (specbench.decode.inputs.step_inputs): the attention masks, built on the device over the key slots
+a forward reads from each row's small block part, are bit for bit the masks a host builds query by query (the
+reference below, from the cache's convention: slot s of a row holds its position s, row b's block written from
+its context length on, pad tokens after its real ones): a batch with different context lengths, pad tokens, a pad
+row, a tree, a chain and an extra branch, under full attention and both kinds of sliding window, at fixed shapes and
+at own shapes. Sliding-window families decode at fixed shapes as HF's generate does."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specbench.decode.draft import Branch, Draft
+from specbench.decode.engine import generate_batch
+from specbench.decode.inputs import Block, row_block, step_inputs
+from specbench.decode.layout import FULL_ONLY, SLIDING, AttentionLayout
+from specbench.decode.runner import ModelRunner, Shape
+from specbench.decode.sampling import Sampling
+from tests.conftest import tiny_llama
+from tests.drafters import RandomTreeDrafter
+from tests.test_families import PROMPTS, TOKENS, VOCAB, hf_greedy, tiny
+
+LAYOUTS = {"full": FULL_ONLY, "one window": AttentionLayout({"all": 3}),
+           "per kind": AttentionLayout({SLIDING: 2}, per_kind=True)}
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                reason="no CUDA device here"))]
+WIDTH = 10  # the longest context of a row
+
+
+def step_blocks(chain: bool = False) -> tuple[list[Block], list[int]]:
+    """Three rows of one step: a tree (the longest context), a chain after two pending tokens, and a one-node draft
+    with an extra branch (short contexts); chain: every row a chain (the causal case)."""
+    tree = Draft([1, 2, 3, 4, 6], [-1, -1, 0, 0, 2])
+    extra = Draft([5], [-1], extra=Branch([4, 5], [1, 2], torch.ones(2, 2, dtype=torch.bool).tril()))
+    cache_lens = [WIDTH, 7, 3]
+    pending = [[5], [7, 8], [9]]
+    drafts = [Draft.chain([1, 2, 3, 4]), Draft.chain([2, 3]), Draft()] if chain else [tree, Draft.chain([2, 3]), extra]
+    return [row_block(p, d, n) for p, d, n in zip(pending, drafts, cache_lens)], cache_lens
+
+
+def host_masks(blocks: list[Block], cache_lens: list[int], layout: AttentionLayout, dtype: torch.dtype,
+               shape: Shape) -> tuple[torch.Tensor | dict[str, torch.Tensor], torch.Tensor]:
+    """The reference: what each query sees, set on the host over every key slot, query by query, and the position
+    each slot holds; then the layout's additive masks. Row b's block is left-padded to the shape's tokens; its real
+    tokens go at slots cache_lens[b], ... and its pad tokens after them, each pad at the slot of its own position
+    seeing only itself (in a chain step: every slot up to it); a pad row is all pads from slot 0."""
+    rows, size, slots = shape.rows, shape.tokens, shape.key_slots
+    chain = all(block.allowed is None for block in blocks)
+    seen = torch.zeros(rows, size, slots, dtype=torch.bool)
+    positions = torch.zeros(rows, size, dtype=torch.long)
+    keys = torch.arange(slots).repeat(rows, 1)
+    for row in range(rows):
+        block = blocks[row] if row < len(blocks) else None
+        n = len(block.tokens) if block else 0
+        pad, length = size - n, cache_lens[row] if block else 0
+        for query in range(size):
+            slot = length + (query - pad) % size
+            if query < pad:
+                positions[row, query] = slot
+                if chain:
+                    seen[row, query, : slot + 1] = True
+                else:
+                    seen[row, query, slot] = True
+                continue
+            positions[row, query] = int(block.positions[query - pad])
+            keys[row, slot] = positions[row, query]
+            seen[row, query, :length] = True
+            allowed = (torch.ones(n, n, dtype=torch.bool).tril() if block.allowed is None
+                       else torch.from_numpy(block.allowed))
+            seen[row, query, length : length + n] = allowed[query - pad]
+    return layout.masks(seen, positions, keys, dtype), positions
+
+
+def same_bits(a: torch.Tensor | dict[str, torch.Tensor], b: torch.Tensor | dict[str, torch.Tensor]) -> bool:
+    if isinstance(a, dict) or isinstance(b, dict):
+        return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(
+            same_bits(a[k], b[k]) for k in a)
+    a, b = a.cpu().contiguous(), b.cpu().contiguous()
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def assert_host_built(blocks: list[Block], cache_lens: list[int], layout: str, dtype: torch.dtype, device: str,
+                      shape: Shape) -> None:
+    inputs = step_inputs(blocks, cache_lens, shape, dtype, torch.device(device), LAYOUTS[layout])
+    expected, positions = host_masks(blocks, cache_lens, LAYOUTS[layout], dtype, shape)
+    masks = inputs.attention_mask
+    assert all(m.device.type == device for m in (masks.values() if isinstance(masks, dict) else [masks]))
+    assert same_bits(masks, expected)
+    assert torch.equal(inputs.position_ids.cpu(), positions)
+    assert inputs.pads == [shape.tokens - len(b.tokens) for b in blocks]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("shape", [Shape(4, 8, 40, True), Shape(3, 6, WIDTH + 6, False)],
+                         ids=["pads and a pad row", "the block at the end"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("chain", [False, True], ids=["tree", "chain"])
+def test_mask_built_on_the_device_equals_the_host_built_one(device, layout, shape, dtype, chain):
+    assert_host_built(*step_blocks(chain), layout, dtype, device, shape)
+
+
+@pytest.mark.parametrize("fixed_shapes", [False, True])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_mask_of_the_shape_a_runner_fits_equals_the_host_built_one(fixed_shapes, layout):
+    """The shape each policy gives the step (own: its rows and tokens over the slots in use rounded up; fixed:
+    bucketed over the whole capacity)."""
+    blocks, cache_lens = step_blocks()
+    runner = ModelRunner(tiny_llama(64, seed=3, layers=1, hidden=16), fixed_shapes=fixed_shapes)
+    shape = runner.fit(len(blocks), max(len(b.tokens) for b in blocks), max(cache_lens))
+    assert (shape.rows, shape.tokens) == ((4, 8) if fixed_shapes else (3, 6))
+    assert_host_built(blocks, cache_lens, layout, torch.float32, "cpu", shape)
+
+
+@pytest.mark.parametrize("name", ["mistral", "gemma3_text"])
+def test_sliding_window_families_decode_at_fixed_shapes_as_hf_generate(name):
+    target = tiny(name, seed=0)
+    references = [hf_greedy(target, p) for p in PROMPTS]
+    rows = [RandomTreeDrafter(VOCAB, seed=i, reference=r) for i, r in enumerate(references)]
+    together = generate_batch(target, PROMPTS, rows, Sampling(), TOKENS, set(),
+                              runner=ModelRunner(target, fixed_shapes=True))
+    assert [g.token_ids for g in together] == references
+    assert max(a for g in together for a in g.accept_lengths) >= 3  # trees accepted deep
