@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from specbench.analysis.budget import training_budget
 from specbench.cli import main
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
@@ -177,6 +178,8 @@ def test_training_records_the_objective_and_the_aligned_curve(hass_head):
     assert curve[-1]["final"] and curve[-1]["tokens"] >= 16000
     for key in ("heldout_top1", "heldout_top1_depth2", "heldout_top1_depth3"):
         assert curve[-1][key] > curve[0][key], key  # it learned, at every depth it trains
+    # The budget table of a report that decodes with it says what it was trained with.
+    assert training_budget(str(hass_head))["time"].endswith("objective hass (steps=3, top_k=10, top_k_weight=1.0)")
 
 
 def test_eagle_hass_emits_vanilla_tokens_with_deep_accepts(tiny_target, hass_head):

@@ -20,10 +20,12 @@ from dataclasses import asdict, dataclass
 import torch
 
 from specbench.errors import SpecbenchError
-from specbench.method import Option
+from specbench.method import OBJECTIVE_KEY, Option
+
+__all__ = ["HASS_OPTIONS", "OBJECTIVES", "OBJECTIVE_KEY", "Objective", "alignment_mask", "objective_from",
+           "top_k_distillation"]
 
 OBJECTIVES = ("eagle", "hass")
-OBJECTIVE_KEY = "specbench_objective"  # config.json key of the objective a head was trained with
 HASS_OPTIONS = (
     Option("steps", 3, "forwards per batch: the plain one, then steps-1 alignment steps on the head's own features",
            int, low=1),
@@ -42,7 +44,8 @@ class Objective:
     top_k_weight: float = 0.0
 
     def record(self) -> dict[str, str | int | float]:
-        return asdict(self)
+        """What config.json keeps: the name, and HASS's settings when they apply."""
+        return asdict(self) if self.name == "hass" else {"name": self.name}
 
 
 def objective_from(options: dict[str, str]) -> Objective:
