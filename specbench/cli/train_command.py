@@ -61,8 +61,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                        help="method option, e.g. --opt inputs=token (repeatable)")
     train.add_argument("--objective", help="training objective, for the methods that have more than one: eagle takes "
                                            "eagle (its default) or hass (HASS: top-K distillation and context "
-                                           "alignment; --opt steps=3,top_k=10,top_k_weight=1.0), which trains the "
-                                           "head eagle-hass decodes with")
+                                           "alignment; --opt steps=3 --opt top_k=10 --opt top_k_weight=1.0), which "
+                                           "trains the head eagle-hass decodes with")
     train.add_argument("--snapshot-tokens", type=int, default=0,
                        help="also save the weights every N training positions under OUT/snapshots/ (0 = never)")
     train.add_argument("--seed", type=int, default=0)
