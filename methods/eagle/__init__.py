@@ -95,9 +95,10 @@ def _head_folder(ctx: BuildContext, ablation_inputs: str | None, hass: bool) -> 
 def _check_hass(head: EagleHead, folder: Path) -> None:
     """eagle-hass loads a head trained with HASS's objective, or one that does not say (an official HASS head)."""
     recorded = getattr(head.config, OBJECTIVE_KEY, None)
-    if recorded is not None and recorded.get("name") != "hass":
-        raise SpecbenchError(f"EAGLE head {folder} was trained with the {recorded.get('name')!r} objective, not HASS's: "
-                             "decode it as eagle, or train one with python -m specbench train eagle --objective hass")
+    name = recorded.get("name") if isinstance(recorded, dict) else recorded
+    if name is not None and name != "hass":
+        raise SpecbenchError(f"EAGLE head {folder} was trained with the {name!r} objective, not HASS's: decode it as "
+                             "eagle, or train one with python -m specbench train eagle --objective hass")
 
 
 def _build(ctx: BuildContext, static: bool, ablation_inputs: str | None = None, hass: bool = False) -> Drafter:
