@@ -92,17 +92,19 @@ if [[ $what == all || $what == self-t0-12m ]]; then
   python -m specbench train eagle "${DATASET[@]}" --dataset-chunks 67 --out "$HEADS/self-t0-12m" \
     --max-tokens 12000000 --lr 5e-4 --eval-every 200 --snapshot-tokens 2000000 --autocast bfloat16
 fi
-if [[ $what == all || $what == fair || $what == fair-hydra || $what == fair-medusa || $what == fair-sps ]]; then
+if [[ $what == all || $what == fair || $what == fair-* ]]; then
   # The fair comparison (reports/fair): every trained drafter on the same conversations, positions, schedule, lr,
   # batches and precision; nobody's lr or width was tuned.
   # Budget 640k: the first 11 chunks of the self-distilled dataset, as `eagle3-640k` above (whose two heads,
   # heads/eagle3/smollm2-135m-instruct-640k and heads/eagle/smollm2-135m-instruct/equal-data, are this budget's eagle3
-  # and eagle rows). Run one with `fair-<method>` (fair-medusa, fair-hydra, fair-sps).
+  # and eagle rows). Run one with `fair-<method>` (fair-medusa, fair-hydra, fair-sps, fair-eagle-hass: EAGLE's head
+  # trained with HASS's objective, eagle-hass's row).
   FAIR=("${DISTILLED[@]}" --feature-layers 2,15,27 --max-tokens 640000 --lr 5e-4 --batch-tokens 2048 --eval-every 50)
-  for method in medusa hydra sps; do
+  for method in medusa hydra sps eagle-hass; do
     if [[ $what == all || $what == fair || $what == "fair-$method" ]]; then
-      trainer=$method; [[ $method == sps ]] && trainer=sps-draft
-      python -m specbench train "$trainer" "${FAIR[@]}" --out "heads/$method/smollm2-135m-instruct/fair-640k"
+      trainer=("$method"); [[ $method == sps ]] && trainer=(sps-draft)
+      [[ $method == eagle-hass ]] && trainer=(eagle --objective hass)
+      python -m specbench train "${trainer[@]}" "${FAIR[@]}" --out "heads/$method/smollm2-135m-instruct/fair-640k"
     fi
   done
 fi

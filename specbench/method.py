@@ -18,13 +18,17 @@ from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.target import LoadedModel
 from specbench.errors import SpecbenchError
 
-__all__ = ["BuildContext", "DecodeContext", "Draft", "Drafter", "MethodInfo", "Option", "StepResult", "TUNING_BUDGET",
-           "closest", "join_options", "key_values", "parse_options"]
+__all__ = ["BuildContext", "DecodeContext", "Draft", "Drafter", "MethodInfo", "OBJECTIVE_KEY", "Option", "StepResult",
+           "TUNING_BUDGET", "closest", "join_options", "key_values", "parse_options"]
 
 # How many settings `tune` may try per method: the same grid budget for every method.
 TUNING_BUDGET = 4
 
 TYPES = {int: "int", float: "float", str: "str"}
+
+# The config.json key where a trained drafter records what it was trained with ({"name": ..., settings}; e.g.
+# `train eagle --objective hass`); the budget table of every report shows it.
+OBJECTIVE_KEY = "specbench_objective"
 
 
 @dataclass(frozen=True)

@@ -56,9 +56,10 @@ def tiny_tokenizer(vocab_size: int, corpus_seed: str = "abc"):
     return fast
 
 
-def save_tiny_target(folder: Path, vocab_size: int, seed: int, corpus_seed: str = "abc", context: int = 512) -> Path:
+def save_tiny_target(folder: Path, vocab_size: int, seed: int, corpus_seed: str = "abc", context: int = 512,
+                     logit_scale: float = 4.0) -> Path:
     tokenizer = tiny_tokenizer(vocab_size, corpus_seed)
-    model = tiny_llama(len(tokenizer), seed, context=context, logit_scale=4.0)
+    model = tiny_llama(len(tokenizer), seed, context=context, logit_scale=logit_scale)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

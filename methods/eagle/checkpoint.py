@@ -10,6 +10,7 @@ from transformers import LlamaConfig
 from specbench.errors import SpecbenchError
 from specbench.methods.common.official import config_values, load_weights, read_config, read_weights, write_checkpoint
 from specbench.methods.eagle.head import EagleHead
+from specbench.methods.eagle.objective import OBJECTIVE_KEY
 from specbench.shipped import shipped_folder
 
 # The default head's folder within a target's folder (heads/eagle/<target>/DEFAULT names it): `shifted` was the first recipe, `self-t0` the same stage 1
@@ -27,6 +28,8 @@ def save_head(head: EagleHead, folder: Path, draft_vocab: torch.Tensor | None, d
     config.update(architectures=["LlamaForCausalLM"], model_type="llama", bias=head.fc.bias is not None,
                   num_hidden_layers=1, torch_dtype=str(dtype).removeprefix("torch."),
                   specbench_inputs=source.get("specbench_inputs", "shifted"))
+    if source.get(OBJECTIVE_KEY) is not None:  # what the head was trained with (heads from before: not recorded)
+        config[OBJECTIVE_KEY] = source[OBJECTIVE_KEY]
     if draft_vocab is not None:
         config["specbench_draft_vocab"] = [int(t) for t in draft_vocab]
     tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in head.state_dict().items()
@@ -39,11 +42,13 @@ def load_head(folder: Path, target_embedding: torch.Tensor | None = None) -> tup
     raw = read_config(folder, "EAGLE head")
     draft_vocab = raw.pop("specbench_draft_vocab", None)
     inputs = raw.pop("specbench_inputs", "shifted")
+    objective = raw.pop(OBJECTIVE_KEY, None)
     bias = raw.pop("bias", True)
     config = LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
     config.num_hidden_layers = 1
     config._attn_implementation = "sdpa"
     config.bias, config.specbench_inputs = bias, inputs
+    setattr(config, OBJECTIVE_KEY, objective)
     state = read_weights(folder, target_embedding)
     head = EagleHead(config)
     load_weights(head, state, folder, "EAGLE-1/2 head")

@@ -10,7 +10,7 @@ from typing import Any
 
 from specbench.errors import SpecbenchError
 from specbench.jsonl import json_lines
-from specbench.method import parse_options
+from specbench.method import OBJECTIVE_KEY, parse_options
 from specbench.run.reference import REFERENCES
 from specbench.run.run_info import RunInfo
 from specbench.run.settings import read_settings
@@ -39,6 +39,17 @@ def repository_path(folder: str, root: Path = Path(".")) -> str:
     return folder
 
 
+def training_objective(path: Path) -> str:
+    """What the drafter's config.json says it was trained with (OBJECTIVE_KEY), as words for a cell; "" where it
+    says nothing (drafters from before the record, and those with one objective)."""
+    config = path / "config.json"
+    recorded = json.loads(config.read_text(encoding="utf-8")).get(OBJECTIVE_KEY) if config.is_file() else None
+    if not isinstance(recorded, dict):
+        return ""
+    settings = ", ".join(f"{k}={v}" for k, v in recorded.items() if k != "name")
+    return f"; objective {recorded.get('name')}" + (f" ({settings})" if settings else "")
+
+
 def training_budget(folder: str) -> dict[str, str]:
     """What the weights in `folder` were trained on, as table cells (read in this checkout's heads/ where it has
     them, else where the run loaded them); "unknown" where nothing recorded it."""
@@ -63,7 +74,8 @@ def training_budget(folder: str) -> dict[str, str]:
     return {"data": described, "positions": positions,
             "precision": settings.get("autocast") or "fp32",
             "time": f"{final.get('hours', float('nan')):.2f} h on {hardware}{threads}"
-                    f"; lr {settings.get('lr', '?')}, {settings.get('batch_tokens', '?')} tokens per batch"}
+                    f"; lr {settings.get('lr', '?')}, {settings.get('batch_tokens', '?')} tokens per batch"
+                    f"{training_objective(path)}"}
 
 
 def budget_table(info: RunInfo) -> str:

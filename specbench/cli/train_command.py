@@ -59,15 +59,32 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--eval-every", type=int, default=200, help="steps between held-out evaluations")
     train.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                        help="method option, e.g. --opt inputs=token (repeatable)")
+    train.add_argument("--objective", help="training objective, for the methods that have more than one: eagle takes "
+                                           "eagle (its default) or hass (HASS: top-K distillation and context "
+                                           "alignment; --opt steps=3 --opt top_k=10 --opt top_k_weight=1.0), which "
+                                           "trains the head eagle-hass decodes with")
     train.add_argument("--snapshot-tokens", type=int, default=0,
                        help="also save the weights every N training positions under OUT/snapshots/ (0 = never)")
     train.add_argument("--seed", type=int, default=0)
     add_model_args(train)
 
 
+def objective_option(method: str, objective: str, options: dict[str, str],
+                     objectives: dict[str, tuple[str, ...]]) -> str:
+    """--objective NAME, checked against what `method`'s trainer declares (before the target loads)."""
+    if method not in objectives:
+        raise SpecbenchError(f"train {method} has one training objective: --objective goes with "
+                             f"{', '.join(objectives) or 'no method here'}")
+    if objective not in objectives[method]:
+        raise SpecbenchError(f"--objective {objective}: train {method} takes {', '.join(objectives[method])}")
+    if options.get("objective", objective) != objective:
+        raise SpecbenchError(f"--objective {objective} and --opt objective={options['objective']} disagree")
+    return objective
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from specbench.decode.target import load_model
-    from specbench.run.registry import available_trainers
+    from specbench.run.registry import available_objectives, available_trainers
     from specbench.train.dataset import features_from_dataset
     from specbench.train.features import ExtractConfig, extract
     from specbench.train.training import TrainConfig
@@ -75,6 +92,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     trainers = available_trainers(args.method_files)
     if args.method not in trainers:
         raise SpecbenchError(f"nothing to train called {args.method!r}; valid: {', '.join(trainers)}")
+    options = parse_options(args.opt)
+    if args.objective is not None:
+        options["objective"] = objective_option(args.method, args.objective, options,
+                                                available_objectives(args.method_files))
     if args.prompts <= 0 or args.max_tokens <= 0 or args.max_len < 2 or args.batch_size <= 0:
         raise SpecbenchError("--prompts, --max-tokens and --batch-size must be > 0 and --max-len >= 2")
     feature_layers = parse_layers(args.feature_layers)
@@ -99,7 +120,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                       max_hours=args.hours, eval_every=args.eval_every, snapshot_tokens=args.snapshot_tokens,
                       autocast=args.autocast,
                       seed=args.seed)
-    result = trainers[args.method](target, cache, cfg, parse_options(args.opt))
+    result = trainers[args.method](target, cache, cfg, options)
     print("held-out: " + " ".join(f"{k}={v:.4f}" for k, v in result.items()))
     print(f"trained weights: {args.out}")
     return 0

@@ -1,5 +1,5 @@
-"""Method discovery: every module that lists methods in `METHODS` (and trainers in `TRAINERS`, datastore builders in
-`DATASTORES`) is a source of methods:
+"""Method discovery: every module that lists methods in `METHODS` (and trainers in `TRAINERS`, their training
+objectives in `OBJECTIVES_OF`, datastore builders in `DATASTORES`) is a source of methods:
 - the modules of the `specbench.methods` package (the top-level methods/ folder);
 - the modules that installed packages declare in the entry-point group `specbench.methods`;
 - the files given with --method-file (`method_files`), a researcher's own method without a package.
@@ -66,8 +66,8 @@ def available_methods(method_files: Sequence[Path] = ()) -> dict[str, MethodInfo
     return dict(sorted(found.items(), key=lambda kv: (kv[0] != "vanilla", kv[0])))
 
 
-def _from_methods(attribute: str, method_files: Sequence[Path] = ()) -> dict[str, Callable]:
-    found: dict[str, Callable] = {}
+def _from_methods(attribute: str, method_files: Sequence[Path] = ()) -> dict[str, Any]:
+    found: dict[str, Any] = {}
     for _, source in method_sources(method_files):
         found.update(getattr(source, attribute, {}))
     return found
@@ -76,6 +76,12 @@ def _from_methods(attribute: str, method_files: Sequence[Path] = ()) -> dict[str
 def available_trainers(method_files: Sequence[Path] = ()) -> dict[str, Callable]:
     """Training entry points: `TRAINERS` dicts, {name: train(target, cache, cfg, options)}."""
     return _from_methods("TRAINERS", method_files)
+
+
+def available_objectives(method_files: Sequence[Path] = ()) -> dict[str, tuple[str, ...]]:
+    """Training objectives: `OBJECTIVES_OF` dicts, {trainer: the names `train TRAINER --objective NAME` takes, its
+    default first}; a trainer without one takes no --objective."""
+    return _from_methods("OBJECTIVES_OF", method_files)
 
 
 def available_datastores() -> dict[str, Callable]:
