@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,7 +14,7 @@ from specbench.cli import main
 from specbench.decode.chain import DraftChain
 from specbench.decode.engine import generate, generate_batch
 from specbench.decode.runner import ModelRunner
-from specbench.decode.sampling import Sampling
+from specbench.decode.sampling import Sampling, target_probs
 from specbench.decode.target import chat_prompt, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
@@ -24,6 +25,7 @@ from specbench.methods.vanilla import VanillaDrafter
 from specbench.run.registry import available_methods
 from specbench.train.training import Batch
 from tests.conftest import tiny_llama, write_prompts
+from tests.stats import goodness_of_fit
 from tests.test_options import NO_TARGET, one_error
 
 VOCAB = 64
@@ -59,9 +61,7 @@ def pard(target):
 
 def drafter(pard, runner: ModelRunner, gamma: int = 4) -> PardDrafter:
     draft, mask = pard
-    made = PardDrafter(draft, gamma, VOCAB, chain=DraftChain.of(runner.drafter_runner(draft)))
-    made.mask_token = mask
-    return made
+    return PardDrafter(draft, gamma, VOCAB, mask, chain=DraftChain.of(runner.drafter_runner(draft)))
 
 
 def test_copies_let_a_mask_see_its_anchor_and_the_masks_before_it():
@@ -104,6 +104,31 @@ def test_a_batch_of_three_drafts_as_each_alone(target, pard, fixed_shapes):
     together = generate_batch(target, PROMPTS, rows, Sampling(), 30, set(), runner=runner)
     assert [g.token_ids for g in together] == [g.token_ids for g in alone]
     assert [g.accept_lengths for g in together] == [g.accept_lengths for g in alone]
+
+
+def test_t_above_0_samples_vanillas_joint():
+    """The first three tokens after a prompt (vocabulary 12, T=0.7, top_p=0.9): their exact joint from the target
+    against 1,000 pard generations (chi-square), drafts accepted at depth >= 2 often enough to have power. The draft
+    is the target with a flatter lm_head reading token 11 as its (untrained) mask: each position's q differs from p."""
+    vocab, sampling, prompt = 12, Sampling(temperature=0.7, top_p=0.9), [3, 7, 1, 5, 3, 7]
+    target = tiny_llama(vocab, seed=21, layers=1, hidden=16, logit_scale=26.0)
+    draft = tiny_llama(vocab, seed=21, layers=1, hidden=16, logit_scale=10.0)
+    joint, contexts = torch.ones(1, dtype=torch.float64), [[]]
+    with torch.no_grad():
+        for _ in range(3):
+            p = target_probs(target(torch.tensor([prompt + c for c in contexts])).logits[:, -1], sampling).double()
+            joint = (joint[:, None] * p).reshape(-1)
+            contexts = [c + [x] for c in contexts for x in range(vocab)]
+    counts, deep = np.zeros((vocab,) * 3), 0
+    generator = torch.Generator().manual_seed(1234)
+    made = PardDrafter(draft, 3, vocab, mask_token=11)
+    for _ in range(1000):
+        out = generate(target, prompt, made, sampling, 3, set(), generator)
+        counts[tuple(out.token_ids)] += 1
+        deep += sum(a >= 3 for a in out.accept_lengths)
+    print(f"pard T>0: {deep} of 1000 generations accepted two drafts")
+    assert deep >= 80  # 170 when written
+    assert goodness_of_fit(counts, joint.reshape((vocab,) * 3).numpy()) > 1e-3
 
 
 @pytest.fixture(scope="module")

@@ -21,15 +21,14 @@ def build(ctx: BuildContext) -> Drafter:
     if wants_random(ctx):  # a shape target: a random draft of sps's shape (timing only), as sps builds
         model = random_draft_model(ctx.target.model, "pard")
         prepare_drafter(model, ctx.target.runtime)
-        drafter = PardDrafter(model, gamma, vocab, chain=draft_chain(model, ctx.target))
-        drafter.mask_token = mask_token(vocab, None, ctx.target.stop_ids)
+        drafter = PardDrafter(model, gamma, vocab, mask_token(vocab, None, ctx.target.stop_ids),
+                              chain=draft_chain(model, ctx.target))
         drafter.trained_from = RANDOM_FROM
         return drafter
     folder = trained_folder(ctx, "pard", "PARD draft", "pard")
     model, draft_vocab, mask = load_pard(folder, ctx.target.model)
     prepare_drafter(model, ctx.target.runtime)
-    drafter = PardDrafter(model, gamma, vocab, draft_vocab, draft_chain(model, ctx.target, draft_vocab))
-    drafter.mask_token = mask
+    drafter = PardDrafter(model, gamma, vocab, mask, draft_vocab, draft_chain(model, ctx.target, draft_vocab))
     drafter.trained_from = str(folder)
     return drafter
 

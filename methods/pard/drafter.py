@@ -5,7 +5,9 @@ cache counts its context only: the mask tokens' slots are overwritten by the nex
 from __future__ import annotations
 
 import torch
+from transformers import PreTrainedModel
 
+from specbench.decode.chain import DraftChain
 from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
 from specbench.decode.sampling import sample, target_probs
@@ -16,7 +18,10 @@ class PardDrafter(DraftModelDrafter):
     """A DraftModelDrafter (its draft vocabulary, chain and logits on the target's vocabulary) drafting with mask
     tokens: `mask_token` is the id the draft was trained to read as "a token not known yet"."""
 
-    mask_token: int = 0
+    def __init__(self, model: PreTrainedModel, gamma: int, vocab_size: int, mask_token: int,
+                 draft_vocab: torch.Tensor | None = None, chain: DraftChain | None = None) -> None:
+        super().__init__(model, gamma, vocab_size, draft_vocab, chain)
+        self.mask_token = mask_token
 
     @torch.inference_mode()
     def propose(self, ctx: DecodeContext) -> Draft:
