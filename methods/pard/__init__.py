@@ -1,4 +1,4 @@
-"""PARD (Chen et al. 2025, "PARD: Accelerating LLM Inference with Low-Cost PARallel Draft Model Adaptation"): sps's
+"""PARD (An et al. 2025, "PARD: Accelerating LLM Inference with Low-Cost PARallel Draft Model Adaptation"): sps's
 draft LM trained with mask tokens proposes its chain of K tokens in ONE forward, verified by rejection sampling with
 its distributions q (lossless)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Training PARD's draft (Chen et al. 2025, "PARD: Accelerating LLM Inference with Low-Cost PARallel Draft Model
+"""Training PARD's draft (An et al. 2025, "PARD: Accelerating LLM Inference with Low-Cost PARallel Draft Model
 Adaptation"): the sps draft (or a fresh one of its shape) learns to predict the next K tokens from one forward over
 [context, MASK x (K-1)], by distillation from cached target features through the shared fit().
 
@@ -101,21 +101,21 @@ def load_pard(folder: Path, target: PreTrainedModel) -> tuple[LlamaForCausalLM, 
 
 def starting_draft(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig,
                    options: dict[str, str]) -> tuple[LlamaForCausalLM, torch.Tensor | None]:
-    """start=sps (default: the sps draft shipped for the target), start=FOLDER (an sps draft), or start=scratch (a
+    """init=sps (default: the sps draft shipped for the target), init=FOLDER (an sps draft), or init=scratch (a
     fresh draft of sps's shape: layers=2, draft_vocab=8192, as `train sps-draft` starts)."""
-    start = options.get("start", "sps")
-    if start == "scratch":
+    init = options.get("init", "sps")
+    if init == "scratch":
         draft = small_draft(target.model, int(options.get("layers", 2)))
         return draft, draft_vocabulary(cache, cfg.out, int(options.get("draft_vocab", 8192)), target.stop_ids)
-    folder = shipped_folder("sps", target.name) if start == "sps" else Path(start)
+    folder = shipped_folder("sps", target.name) if init == "sps" else Path(init)
     if folder is None or not is_small_draft(folder):
-        raise SpecbenchError(f"train pard: no sps draft to start from (start={start}): --opt start=FOLDER (a "
-                             "`train sps-draft` output) or --opt start=scratch")
+        raise SpecbenchError(f"train pard: no sps draft to init from (init={init}): --opt init=FOLDER (a "
+                             "`train sps-draft` output) or --opt init=scratch")
     return load_small_draft(folder, target.model)
 
 
 def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: dict[str, str]) -> dict[str, float]:
-    """Train a PARD draft (options: start=sps|scratch|FOLDER, k=4; from scratch also layers=2, draft_vocab=8192)."""
+    """Train a PARD draft (options: init=sps|scratch|FOLDER, k=4; from scratch also layers=2, draft_vocab=8192)."""
     k = int(options.get("k", 4))
     if k < 2:
         raise SpecbenchError(f"train pard: k must be >= 2 (tokens predicted per forward), got {k}")
