@@ -27,6 +27,7 @@ from specbench.train.training import Batch
 from tests.conftest import tiny_llama, write_prompts
 from tests.stats import goodness_of_fit
 from tests.test_options import NO_TARGET, one_error
+from tests.test_overhead import needs_default_tokenizer
 
 VOCAB = 64
 PROMPTS = [[3, 9, 14, 2], [1, 2, 3], [20, 21, 5, 5, 7, 9, 9, 30, 31, 8, 2]]
@@ -167,6 +168,16 @@ def test_without_a_checkpoint_pard_says_how_to_train_one(tiny_target_dir, tmp_pa
     (tmp_path / "config.json").write_text(json.dumps({"specbench_shared_embedding": True}))  # an sps draft
     with pytest.raises(SpecbenchError, match="not a PARD draft"):
         available_methods()["pard"].drafter(BuildContext(target, draft=str(tmp_path)))
+
+
+@needs_default_tokenizer
+def test_a_shape_target_drafts_with_a_random_draft_of_spss_shape():
+    target = load_model("shape:tiny-llama")
+    made = available_methods()["pard"].drafter(BuildContext(target))
+    assert isinstance(made, PardDrafter) and "TIMING-ONLY" in made.trained_from
+    assert made.model.config.num_hidden_layers == 2 and made.mask_token not in target.stop_ids
+    out = generate(target.model, [1, 2, 3], made, Sampling(), 8, set())
+    assert out.token_ids == generate(target.model, [1, 2, 3], VanillaDrafter(), Sampling(), 8, set()).token_ids
 
 
 def test_a_bad_option_is_one_error_line(capsys, tmp_path):
