@@ -74,6 +74,18 @@ def test_copies_let_a_mask_see_its_anchor_and_the_masks_before_it():
     assert seen[8] == [1, 0, 0, 0, 1, 0, 0, 0, 1]  # copy 2, position 2: anchor 0, masks at positions 1 and 2
 
 
+def test_training_sees_what_inference_feeds(target):
+    """Copy c at position p of the training forward is the inference forward over tokens 0..p-c and c masks."""
+    draft = small_draft(target, 1)
+    tokens = torch.randint(0, VOCAB - 1, (1, 10))
+    ids, pos, attention = copies(tokens, torch.ones(1, 10, dtype=torch.bool), 4, VOCAB - 1)
+    with torch.no_grad():
+        trained = draft.model(input_ids=ids, position_ids=pos, attention_mask=attention).last_hidden_state[0]
+        for c, p in [(0, 9), (1, 4), (2, 5), (3, 9)]:
+            fed = torch.cat([tokens[:, : p - c + 1], torch.full((1, c), VOCAB - 1)], dim=1)
+            assert torch.allclose(trained[c * 10 + p], draft.model(input_ids=fed).last_hidden_state[0, -1], atol=1e-5)
+
+
 @pytest.mark.parametrize("fixed_shapes", [False, True])
 def test_t0_is_vanillas_output_with_deep_accepts(target, pard, fixed_shapes):
     deep = forwards = steps = 0
