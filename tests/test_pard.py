@@ -18,9 +18,9 @@ from specbench.decode.sampling import Sampling, target_probs
 from specbench.decode.target import chat_prompt, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
+from specbench.methods.common.small_draft import small_draft
 from specbench.methods.pard import PardDrafter
 from specbench.methods.pard.training import MASK_KEY, PardTrainable, copies, mask_token
-from specbench.methods.sps.draft_model import small_draft
 from specbench.methods.vanilla import VanillaDrafter
 from specbench.run.registry import available_methods
 from specbench.train.training import Batch

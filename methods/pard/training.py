@@ -17,7 +17,7 @@ from transformers import LlamaForCausalLM, PreTrainedModel
 
 from specbench.decode.target import LoadedModel
 from specbench.errors import SpecbenchError
-from specbench.methods.sps.draft_model import is_small_draft, load_small_draft, save_small_draft, small_draft
+from specbench.methods.common.small_draft import is_small_draft, load_small_draft, save_small_draft, small_draft
 from specbench.shipped import shipped_folder
 from specbench.train.features import FeatureCache, draft_vocabulary
 from specbench.train.training import Batch, TrainConfig, fit

@@ -1,5 +1,6 @@
-"""The small draft LM trained here: a Llama of the target's width with a few decoder layers, started from the
-target's first layers and sharing its frozen embedding and lm_head; on disk only its own layers are saved."""
+"""The small draft LM trained here (sps's, and pard's adapted from it): a Llama of the target's width with a few decoder
+layers, started from the target's first layers and sharing its frozen embedding and lm_head; on disk only its own
+layers are saved."""
 from __future__ import annotations
 
 import json
