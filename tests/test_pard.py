@@ -1,7 +1,8 @@
 """PARD: a draft trained with mask tokens drafts its chain of K tokens in one forward over [context, MASK x (K-1)].
-T=0 output is vanilla's with drafts accepted at depth >= 2 (a tiny draft trained here on the target's own greedy
-text), on both shape policies; a batch's rows draft together exactly as each alone; `train pard` writes a
-checkpoint that loads and drafts; a missing checkpoint or a bad option is one error line."""
+Training's copies see what inference feeds; T=0 output is vanilla's with drafts accepted at depth >= 2 (a tiny draft
+trained here on the target's own greedy text), on both shape policies; a batch's rows draft together exactly as each
+alone; T>0 samples vanilla's exact joint; `train pard` writes a checkpoint that loads and drafts; a shape target
+drafts with a random draft; a missing checkpoint or a bad option is one error line."""
 from __future__ import annotations
 
 import json
