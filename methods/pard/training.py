@@ -42,7 +42,8 @@ def copies(tokens: torch.Tensor, valid: torch.Tensor, k: int, mask: int) -> tupl
     copy = torch.arange(k, device=device).repeat_interleave(n)
     anchor = pos - copy
     sees_real = (copy[None, :] == 0) & (pos[None, :] <= anchor[:, None])
-    sees_mask = (copy[None, :] >= 1) & (copy[None, :] <= copy[:, None]) & (pos[None, :] - copy[None, :] == anchor[:, None])
+    same_anchor = pos[None, :] - copy[None, :] == anchor[:, None]
+    sees_mask = (copy[None, :] >= 1) & (copy[None, :] <= copy[:, None]) & same_anchor
     allowed = (sees_real | sees_mask)[None] & valid.repeat(1, k)[:, None, :]
     allowed |= torch.eye(k * n, dtype=torch.bool, device=device)[None]  # a query with no anchor sees itself
     lowest = torch.finfo(torch.float32).min

@@ -61,7 +61,8 @@ class DraftChain:
                                   slots.expand(rows, -1) if self.layout.windows else None, model.dtype)
         inputs = {"input_ids": torch.tensor(padded, device=device), "position_ids": positions,
                   "input_pos": positions, "attention_mask": masks}
-        last = torch.tensor([len(feed) - count for feed in feeds], device=device)[:, None] + torch.arange(count, device=device)
+        first = torch.tensor([len(feed) - count for feed in feeds], device=device)
+        last = first[:, None] + torch.arange(count, device=device)  # [rows, count]: the positions read
         row = torch.arange(len(feeds), device=device)[:, None]
         if self.head is not None:
             hidden = runner.forward(inputs, shape, None, False).last_hidden_state
