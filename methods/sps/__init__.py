@@ -12,7 +12,7 @@ from specbench.method import BuildContext, MethodInfo, Option
 from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
 from specbench.methods.common.random_drafter import RANDOM_FROM, random_draft_model, wants_random
 from specbench.methods.common.shipped import HEAD
-from specbench.methods.sps.draft_model import is_small_draft, load_small_draft
+from specbench.methods.common.small_draft import is_small_draft, load_small_draft
 from specbench.methods.sps.training import train
 from specbench.shipped import shipped_folder
 

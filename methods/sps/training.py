@@ -7,7 +7,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from specbench.decode.target import LoadedModel
-from specbench.methods.sps.draft_model import save_small_draft, small_draft
+from specbench.methods.common.small_draft import save_small_draft, small_draft
 from specbench.train.features import FeatureCache, draft_vocabulary
 from specbench.train.training import Batch, TrainConfig, fit
 

@@ -43,6 +43,10 @@ class DraftChain:
     def logits(self, feeds: list[list[int]], lengths: list[int]) -> torch.Tensor:
         """Row b's draft logits [rows, V] (V: the head's rows, with one) after feeding feeds[b] (non-empty) at slots lengths[b], lengths[b] + 1, ...
         (the row's cache holds its first lengths[b] tokens)."""
+        return self.last_logits(feeds, lengths, 1)[:, 0]
+
+    def last_logits(self, feeds: list[list[int]], lengths: list[int], count: int) -> torch.Tensor:
+        """As logits(), at each row's last `count` fed positions: [rows, count, V] (every feed holds >= count)."""
         runner = self.runner
         model = runner.model
         shape = runner.fit(len(feeds), max(map(len, feeds)), max(lengths))
@@ -56,14 +60,16 @@ class DraftChain:
                                   slots.expand(rows, -1) if self.layout.windows else None, model.dtype)
         inputs = {"input_ids": torch.tensor(padded, device=device), "position_ids": positions,
                   "input_pos": positions, "attention_mask": masks}
-        last = torch.tensor([len(feed) - 1 for feed in feeds], device=device)
+        first = torch.tensor([len(feed) - count for feed in feeds], device=device)
+        last = first[:, None] + torch.arange(count, device=device)  # [rows, count]: the positions read
+        row = torch.arange(len(feeds), device=device)[:, None]
         if self.head is not None:
             hidden = runner.forward(inputs, shape, None, False).last_hidden_state
-            return hidden[torch.arange(len(feeds), device=device), last] @ self.head.T
+            return hidden[row, last] @ self.head.T
         if shape.captured:  # a captured shape: every position's logits
             out = runner.forward(inputs, shape, size, False)
-            return out.logits[torch.arange(len(feeds), device=device), last]
-        # Only the positions some row ends at, so [rows, positions, V] stays small.
+            return out.logits[row, last]
+        # Only the positions some row reads, so [rows, positions, V] stays small.
         ends, which = torch.unique(last, return_inverse=True)
         out = runner.forward(inputs, shape, ends, False)
-        return out.logits[torch.arange(len(feeds), device=device), which]
+        return out.logits[row, which]

@@ -1,5 +1,6 @@
-"""The small draft LM trained here: a Llama of the target's width with a few decoder layers, started from the
-target's first layers and sharing its frozen embedding and lm_head; on disk only its own layers are saved."""
+"""The small draft LM trained here (sps's, and pard's adapted from it): a Llama of the target's width with a few decoder
+layers, started from the target's first layers and sharing its frozen embedding and lm_head; on disk only its own
+layers are saved."""
 from __future__ import annotations
 
 import json
@@ -57,7 +58,8 @@ def load_small_draft(folder: Path, target: PreTrainedModel) -> tuple[LlamaForCau
     raw = json.loads((folder / "config.json").read_text())
     vocab = raw.pop("specbench_draft_vocab", None)
     raw.pop(SHARED_KEY, None)
-    config = LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
+    config = LlamaConfig(**{k: v for k, v in raw.items()  # specbench_*: a method's own keys (pard's mask token)
+                          if k not in ("architectures", "model_type") and not k.startswith("specbench_")})
     if config.hidden_size != target.config.hidden_size or config.vocab_size != target.config.vocab_size:
         raise SpecbenchError(f"draft {folder} does not fit the target (hidden or vocabulary size)")
     draft = LlamaForCausalLM(config)
