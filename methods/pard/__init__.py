@@ -22,13 +22,13 @@ def build(ctx: BuildContext) -> Drafter:
         model = random_draft_model(ctx.target.model, "pard")
         prepare_drafter(model, ctx.target.runtime)
         drafter = PardDrafter(model, gamma, vocab, mask_token(vocab, None, ctx.target.stop_ids),
-                              chain=draft_chain(model, ctx.target))
+                              chain=draft_chain(model, ctx.target.runner))
         drafter.trained_from = RANDOM_FROM
         return drafter
     folder = trained_folder(ctx, "pard", "PARD draft", "pard")
     model, draft_vocab, mask = load_pard(folder, ctx.target.model)
     prepare_drafter(model, ctx.target.runtime)
-    drafter = PardDrafter(model, gamma, vocab, mask, draft_vocab, draft_chain(model, ctx.target, draft_vocab))
+    drafter = PardDrafter(model, gamma, vocab, mask, draft_vocab, draft_chain(model, ctx.target.runner, draft_vocab))
     drafter.trained_from = str(folder)
     return drafter
 
