@@ -52,5 +52,5 @@ def test_a_drafter_pointer_left_out_of_the_carried_folders_fails_the_rehearsal(t
 def test_the_tree_that_travels_has_no_data_folders():
     files = subprocess.run(["bash", "scripts/device/aside.sh", "files"], cwd=ROOT, capture_output=True, text=True,
                            check=True).stdout.split()
-    assert "scripts/device/gpu_runtime.sh" in files and "specbench/decode/static.py" in files
+    assert "scripts/device/gpu_runtime.sh" in files and "specbench/decode/runner.py" in files
     assert not [f for f in files if f.split("/")[0] in ("heads", "reports", "results")]
