@@ -99,8 +99,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", choices=RUNTIMES, default="auto",
                    help="the target's runtime for every method, vanilla included: auto (compiled on CUDA, fast "
                         "elsewhere), fast (CPU kernels for few-token forwards), stock (transformers' modules), "
-                        "compiled (static cache, fixed shapes, CUDA graphs on CUDA) or eager (transformers' modules "
-                        "and a growing cache: the EAGLE and Spec-Bench code's GPU protocol); docs/runtimes.md")
+                        "compiled (fixed shapes, CUDA graphs on CUDA) or eager (transformers' modules at their own "
+                        "shapes: the EAGLE and Spec-Bench code's GPU protocol); docs/runtimes.md")
 
 
 def parse_shard(text: str) -> tuple[int, int]:

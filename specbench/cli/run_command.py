@@ -75,7 +75,7 @@ def add_run_parser(sub: argparse._SubParsersAction) -> None:
                      help="measure this machine's costs anew when the run starts (stored for later runs if the "
                           "machine is idle) instead of reusing the stored ones")
     run.add_argument("--require-graphs", action="store_true",
-                     help="stop with an error where a CUDA graph capture fails (the static runtime would otherwise "
+                     help="stop with an error where a CUDA graph capture fails (fixed shapes would otherwise "
                           "go on uncaptured, its tables marked UNCAPTURED), or where the run captures none (not "
                           "--runtime compiled on a CUDA device); records finished before stay")
 

@@ -87,7 +87,7 @@ class Graphs:
             if self.required:
                 raise CaptureError(f"CUDA graph capture failed and --require-graphs was given: "
                                    f"{self.stats.uncaptured}") from exc
-            warnings.warn(f"CUDA graph capture failed, the static runtime runs uncaptured: {self.stats.uncaptured}",
+            warnings.warn(f"CUDA graph capture failed, this model runs uncaptured: {self.stats.uncaptured}",
                           stacklevel=3)
             return None
         self.pool = graph.pool()
@@ -100,7 +100,7 @@ class Graphs:
 class CaptureReport:
     """run.json's `cuda_graphs`: the shapes a run met and captured, and the ones first met inside timed questions
     (on CUDA a capture there; on the CPU, where nothing is captured, the capture there would have been)."""
-    asked: bool  # CUDA graphs were asked for (the static runtime on CUDA)
+    asked: bool  # CUDA graphs were asked for (fixed shapes on CUDA)
     target_shapes: int
     drafting_shapes: int
     target_captures: int

@@ -1,7 +1,7 @@
 """What attention a target's layers use, and the masks the engine hands them.
 
-The engine keeps ONE full-length cache for every layer (specbench.decode.kv.new_cache(): every layer a SlotLayer
-written in place, so compaction and row gathering work alike everywhere) and enforces a sliding window in the mask: a sliding layer's
+The engine keeps ONE full-length cache for every layer (specbench.decode.kv.SlotCache: every layer's slots in one
+tensor, so compaction and row gathering work alike everywhere) and enforces a sliding window in the mask: a sliding layer's
 query at position q sees a key at position k only if q - k < window (transformers' own rule), counted in positions,
 not cache slots. Models that name their layers' kinds (config.layer_types: Gemma 2/3, gpt-oss, Cohere 2, OLMo 3...)
 take one mask per kind; models with one window for every layer (Mistral, Phi-3, Mixtral with sliding_window set)

@@ -3,7 +3,7 @@
 `layer_skip_view` returns a model that shares every weight with the target but runs only the kept decoder layers:
 a shallow copy of the target and of its decoder, each with its own module registry (the target's is never touched),
 the decoder's layer list cut to the kept layers and its config to their layer types. The view runs with a cache of
-its own (kv.new_cache(), passed on every call; or use_cache=False), never the target's verification cache. Each kept layer keeps its index into that cache,
+its own (a kv.SlotCache, through the drafter's runner; or use_cache=False), never the target's verification cache. Each kept layer keeps its index into that cache,
 so the skipped layers' slots stay empty; transformers sizes its masks from the first layer of each attention kind,
 which is therefore always kept, as are the last layer and layer 0.
 """

@@ -116,7 +116,7 @@ def write_load_log(out: Path, log: dict[str, Any]) -> None:
 
 
 def write_capture_report(out: Path, report: dict[str, Any]) -> None:
-    """The static runtime's capture report as the session ends (static.CaptureReport.to_dict), in place of the
+    """The fixed shapes' capture report as the session ends (graphs.CaptureReport.to_dict), in place of the
     line the warm-up wrote into the environment."""
     info = read_run_info(out)
     info.environment["cuda_graphs"] = report

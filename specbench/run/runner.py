@@ -41,7 +41,7 @@ def run(cfg: RunConfig) -> Path:
 
 def _run_here(cfg: RunConfig, plan: RunPlan, meter: LoadMeter, log: LoadLog) -> Path:
     decoder = Decoder(cfg, plan.budgets, idle_threads=decoding_threads(cfg.threads, busy=False))
-    decoder.reserve(plan.questions)  # the static runtime's cache, before its costs are measured on it
+    decoder.reserve(plan.questions)  # the target's cache, before its costs are measured on it
     costs = decoder.with_bandwidth(plan.costs) if plan.costs else decoder.machine_costs(not log.busy, store=False)
     decoder.setup(plan.methods, costs, plan.questions)
     if plan.costs is None and not log.busy:

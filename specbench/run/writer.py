@@ -32,7 +32,7 @@ class RunWriter:
         write_load_log(self.out, log.to_dict())
 
     def write_capture(self, report: dict[str, Any] | None) -> None:
-        """run.json's cuda_graphs as the run ends: the static runtime's shapes, captures and failures (None: not on
-        the static runtime)."""
+        """run.json's cuda_graphs as the run ends: the fixed shapes met, captured and failed (None: not at fixed
+        shapes)."""
         if report is not None:
             write_capture_report(self.out, report)
