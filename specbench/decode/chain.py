@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
+from specbench.decode.inputs import to_device
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runner import ModelRunner
 
@@ -41,35 +43,43 @@ class DraftChain:
         return fresh
 
     def logits(self, feeds: list[list[int]], lengths: list[int]) -> torch.Tensor:
-        """Row b's draft logits [rows, V] (V: the head's rows, with one) after feeding feeds[b] (non-empty) at slots lengths[b], lengths[b] + 1, ...
-        (the row's cache holds its first lengths[b] tokens)."""
+        """Row b's draft logits [rows, V] (V: the head's rows, with one) after feeding feeds[b] (non-empty) at slots
+        lengths[b], lengths[b] + 1, ... (the row's cache holds its first lengths[b] tokens)."""
         return self.last_logits(feeds, lengths, 1)[:, 0]
 
     def last_logits(self, feeds: list[list[int]], lengths: list[int], count: int) -> torch.Tensor:
-        """As logits(), at each row's last `count` fed positions: [rows, count, V] (every feed holds >= count)."""
+        """As logits(), at each row's last `count` fed positions: [rows, count, V] (every feed holds >= count). The
+        host's inputs (ids, start slots, the positions read) go to the device in one copy."""
         runner = self.runner
         model = runner.model
         shape = runner.fit(len(feeds), max(map(len, feeds)), max(lengths))
         rows, size = shape.rows, shape.tokens
         device = model.device
-        padded = [feed + [0] * (size - len(feed)) for feed in feeds] + [[0] * size] * (rows - len(feeds))
-        start = torch.tensor(lengths + [0] * (rows - len(feeds)), device=device)
-        positions = start[:, None] + torch.arange(size, device=device)
+        read = [[len(feed) - count + j for j in range(count)] for feed in feeds]  # [rows, count] block columns
+        # Kept positions: every one of a captured shape or of a decoder's output (`head`), else only those some row
+        # reads (so [rows, positions, V] stays small).
+        everything = shape.captured or self.head is not None
+        kept = list(range(size)) if everything else sorted({c for columns in read for c in columns})
+        column = {c: i for i, c in enumerate(kept)}
+        ids = np.zeros((rows, size), dtype=np.int64)
+        for b, feed in enumerate(feeds):
+            ids[b, : len(feed)] = feed
+        start = np.zeros(rows, dtype=np.int64)
+        start[: len(feeds)] = lengths
+        which = np.array([[column[c] for c in columns] for columns in read], dtype=np.int64)
+        staged = to_device(np.concatenate([ids.ravel(), start, which.ravel(), np.array(kept, dtype=np.int64)]),
+                           device)
+        at = rows * size
+        positions = staged[at : at + rows, None] + torch.arange(size, device=device)
+        which_kept = staged[at + rows : at + rows + which.size].view(len(feeds), count)
         slots = torch.arange(shape.key_slots, device=device)
         masks = self.layout.masks(slots[None, None, :] <= positions[:, :, None], positions,
                                   slots.expand(rows, -1) if self.layout.windows else None, model.dtype)
-        inputs = {"input_ids": torch.tensor(padded, device=device), "position_ids": positions,
-                  "input_pos": positions, "attention_mask": masks}
-        first = torch.tensor([len(feed) - count for feed in feeds], device=device)
-        last = first[:, None] + torch.arange(count, device=device)  # [rows, count]: the positions read
+        inputs = {"input_ids": staged[:at].view(rows, size), "position_ids": positions, "input_pos": positions,
+                  "attention_mask": masks}
         row = torch.arange(len(feeds), device=device)[:, None]
         if self.head is not None:
             hidden = runner.forward(inputs, shape, None, False).last_hidden_state
-            return hidden[row, last] @ self.head.T
-        if shape.captured:  # a captured shape: every position's logits
-            out = runner.forward(inputs, shape, size, False)
-            return out.logits[row, last]
-        # Only the positions some row reads, so [rows, positions, V] stays small.
-        ends, which = torch.unique(last, return_inverse=True)
-        out = runner.forward(inputs, shape, ends, False)
-        return out.logits[row, which]
+            return hidden[row, which_kept] @ self.head.T
+        keep = size if shape.captured else staged[at + rows + which.size :]
+        return runner.forward(inputs, shape, keep, False).logits[row, which_kept]
