@@ -49,6 +49,7 @@ from specbench.methods.lookahead import LookaheadDrafter
 from specbench.methods.medusa import MedusaDrafter, typical_verifier
 from specbench.methods.medusa.head import MedusaHeads
 from specbench.methods.medusa.training import MedusaTrainable
+from specbench.methods.pard import PardDrafter
 from specbench.methods.pld import PromptLookupDrafter
 from specbench.methods.recycling import DEFAULT_TREE as RECYCLING_TREE
 from specbench.methods.recycling import RecyclingDrafter
@@ -238,6 +239,10 @@ LOSSLESS = {
     "random trees": Case(lambda t, d, p, r: RandomTreeDrafter(VOCAB, seed=3), 25, 200),
     "eagle (dynamic tree)": Case(lambda t, d, p, r: eagle_drafter(t, False, r), 50, 300),
     "eagle1 (static tree)": Case(lambda t, d, p, r: eagle_drafter(t, True, r), 50, 400),
+    # eagle-hass is eagle's drafter with another training objective: its head here is the same random one
+    "eagle-hass (eagle's drafter)": Case(lambda t, d, p, r: eagle_drafter(t, False, r), 50, 300),
+    "pard (K tokens from one forward, mask id 11)": Case(
+        lambda t, d, p, r: PardDrafter(d, 3, VOCAB, 11, chain=draft_chain(d, r)), 400, 1000),
     "medusa": Case(lambda t, d, p, r: medusa_drafter(t, p, r), 300, 400),
     # The 1-layer target has no layer swift may skip: its view is the target itself, so this checks the view's own
     # cache and q (tests/test_swift.py tests a 4-layer target with layers skipped). 5000 deep accepts and 2500 full
