@@ -80,9 +80,8 @@ class RootStep(torch.nn.Module):
 class HeadCache:
     """One feature head's cache and forwards, shared by the drafters of every row."""
     head: Any  # a feature_tree.FeatureHead
-    runner: ModelRunner  # its cache, shapes and graphs (beside the target's runner)
+    runner: ModelRunner  # its cache, shapes and graphs (beside the target's runner); its model: the HeadStep
     tree_slots: int  # the most nodes one search runs (they go after a row's context)
-    step: HeadStep
     root_step: RootStep
     owners: list[int] = field(default_factory=list)  # who holds each cache row, in row order
 
@@ -91,7 +90,7 @@ class HeadCache:
         step = HeadStep(head)
         runner = (target.drafter_runner(step, layers=1) if target is not None
                   else ModelRunner(step, fixed_shapes=False, layers=1))
-        return HeadCache(head, runner, tree_slots, step, RootStep(head))
+        return HeadCache(head, runner, tree_slots, RootStep(head))
 
     def expand_root(self, root: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The top k (draft log-probs, draft indices) [R, 1, k] under each row's root feature root [R, W]; rows
@@ -152,7 +151,7 @@ class HeadCache:
                                for name, t in state.items()}
         key = (size_rows, size, features.shape[-1], ran, k, then is not None) if shape.captured else None
         found = self.runner.graphs.call(
-            key, lambda given: self.step(given, self.runner.cache, shape.key_slots, k, then, n), inputs)
+            key, lambda given: self.runner.model(given, self.runner.cache, shape.key_slots, k, then, n), inputs)
         if not shape.captured:
             return found
         # Views of the graph's outputs: valid until its shape replays, in the next search (no shape repeats within one).
