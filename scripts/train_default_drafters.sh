@@ -98,12 +98,14 @@ if [[ $what == all || $what == fair || $what == fair-* ]]; then
   # Budget 640k: the first 11 chunks of the self-distilled dataset, as `eagle3-640k` above (whose two heads,
   # heads/eagle3/smollm2-135m-instruct-640k and heads/eagle/smollm2-135m-instruct/equal-data, are this budget's eagle3
   # and eagle rows). Run one with `fair-<method>` (fair-medusa, fair-hydra, fair-sps, fair-eagle-hass: EAGLE's head
-  # trained with HASS's objective, eagle-hass's row).
+  # trained with HASS's objective, eagle-hass's row; fair-pard: PARD's draft from scratch, not from the sps draft,
+  # so that it too learns from 640k positions only; fair-dflash).
   FAIR=("${DISTILLED[@]}" --feature-layers 2,15,27 --max-tokens 640000 --lr 5e-4 --batch-tokens 2048 --eval-every 50)
-  for method in medusa hydra sps eagle-hass; do
+  for method in medusa hydra sps eagle-hass pard dflash; do
     if [[ $what == all || $what == fair || $what == "fair-$method" ]]; then
       trainer=("$method"); [[ $method == sps ]] && trainer=(sps-draft)
       [[ $method == eagle-hass ]] && trainer=(eagle --objective hass)
+      [[ $method == pard ]] && trainer=(pard --opt init=scratch)
       python -m specbench train "${trainer[@]}" "${FAIR[@]}" --out "heads/$method/smollm2-135m-instruct/fair-640k"
     fi
   done

@@ -14,12 +14,7 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
-
-def fused_layers(num_hidden_layers: int) -> tuple[int, int, int]:
-    """The target layers whose inputs EAGLE-3 reads (2, L//2, L-3), as indices into transformers'
-    output_hidden_states; clamped to [0, L] for the tiny targets of tests (fewer than five layers)."""
-    n = num_hidden_layers
-    return min(2, n), n // 2, max(n - 3, 0)
+from specbench.methods.common.target_layers import fused_layers  # noqa: F401  (EAGLE-3's layers, named here too)
 
 
 class Eagle3Layer(nn.Module):

@@ -1,0 +1,112 @@
+"""DFlash's drafter: every row of a batch drafts its block in ONE forward of the draft (methods/dflash/model.py).
+
+A row's step feeds the target's layer states of the positions the target cached since the row's last draft (the
+whole prompt on its first draft: the engine hands them back after each step, `StepResult.hidden`) as context
+columns, then its block [last emitted token, MASK x (B-1)], on the draft's own SlotCache through the draft's
+runner (the target's shape policy: fixed bucketed shapes under CUDA graphs). Context columns are left-padded to the
+step's width; a pad column is written past its row's block, where nothing reads before it is overwritten. The draft
+tokens are the argmax of each mask position (as the reference drafts at any temperature): deterministic candidates,
+which the engine's rule verifies losslessly (accepted with p(x) at T>0).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
+from specbench.decode.drafting import propose_together
+from specbench.decode.inputs import to_device
+from specbench.decode.layout import additive
+from specbench.decode.runner import ModelRunner
+from specbench.errors import SpecbenchError
+from specbench.methods.dflash.model import DFlashDraft
+
+
+@dataclass
+class BlockCache:
+    """The draft's cache and forwards, shared by the drafters of every row (each names its cache row by id)."""
+    runner: ModelRunner
+    owners: list[int] = field(default_factory=list)  # who holds each cache row, in row order
+
+    def arrange(self, owners: list[int]) -> list[bool]:
+        """Cache rows in the order of `owners`; returns which rows are new."""
+        fresh = self.runner.arrange(self.owners, owners)
+        self.owners = list(owners)
+        return fresh
+
+
+class DFlashDrafter(Drafter):
+    def __init__(self, model: DFlashDraft, block_size: int, cache: BlockCache) -> None:
+        if block_size < 2:
+            raise SpecbenchError(f"dflash: block must be >= 2 (the root and at least one mask), got {block_size}")
+        self.model, self.block_size, self.cache = model, block_size, cache
+        self.hidden_layers = model.target_layers
+        self._reset()
+
+    def _reset(self) -> None:
+        self.fed = 0  # context positions the draft's cache holds
+        self.pending: torch.Tensor | None = None  # target states of the positions after them, not fed yet
+
+    def begin(self, ctx: DecodeContext) -> None:
+        self._reset()
+
+    @torch.inference_mode()
+    def propose(self, ctx: DecodeContext) -> Draft:
+        return block_drafts([self], [ctx])[0]
+
+    def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
+        if step.hidden is not None and len(step.hidden):
+            self.pending = step.hidden if self.pending is None else torch.cat([self.pending, step.hidden])
+
+    @classmethod
+    def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
+        return propose_together(DFlashDrafter, drafters, ctxs, block_drafts, shared=("cache", "model"))
+
+
+def block_drafts(drafters: list[DFlashDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
+    """Every row's chain of B-1 tokens from one forward of the shared draft; empty for a row whose context the
+    target has not scored yet (its first step: the prompt's prefill)."""
+    drafts = [Draft() for _ in drafters]
+    live = [b for b, d in enumerate(drafters) if d.pending is not None]
+    if not live:
+        return drafts
+    rows, first = [drafters[b] for b in live], drafters[0]
+    for d, fresh in zip(rows, first.cache.arrange([id(d) for d in rows])):
+        if fresh and d.fed:
+            raise SpecbenchError("dflash: a row's draft cache was lost mid-generation")
+    size = first.block_size
+    ends = [len(ctxs[b].token_ids) - 1 for b in live]  # each row's block starts here (its last emitted token)
+    assert all(d.fed + len(d.pending) == end for d, end in zip(rows, ends)), "context states out of step"
+    runner = first.cache.runner
+    shape = runner.fit(len(rows), max(len(d.pending) for d in rows) + size, max(d.fed for d in rows))
+    width = shape.tokens - size  # context columns (left-padded)
+    positions = np.tile(np.arange(shape.tokens, dtype=np.int64), (shape.rows, 1))
+    limits = np.full(shape.rows, shape.tokens, dtype=np.int64)
+    roots = np.zeros(shape.rows, dtype=np.int64)
+    for r, (d, end, b) in enumerate(zip(rows, ends, live)):
+        pad = width - len(d.pending)
+        positions[r, :pad] = end + size + np.arange(pad)  # past the block: overwritten before anything reads them
+        positions[r, pad:] = d.fed + np.arange(len(d.pending) + size)
+        limits[r], roots[r] = end + size, ctxs[b].token_ids[-1]
+    device = first.model.fc.weight.device
+    staged = to_device(np.concatenate([positions.ravel(), limits, roots]), device)
+    at = positions.size
+    position_ids = staged[:at].view(shape.rows, shape.tokens)
+    slots = torch.arange(shape.key_slots, device=device)
+    mask = additive((slots[None, :] < staged[at : at + shape.rows, None])[:, None].expand(-1, size, -1),
+                    first.model.fc.weight.dtype)
+    features = torch.zeros(shape.rows, width, first.model.fc.in_features, device=device,
+                           dtype=first.model.fc.weight.dtype)
+    for r, d in enumerate(rows):
+        features[r, width - len(d.pending) :] = d.pending
+    ids = torch.zeros(shape.rows, size, dtype=torch.long, device=device)
+    ids[:, 0] = staged[at + shape.rows :]
+    inputs = {"input_ids": ids, "features": features, "position_ids": position_ids, "input_pos": position_ids,
+              "attention_mask": mask}
+    tokens = runner.forward(inputs, shape, size - 1, False)[: len(rows)].argmax(-1).tolist()
+    for b, d, end, row_tokens in zip(live, rows, ends, tokens):
+        d.fed, d.pending = end, None
+        drafts[b] = Draft.chain(row_tokens)
+    return drafts
