@@ -7,7 +7,7 @@
 #      temperature -> reports/fair/settings.yaml
 #   3. run: the first 10 questions of each task with those settings (never the tuned-on ones); the run folder is
 #      committed (reports/fair/run/) so that a stopped session resumes it: rerun this script.
-# Usage: [BUDGET=640k|4m] [LIMIT=N] bash scripts/figures/fair.sh [tune|run|all] [TEMPERATURES, default 0,1]   (LIMIT: questions per
+# Usage: [BUDGET=640k|640k-new|4m] [LIMIT=N] bash scripts/figures/fair.sh [tune|run|all] [TEMPERATURES, default 0,1]   (LIMIT: questions per
 # task, default 10; a run folder resumes with a larger LIMIT)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,8 +28,18 @@ case "${BUDGET:-640k}" in
         TRAINED=("sps@head=$H/sps/$T/fair-4m" "medusa@head=$H/medusa/$T/fair-4m" "hydra@head=$H/hydra/$T/fair-4m"
                  "eagle@head=$E" "eagle3@head=$H/eagle3/$T" "samd-eagle@head=$E")
         FREE=() ;;
-  *) echo "fair.sh: BUDGET must be 640k or 4m, got ${BUDGET}" >&2; exit 2 ;;
+  # BUDGET=640k-new: the drafters added since the 640k tables were made (eagle-hass, pard, dflash; scripts/
+  # train_default_drafters.sh fair-eagle-hass, fair-pard, fair-dflash), tuned and run beside vanilla, eagle and eagle3
+  # with their 640k heads, so that their speedups and paired tau compare within one run.
+  640k-new) E=$H/eagle/$T/equal-data; TAG="new-"
+        TRAINED=("eagle@head=$E" "eagle3@head=$H/eagle3/$T-640k" "eagle-hass@head=$H/eagle-hass/$T/fair-640k"
+                 "pard@head=$H/pard/$T/fair-640k" "dflash@head=$H/dflash/$T/fair-640k")
+        PAIRS=(eagle-hass eagle pard eagle dflash eagle dflash eagle3 eagle3 eagle)
+        FREE=() ;;
+  *) echo "fair.sh: BUDGET must be 640k, 640k-new or 4m, got ${BUDGET}" >&2; exit 2 ;;
 esac
+# The reader's questions, as pairs (a b: is a's tau above b's?), with 95% paired per-turn intervals.
+[[ -v PAIRS ]] || PAIRS=(hydra medusa eagle hydra eagle3 eagle)
 METHODS=$(IFS=,; echo "${FREE[*]}${FREE[*]:+,}${TRAINED[*]}")
 NAME="${TAG}T${temps//,/-}"  # settings-NAME.yaml, run-NAME/ (records) and NAME/ (tables), e.g. 4m-T0
 # QDIR: the six question files (python -m specbench tasks download data/tasks); the committed runs read
@@ -51,9 +61,8 @@ if [[ $what == all || $what == run ]]; then
       || echo "fair.sh: check found a lossless method that differs from vanilla (check.txt)"
   fi
   python scripts/step_times.py reports/fair/run-"$NAME" > reports/fair/"$NAME"/step_times.md
-  # The reader's questions, with 95% paired per-turn intervals: hydra above medusa? eagle above hydra? eagle3?
   for t in ${temps//,/ }; do
-    python scripts/paired_tau.py reports/fair/run-"$NAME" hydra medusa eagle hydra eagle3 eagle \
+    python scripts/paired_tau.py reports/fair/run-"$NAME" "${PAIRS[@]}" \
       --temperature "$t"
   done | tee reports/fair/"$NAME"/paired_tau.txt
 fi
