@@ -118,7 +118,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     cfg = TrainConfig(out=args.out, lr=args.lr, batch_tokens=args.batch_tokens, max_tokens=args.max_tokens,
                       max_hours=args.hours, eval_every=args.eval_every, snapshot_tokens=args.snapshot_tokens,
-                      autocast=args.autocast,
+                      autocast=args.autocast, options=tuple(sorted(options.items())),
                       seed=args.seed)
     result = trainers[args.method](target, cache, cfg, options)
     print("held-out: " + " ".join(f"{k}={v:.4f}" for k, v in result.items()))

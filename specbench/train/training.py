@@ -40,6 +40,8 @@ class TrainConfig:
     # "bfloat16": each training step's loss runs under torch.autocast (mixed precision, as the official EAGLE
     # trainers train; weights and optimizer stay fp32, held-out evaluation too). None: fp32 throughout.
     autocast: str | None = None
+    # The method's own options (`--opt KEY=VALUE`: a draft's layers, where it starts from), recorded in train.json.
+    options: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -203,7 +205,8 @@ def write_provenance(cfg: TrainConfig, cache: FeatureCache, conversations: int) 
     and conversations) and the machine, for the budget table of every report that decodes with these weights."""
     (cfg.out / "train.json").write_text(json.dumps({
         "settings": {k: v if isinstance(v, (int, float, bool)) or v is None else str(v) for k, v in asdict(cfg).items()
-                     if k != "out"},
+                     if k not in ("out", "options")},
+        "options": dict(cfg.options),
         "data": {"features": str(cache.folder), "chunks": len(cache.chunks()), "conversations": conversations,
                  **cache.manifest().get("settings", {})},
         "machine": {"cpu": cpu_description(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -238,7 +241,7 @@ def fit(trainable: Trainable, cache: FeatureCache, cfg: TrainConfig) -> dict[str
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     state = {"step": 0, "epoch": 0, "batch": 0, "tokens": 0, "seconds": 0.0}
     checkpoint = cfg.out / "checkpoint.pt"
-    settings = {k: str(v) for k, v in asdict(cfg).items() if k not in ("out", "max_tokens", "max_hours", "snapshot_tokens")}
+    settings = {k: str(v) for k, v in asdict(cfg).items() if k not in ("out", "max_tokens", "max_hours", "snapshot_tokens", "options")}
     if checkpoint.is_file():
         saved = torch.load(checkpoint, weights_only=False)
         if saved["settings"] != settings:
