@@ -80,15 +80,24 @@ class DFlashDraft(nn.Module):
         self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
         self.mask_embedding = nn.Parameter(torch.randn(hidden) * config.initializer_range)
         self.rotary_emb = LlamaRotaryEmbedding(config)
-        # The target's embedding, lm_head weight and bias (detached: frozen, never saved), set by `share`.
-        self.shared: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
+        self.embedding: torch.Tensor | None = None  # the target's (detached: frozen, never saved), set by `share`
+        self.lm_head: nn.Linear | None = None  # over the target's weights (frozen, never saved), set by `share`
 
     def share(self, target: nn.Module) -> "DFlashDraft":
-        """Read the target's embedding and lm_head (frozen: not parameters of the draft, never saved)."""
+        """Read the target's embedding and lm_head (frozen: never trained or saved; the lm_head a module of the draft,
+        so that the runtime's few-token kernels serve it as the draft's other products)."""
         head = target.get_output_embeddings()
-        bias = None if getattr(head, "bias", None) is None else head.bias.detach()
-        self.shared = (target.get_input_embeddings().weight.detach(), head.weight.detach(), bias)
+        bias = getattr(head, "bias", None)
+        self.lm_head = nn.Linear(head.weight.shape[1], head.weight.shape[0], bias=bias is not None, device="meta")
+        self.lm_head.weight = nn.Parameter(head.weight.detach(), requires_grad=False)
+        if bias is not None:
+            self.lm_head.bias = nn.Parameter(bias.detach(), requires_grad=False)
+        self.embedding = target.get_input_embeddings().weight.detach()
         return self
+
+    def own_state(self) -> dict[str, torch.Tensor]:
+        """The draft's own weights (what a checkpoint holds): all but the target's lm_head."""
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("lm_head.")}
 
     @property
     def target_layers(self) -> tuple[int, ...]:
@@ -104,8 +113,8 @@ class DFlashDraft(nn.Module):
 
     def block_inputs(self, roots: torch.Tensor, size: int) -> torch.Tensor:
         """The block's input embeddings [R, size, H]: each row's root token, then masks."""
-        assert self.shared is not None, "share(target) first"
-        root = nn.functional.embedding(roots, self.shared[0]).to(self.mask_embedding.dtype)[:, None]
+        assert self.embedding is not None, "share(target) first"
+        root = nn.functional.embedding(roots, self.embedding).to(self.mask_embedding.dtype)[:, None]
         return torch.cat([root, self.mask_embedding.expand(roots.shape[0], size - 1, -1)], dim=1)
 
     def hidden_states(self, block: torch.Tensor, context: torch.Tensor, position_ids: torch.Tensor,
@@ -118,8 +127,8 @@ class DFlashDraft(nn.Module):
         return self.norm(block)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        assert self.shared is not None, "share(target) first"
-        return nn.functional.linear(hidden, self.shared[1], self.shared[2])
+        assert self.lm_head is not None, "share(target) first"
+        return self.lm_head(hidden)
 
     def forward(self, input_ids: torch.Tensor, features: torch.Tensor, position_ids: torch.Tensor,
                 attention_mask: torch.Tensor, cache: Cache | None = None, logits_to_keep: int = 0,

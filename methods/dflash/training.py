@@ -112,7 +112,7 @@ def save_dflash(draft: DFlashDraft, folder: Path) -> None:
     config = draft.config.to_dict()
     config[DFLASH_KEY] = True
     (folder / "config.json").write_text(json.dumps(config, indent=1))
-    save_file({k: v.detach().to("cpu").contiguous() for k, v in draft.state_dict().items()},
+    save_file({k: v.detach().to("cpu").contiguous() for k, v in draft.own_state().items()},
               str(folder / "model.safetensors"))
 
 
@@ -126,9 +126,12 @@ def load_dflash(folder: Path, target: PreTrainedModel) -> DFlashDraft:
     if config.hidden_size != target.config.hidden_size or max(getattr(config, LAYERS_KEY)) > \
             target.config.num_hidden_layers:
         raise SpecbenchError(f"DFlash draft {folder} does not fit the target (hidden size or layers read)")
-    draft = DFlashDraft(config)
-    draft.load_state_dict({k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()})
-    return draft.share(target).to(target.device, target.dtype).eval()
+    draft = DFlashDraft(config).share(target)
+    missing, unexpected = draft.load_state_dict(
+        {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}, strict=False)
+    if unexpected or any(not k.startswith("lm_head.") for k in missing):
+        raise SpecbenchError(f"{folder}: weights do not match its config")
+    return draft.to(target.device, target.dtype).eval()
 
 
 def train(target: LoadedModel, cache: FeatureCache, cfg: TrainConfig, options: dict[str, str]) -> dict[str, float]:
