@@ -19,7 +19,6 @@ from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.methods.common.target_layers import fused_layers
 from specbench.methods.dflash import DFlashDrafter
-from specbench.methods.dflash.drafter import BlockCache
 from specbench.methods.dflash.model import DFlashDraft, dflash_config
 from specbench.methods.dflash.training import DFlashTrainable, anchors, block_mask
 from specbench.methods.vanilla import VanillaDrafter
@@ -75,7 +74,7 @@ def draft(target):
 
 
 def drafter(draft: DFlashDraft, runner: ModelRunner, block: int = 4) -> DFlashDrafter:
-    return DFlashDrafter(draft, block, BlockCache(runner.drafter_runner(draft)))
+    return DFlashDrafter(draft, block, runner.drafter_runner(draft))
 
 
 def test_a_training_block_is_the_inference_forward_at_its_anchor(target):
@@ -110,7 +109,7 @@ def test_t0_is_vanillas_output_with_deep_accepts(target, draft, fixed_shapes):
         expected = generate(target, p, VanillaDrafter(), Sampling(), 40, set()).token_ids
         runner = ModelRunner(target, fixed_shapes)
         mine = drafter(draft, runner)
-        draft_runner = mine.cache.runner
+        draft_runner = mine.runner
         calls = []
         draft_runner.forward = lambda *a, _f=draft_runner.forward: calls.append(1) or _f(*a)  # count draft forwards
         out = generate(target, p, mine, Sampling(), 40, set(), runner=runner)

@@ -17,7 +17,7 @@ finished trees to the host.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -83,7 +83,6 @@ class HeadCache:
     runner: ModelRunner  # its cache, shapes and graphs (beside the target's runner); its model: the HeadStep
     tree_slots: int  # the most nodes one search runs (they go after a row's context)
     root_step: RootStep
-    owners: list[int] = field(default_factory=list)  # who holds each cache row, in row order
 
     @staticmethod
     def of(head: Any, target: ModelRunner | None, tree_slots: int) -> "HeadCache":
@@ -105,10 +104,13 @@ class HeadCache:
         return logp[:rows], index[:rows]
 
     def arrange(self, owners: list[int]) -> list[bool]:
-        """Cache rows in the order of `owners`; returns which rows are new (they hold no context yet)."""
-        fresh = self.runner.arrange(self.owners, owners)
-        self.owners = list(owners)
-        return fresh
+        """Cache rows in the order of `owners` (ModelRunner.arrange); returns which rows are new (they hold no
+        context yet)."""
+        return self.runner.arrange(owners)
+
+    @property
+    def owners(self) -> list[int]:
+        return self.runner.owners
 
     def fill(self, tokens: torch.Tensor, features: torch.Tensor, start: torch.Tensor, end: int) -> torch.Tensor:
         """The head over each row's new context positions (tokens [R, n], their target features [R, n, F]; row b's

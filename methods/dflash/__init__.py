@@ -13,7 +13,7 @@ from specbench.method import BuildContext, MethodInfo, Option
 from specbench.methods.common.random_drafter import RANDOM_FROM, seeded, wants_random
 from specbench.methods.common.shipped import HEAD, trained_folder
 from specbench.methods.common.target_layers import fused_layers
-from specbench.methods.dflash.drafter import BlockCache, DFlashDrafter
+from specbench.methods.dflash.drafter import DFlashDrafter
 from specbench.methods.dflash.model import DFlashDraft, dflash_config
 from specbench.methods.dflash.training import load_dflash, train
 
@@ -40,7 +40,7 @@ def build(ctx: BuildContext) -> Drafter:
     prepare_drafter(draft, ctx.target.runtime)
     runner = ctx.target.runner
     runner = runner.drafter_runner(draft) if runner is not None else ModelRunner(draft, fixed_shapes=False)
-    drafter = DFlashDrafter(draft, ctx.option("block") or draft.block_size, BlockCache(runner))
+    drafter = DFlashDrafter(draft, ctx.option("block") or draft.block_size, runner)
     drafter.trained_from = str(folder)
     return drafter
 

@@ -10,8 +10,6 @@ which the engine's rule verifies losslessly (accepted with p(x) at T>0).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import torch
 
@@ -24,24 +22,12 @@ from specbench.errors import SpecbenchError
 from specbench.methods.dflash.model import DFlashDraft
 
 
-@dataclass
-class BlockCache:
-    """The draft's cache and forwards, shared by the drafters of every row (each names its cache row by id)."""
-    runner: ModelRunner
-    owners: list[int] = field(default_factory=list)  # who holds each cache row, in row order
-
-    def arrange(self, owners: list[int]) -> list[bool]:
-        """Cache rows in the order of `owners`; returns which rows are new."""
-        fresh = self.runner.arrange(self.owners, owners)
-        self.owners = list(owners)
-        return fresh
-
-
 class DFlashDrafter(Drafter):
-    def __init__(self, model: DFlashDraft, block_size: int, cache: BlockCache) -> None:
+    def __init__(self, model: DFlashDraft, block_size: int, runner: ModelRunner) -> None:
+        """runner: the draft's (its cache and forwards), shared by the drafters of every row."""
         if block_size < 2:
             raise SpecbenchError(f"dflash: block must be >= 2 (the root and at least one mask), got {block_size}")
-        self.model, self.block_size, self.cache = model, block_size, cache
+        self.model, self.block_size, self.runner = model, block_size, runner
         self.hidden_layers = model.target_layers
         self._reset()
 
@@ -62,7 +48,7 @@ class DFlashDrafter(Drafter):
 
     @classmethod
     def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
-        return propose_together(DFlashDrafter, drafters, ctxs, block_drafts, shared=("cache", "model"))
+        return propose_together(DFlashDrafter, drafters, ctxs, block_drafts, shared=("runner", "model"))
 
 
 def block_drafts(drafters: list[DFlashDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
@@ -73,13 +59,13 @@ def block_drafts(drafters: list[DFlashDrafter], ctxs: list[DecodeContext]) -> li
     if not live:
         return drafts
     rows, first = [drafters[b] for b in live], drafters[0]
-    for d, fresh in zip(rows, first.cache.arrange([id(d) for d in rows])):
+    for d, fresh in zip(rows, first.runner.arrange([id(d) for d in rows])):
         if fresh and d.fed:
             raise SpecbenchError("dflash: a row's draft cache was lost mid-generation")
     size = first.block_size
     ends = [len(ctxs[b].token_ids) - 1 for b in live]  # each row's block starts here (its last emitted token)
     assert all(d.fed + len(d.pending) == end for d, end in zip(rows, ends)), "context states out of step"
-    runner = first.cache.runner
+    runner = first.runner
     shape = runner.fit(len(rows), max(len(d.pending) for d in rows) + size, max(d.fed for d in rows))
     width = shape.tokens - size  # context columns (left-padded)
     positions = np.tile(np.arange(shape.tokens, dtype=np.int64), (shape.rows, 1))

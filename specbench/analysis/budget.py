@@ -69,6 +69,8 @@ def training_budget(folder: str) -> dict[str, str]:
     source = data.get("dataset") or data.get("data") or data.get("features", "?")
     described = f"{Path(str(source)).name}: {data.get('conversations', '?')} conversations" + (
         f" ({data['chunks']} chunks)" if "chunks" in data else f" ({data['mode']} replies)" if "mode" in data else "")
+    if train.get("options"):  # the trainer's own options (--opt), e.g. a draft trained from scratch
+        described += "; " + ", ".join(f"{k}={v}" for k, v in train["options"].items())
     hardware = machine.get("cuda_device") or machine.get("cpu", "?")
     threads = f", {machine['torch_threads']} threads" if "torch_threads" in machine else ""
     return {"data": described, "positions": positions,

@@ -11,7 +11,7 @@ them move up, as the engine's do.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -30,17 +30,14 @@ class DraftChain:
     # Rows of the draft's lm_head it scores (a reduced draft vocabulary: cheaper on a CPU), applied to the decoder's
     # last hidden state; None: the model's own logits.
     head: torch.Tensor | None = None
-    owners: list[int] = field(default_factory=list)  # who holds each cache row, in row order
 
     @staticmethod
     def of(runner: ModelRunner, head: torch.Tensor | None = None) -> "DraftChain":
         return DraftChain(runner, AttentionLayout.of(runner.model.config), head)
 
     def arrange(self, owners: list[int]) -> list[bool]:
-        """Cache rows in the order of `owners` (kv.arrange); returns which rows are new."""
-        fresh = self.runner.arrange(self.owners, owners)
-        self.owners = list(owners)
-        return fresh
+        """Cache rows in the order of `owners` (ModelRunner.arrange); returns which rows are new."""
+        return self.runner.arrange(owners)
 
     def logits(self, feeds: list[list[int]], lengths: list[int]) -> torch.Tensor:
         """Row b's draft logits [rows, V] (V: the head's rows, with one) after feeding feeds[b] (non-empty) at slots

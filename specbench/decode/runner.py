@@ -62,6 +62,7 @@ class ModelRunner:
     cache: SlotCache | None = None
     graphs: Graphs = field(init=False)
     drafting: list[Graphs] = field(default_factory=list)  # the graphs of the drafters beside it (a target's)
+    owners: list[int] = field(default_factory=list)  # a drafter's cache: who holds each row, in row order (arrange)
 
     def __post_init__(self) -> None:
         self.graphs = Graphs(self.capture)
@@ -102,11 +103,13 @@ class ModelRunner:
             self.graphs.graphs.clear()
         return cache
 
-    def arrange(self, before: list[int], owners: list[int]) -> list[bool]:
-        """A drafter's cache rows in the order of `owners` (kv.arrange), room made for them all first (a row that
-        stays may move past the rows the cache had: a group of drafters drafting together grew); returns which rows
-        are new."""
-        return arrange(self.reserve(len(owners), 0), before, owners)
+    def arrange(self, owners: list[int]) -> list[bool]:
+        """A drafter's cache rows in the order of `owners` (keys of the rows' drafters; kv.arrange), room made for
+        them all first (a row that stays may move past the rows the cache had: a group of drafters drafting together
+        grew); returns which rows are new (they hold nothing yet)."""
+        fresh = arrange(self.reserve(len(owners), 0), self.owners, owners)
+        self.owners = list(owners)
+        return fresh
 
     @property
     def capacity(self) -> int:
