@@ -62,6 +62,7 @@ from specbench.train.training import Batch
 from tests.conftest import tiny_llama
 from tests.drafters import ModelTreeDrafter, RandomTreeDrafter
 from tests.stats import goodness_of_fit
+from tests.test_dflash import distribution_drafter
 
 VOCAB = 12
 TOKENS = 4
@@ -243,6 +244,8 @@ LOSSLESS = {
     "eagle-hass (eagle's drafter)": Case(lambda t, d, p, r: eagle_drafter(t, False, r), 50, 300),
     "pard (K tokens from one forward, mask id 11)": Case(
         lambda t, d, p, r: PardDrafter(d, 3, VOCAB, 11, chain=draft_chain(d, r)), 400, 1000),
+    "dflash (a draft trained for a moment; deterministic blocks)": Case(
+        lambda t, d, p, r: distribution_drafter(t, p, SAMPLING, r), 300, 300),
     "medusa": Case(lambda t, d, p, r: medusa_drafter(t, p, r), 300, 400),
     # The 1-layer target has no layer swift may skip: its view is the target itself, so this checks the view's own
     # cache and q (tests/test_swift.py tests a 4-layer target with layers skipped). 5000 deep accepts and 2500 full
