@@ -20,6 +20,7 @@ import torch
 
 from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate_batch
+from specbench.decode.names import Runtime
 from specbench.decode.sampling import Sampling
 from specbench.decode.synthetic import SyntheticAcceptance
 from specbench.decode.target import LoadedModel, chat_prompt, load_model
@@ -46,8 +47,10 @@ class Result:
         return len(self.token_ids) / max(1, len(self.accept_lengths))
 
 
-def load_target(name: str, device: str | None = None, dtype: str | None = None, runtime: str = "auto") -> LoadedModel:
-    """A target by short name (see `list`'s targets), HF id, local folder or .gguf file."""
+def load_target(name: str, device: str | None = None, dtype: str | None = None,
+                runtime: Runtime | str = "auto") -> LoadedModel:
+    """A target by short name (see `list`'s targets), HF id, local folder or .gguf file; `runtime`: a Runtime
+    (kernels and graphs) or one of its single names (specbench.decode.names.RUNTIME_NAMES)."""
     return load_model(name, device, dtype, runtime)
 
 

@@ -21,7 +21,7 @@ def test_a_cpu_run_at_fixed_shapes_meets_no_new_target_shape_while_timed(tiny_ta
     out = tmp_path / "r"
     assert main(["run", "--target", str(tiny_target_dir), "--out", str(out), "--max-new-tokens", "12",
                  "--methods", "vanilla,pld", "--tasks", "gsm8k,mt_bench", "--limit", "2", "--temperatures", "0",
-                 "--runtime", "compiled", "--batch-size", "1,2"]) == 0
+                 "--graphs", "on", "--batch-size", "1,2"]) == 0
     graphs = json.loads((out / "run.json").read_text())["environment"]["cuda_graphs"]
     assert graphs["asked"] is False  # the CPU: nothing captured, the shapes counted as they would be
     # rows 1 and 2, every block size, without hidden states (neither method reads them): all met before timing
@@ -63,7 +63,7 @@ def test_require_graphs_makes_a_failed_capture_an_error():
 def test_require_graphs_on_a_runtime_that_captures_nothing_is_one_error_line(tiny_target_dir, tmp_path, capsys):
     code = main(["run", "--target", str(tiny_target_dir), "--out", str(tmp_path / "r"), "--max-new-tokens", "4",
                  "--methods", "vanilla", "--tasks", "gsm8k", "--limit", "1", "--temperatures", "0",
-                 "--runtime", "compiled", "--require-graphs"])
+                 "--graphs", "on", "--require-graphs"])
     assert code != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--require-graphs" in err[0] and "no CUDA device" in err[0], err

@@ -30,11 +30,11 @@ def test_the_device_calls_pass_as_the_device_gets_them(tmp_path):
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-6000:]
     assert "every step of the device calls exited 0" in log
-    for step in ("setup: exit 0", "doctor: exit 0", "compiled fp32: exit 0", "eager fp32: exit 0",
-                 "compiled vanilla = eager vanilla (fp32): exit 0", "CUDA mask and capture tests: exit 0"):
+    for step in ("setup: exit 0", "doctor: exit 0", "graphs fp32: exit 0", "eager fp32: exit 0",
+                 "graphs vanilla = eager vanilla (fp32): exit 0", "CUDA mask and capture tests: exit 0"):
         assert step in log, step
     runs = tmp_path / "device" / "keep" / "runs"
-    assert (runs / "compiled-float32" / "records.jsonl").is_file() and (tmp_path / "device" / "out" / "gpu-runtime.tgz").is_file()
+    assert (runs / "graphs-float32" / "records.jsonl").is_file() and (tmp_path / "device" / "out" / "gpu-runtime.tgz").is_file()
     assert not (tmp_path / "device" / "tree" / "reports").exists()  # the tree travelled without the data folders
 
 
@@ -46,7 +46,7 @@ def test_a_drafter_pointer_left_out_of_the_carried_folders_fails_the_rehearsal(t
     steps = (tmp_path / "device" / "out" / "log.txt").read_text()  # what the steps printed
     assert "FAIL  eagle for smollm2-135m-instruct: no DEFAULT file names a drafter" in steps, log[-4000:]
     assert "stopping: nothing after the failed step can work" in log  # no device time spent on runs that would fail
-    assert "compiled fp32 (limit" not in log
+    assert "graphs fp32 (limit" not in log
 
 
 def test_the_tree_that_travels_has_no_data_folders():

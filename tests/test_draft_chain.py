@@ -1,6 +1,6 @@
 """Draft models' chains (specbench.decode.chain.DraftChain): sps's and swift's drafters keep a slot cache of their
 own beside the target's runner, right-padded rows written at their own slots, every row of a batch drafted in one
-forward per token. At fixed shapes (padded, as `--runtime compiled` runs them) they must draft exactly what they draft
+forward per token. At fixed shapes (padded, as `--graphs on` runs them) they must draft exactly what they draft
 at their own shapes (T=0), sample vanilla's distribution (T>0), and draft a batch's rows together exactly as each
 alone."""
 from __future__ import annotations

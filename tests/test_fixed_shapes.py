@@ -1,4 +1,4 @@
-"""Fixed shapes (`--runtime compiled`: ModelRunner(fixed_shapes=True), specbench.decode.runner) on the CPU, where
+"""Fixed shapes (`--graphs on`: ModelRunner(fixed_shapes=True), specbench.decode.runner) on the CPU, where
 they run padded and uncaptured: the same code as on CUDA but for the graph replay. Every lossless method emits
 exactly what it emits at its own shapes (fixed_shapes=False) at T=0 (fp32), samples vanilla's distribution at T>0
 with the distribution tests' power floors, and decodes a batch of four as it decodes each row alone."""
@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from specbench.decode.engine import generate, generate_batch
+from specbench.decode.names import Runtime
 from specbench.decode.runner import BLOCK_SIZES, ModelRunner, bucket
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import load_model
@@ -110,13 +111,30 @@ def test_fixed_shapes_cache_is_kept_across_generations_and_grows_when_needed():
     assert out.token_ids == generate(model, long, VanillaDrafter(), Sampling(), 8, set()).token_ids
 
 
-def test_compiled_runtime_on_the_cpu_has_fixed_shapes_uncaptured(tiny_target_dir):
-    loaded = load_model(str(tiny_target_dir), "cpu", "float32", "compiled")
+def test_graphs_on_the_cpu_run_fixed_shapes_uncaptured_on_either_kernels(tiny_target_dir):
+    loaded = load_model(str(tiny_target_dir), "cpu", "float32", Runtime(graphs="on"))
     assert loaded.runner.fixed_shapes and not loaded.runner.capture and not loaded.runtime.captured
-    eager = load_model(str(tiny_target_dir), "cpu", "float32", "eager")
+    assert loaded.runtime.name == "few-token+graphs" and loaded.runtime.swapped_linears > 0
+    stock = load_model(str(tiny_target_dir), "cpu", "float32", Runtime(kernels="stock", graphs="on"))
+    assert stock.runner.fixed_shapes and stock.runtime.swapped_linears == 0 and stock.runtime.name == "stock+graphs"
+    eager = load_model(str(tiny_target_dir), "cpu", "float32", "eager")  # a single name: stock kernels, graphs off
     assert not eager.runner.fixed_shapes and eager.runtime.swapped_linears == 0
+    assert [Runtime.of(name) for name in ("compiled", "fast", "stock")] == [
+        Runtime("auto", "on"), Runtime("auto", "off"), Runtime("stock", "off")]
     with torch.inference_mode():
-        assert load_model(str(tiny_target_dir), "cpu", "float32").runtime.name == "fast"  # auto on the CPU
+        assert load_model(str(tiny_target_dir), "cpu", "float32").runtime.name == "few-token"  # auto on the CPU
+
+
+def test_runtime_choices_are_checked_with_one_error_line(tiny_target_dir, tmp_path, capsys):
+    from specbench.cli import main
+
+    base = ["run", "--target", str(tiny_target_dir), "--out", str(tmp_path / "r"), "--methods", "vanilla"]
+    assert main([*base, "--runtime", "eager", "--kernels", "stock"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--runtime eager names both choices" in err[0], err
+    with pytest.raises(ValueError, match="unknown graphs choice"):
+        Runtime(graphs="yes")
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_failed_capture_is_reported_once_and_decoding_goes_on_uncaptured():

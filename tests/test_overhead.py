@@ -83,7 +83,7 @@ def test_bench_overhead_runs_two_methods_on_both_runtimes(tmp_path, capsys):
     records = json.loads((out / "overhead.json").read_text())
     cells = records["cells"]
     assert [(c["method"], c["runtime"], c["batch"]) for c in cells] == [
-        (m, r, b) for r in ("fast", "compiled") for m in ("vanilla", "eagle@total_tokens=4") for b in (1, 2)]
+        (m, r, b) for r in ("few-token", "few-token+graphs") for m in ("vanilla", "eagle@total_tokens=4") for b in (1, 2)]
     for c in cells:
         assert c["steps"] == 3 and c["same_tokens"], c  # 4 tokens: a prefill step, then 3 one-token steps
         assert c["host_ms"] > 0 and c["forward_ms"] > 0 and c["torch_calls"] > 0
@@ -91,7 +91,7 @@ def test_bench_overhead_runs_two_methods_on_both_runtimes(tmp_path, capsys):
         assert c["blocking"] == pytest.approx(sum(c["blocking_calls"].values()))
     eagle = [c for c in cells if c["method"].startswith("eagle")]
     assert all(e["torch_calls"] > v["torch_calls"] for e, v in zip(eagle, [c for c in cells if c["method"] == "vanilla"]))
-    assert "--runtime" not in records["command"] and records["threads"] == 1  # both runtimes: the default
+    assert "--graphs" not in records["command"] and "--runtime" not in records["command"] and records["threads"] == 1  # both runtimes: the default
     remade = parser().parse_args(shlex.split(records["command"])[3:])  # the report's command parses as written
     assert (remade.methods, remade.batch_size, remade.max_new_tokens) == (["vanilla", "eagle@total_tokens=4"], [1, 2], 4)
     report = (out / "overhead.md").read_text()
@@ -113,7 +113,7 @@ def test_bench_overhead_options_refused_without_overhead(capsys):
 @needs_default_tokenizer
 def test_bench_overhead_needs_two_steps(capsys):
     code = main(["bench", "--overhead", "--target", "shape:tiny-llama", "--methods", "vanilla", "--batch-size", "1",
-                 "--max-new-tokens", "1", "--rounds", "1", "--runtime", "fast", "--tasks", "gsm8k"])
+                 "--max-new-tokens", "1", "--rounds", "1", "--graphs", "off", "--tasks", "gsm8k"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("specbench: error: bench --overhead: vanilla decoded") and "\n" not in err
 

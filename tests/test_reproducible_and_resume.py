@@ -135,7 +135,7 @@ def test_resume_refuses_changed_questions_runtime_and_device(tiny_target_dir, tm
     assert main([*base, "--question-dir", str(a)]) == 0
     finished = (out / "records.jsonl").read_text()
     for extra, setting in ((["--question-dir", str(b)], "question_dir"),
-                           (["--question-dir", str(a), "--runtime", "stock"], "runtime"),
+                           (["--question-dir", str(a), "--kernels", "stock"], "runtime"),
                            (["--question-dir", str(a), "--dtype", "bfloat16"], "dtype")):
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err
@@ -146,6 +146,20 @@ def test_resume_refuses_changed_questions_runtime_and_device(tiny_target_dir, tm
     assert main([*base, "--question-dir", str(a)]) == 2
     assert "device" in capsys.readouterr().err
     assert (out / "records.jsonl").read_text() == finished  # nothing finished is lost
+
+
+def test_a_run_that_names_its_runtime_by_a_single_name_resumes_with_the_two_choices(tiny_target_dir, tmp_path, capsys):
+    out = tmp_path / "r"
+    base = run_args(tiny_target_dir, out, "--methods", "vanilla", "--tasks", "gsm8k", "--temperatures", "0")
+    assert main([*base, "--limit", "1", "--runtime", "compiled"]) == 0
+    info = json.loads((out / "run.json").read_text())
+    assert info["settings"]["runtime"] == {"kernels": "auto", "graphs": "on"}
+    info["settings"]["runtime"] = "compiled"  # as runs from before the two choices recorded it
+    (out / "run.json").write_text(json.dumps(info))
+    assert main([*base, "--limit", "2", "--graphs", "on"]) == 0
+    assert len((out / "records.jsonl").read_text().splitlines()) == 2
+    assert main([*base, "--limit", "2", "--graphs", "off"]) == 2
+    assert "runtime" in capsys.readouterr().err
 
 
 def test_a_prompt_past_the_context_yields_stop_reason_context(tiny_target_dir):

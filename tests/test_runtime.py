@@ -8,6 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import DynamicCache
 
+from specbench.decode.names import Runtime
 from specbench.decode.runtime import (
     FEW_TOKENS,
     KERNELS,
@@ -51,7 +52,7 @@ def test_every_kernel_computes_the_linear_layer(bias, rows):
 @torch.inference_mode()
 def test_swapped_model_gives_the_stock_logits_at_every_token_count():
     model = tiny_llama(vocab=97, seed=3, layers=2, hidden=64)
-    info = prepare(model, "fast")
+    info = prepare(model, Runtime(kernels="few-token", graphs="off"))
     assert info.swapped_linears == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer, and lm_head
     if torch.backends.mkldnn.is_available():
         assert info.packed_linears == info.swapped_linears
@@ -101,7 +102,7 @@ def test_cost_bench_writes_a_curve_that_run_reuses(tiny_target_dir, tmp_path, ca
 def test_drafters_run_on_the_targets_kernels_and_stay_stock_with_a_stock_target():
     from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 
-    fast, stock = RuntimeInfo("fast", 15, FEW_TOKENS), RuntimeInfo("stock", 0, 0)
+    fast, stock = RuntimeInfo("few-token", 15, FEW_TOKENS), RuntimeInfo("stock", 0, 0)
     head = nn.Sequential(nn.Linear(16, 16), nn.SiLU(), nn.Linear(16, 8, bias=False))
     x = torch.randn(4, 16)
     expected = head(x)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specbench.decode.draft import Drafter
-from specbench.decode.runtime import prepare_drafter
+from specbench.decode.runtime import draft_model_runtime, prepare_drafter
 from specbench.decode.target import load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo, Option
@@ -39,9 +39,8 @@ def build(ctx: BuildContext) -> Drafter:
         return drafter
     if not chosen:
         raise SpecbenchError("sps needs a draft model: --draft NAME_OR_PATH (an HF causal LM with the target's tokenizer)")
-    # The draft runs on the target's runtime (stock when the target is stock).
-    runtime = ctx.target.runtime.name if ctx.target.runtime and ctx.target.runtime.swapped_linears else "stock"
-    draft = load_model(chosen, ctx.device, ctx.dtype, runtime)
+    # The draft runs on the target's kernels (stock when the target's are).
+    draft = load_model(chosen, ctx.device, ctx.dtype, draft_model_runtime(ctx.target.runtime))
     if draft.tokenizer.get_vocab() != ctx.target.tokenizer.get_vocab():
         raise SpecbenchError(f"--draft {chosen} has a different tokenizer from the target {ctx.target.name}")
     drafter = DraftModelDrafter(draft.model, gamma, vocab, chain=draft_chain(draft.model, ctx.target.runner))

@@ -3,10 +3,10 @@
 # scripts/device/README.md (.dev1, .dev2, then .dev3 with this script); gpu_runtime_checks.sh is the next call.
 #   setup, then doctor (every drafter the runs load is found: a missing DEFAULT pointer stops here, not in a run);
 #   A. B=1, fp32 then bf16: vanilla, the reference rows hf-compiled and hf-eager, eagle, pld, eagle3, hydra, samd on
-#      the compiled runtime (static cache, CUDA graphs), and vanilla and eagle on the eager runtime (the EAGLE and
-#      Spec-Bench code's protocol; call 2 compares its vanilla with the compiled runtime's, token for token);
+#      CUDA graphs (--graphs on: fixed shapes, captured), and vanilla and eagle eager (--kernels stock --graphs off: the
+#      EAGLE and Spec-Bench code's protocol; call 2 compares its vanilla with the graphs' vanilla, token for token);
 #      LIMIT questions of each of TASKS, TOKENS new tokens, T=0;
-#   B. batch sizes BATCH_SIZES for vanilla, eagle and pld (bf16, compiled; gsm8k's first BATCH_LIMIT questions,
+#   B. batch sizes BATCH_SIZES for vanilla, eagle and pld (bf16, graphs on; gsm8k's first BATCH_LIMIT questions,
 #      BATCH_TOKENS new tokens).
 # The limits (seconds; each times LIMIT_SCALE) sum to 60 + 30 + 140 + 120 + 60 + 70 = 480, under the 540 s a call may
 # spend (600 s less the transfers); each step logs to $OUT/log.txt and the script goes on past a failed one, exiting 1
@@ -34,13 +34,13 @@ runs="$KEEP/runs"; mkdir -p "$runs"
 common=(--device "$DEVICE" --question-dir "$QDIR" --temperatures 0 --tasks "$TASKS" --limit "$LIMIT"
         --max-new-tokens "$TOKENS")
 
-step 140 "compiled fp32" $py -m specbench run $RUN_ARGS --methods "$METHODS" --reference "$REFERENCE" \
-    --runtime compiled --dtype float32 "${common[@]}" --out "$runs/compiled-float32"
-step 120 "compiled bf16" $py -m specbench run $RUN_ARGS --methods "$METHODS" --reference "$REFERENCE" \
-    --runtime compiled --dtype bfloat16 "${common[@]}" --out "$runs/compiled-bfloat16"
-step 60 "eager fp32" $py -m specbench run $RUN_ARGS --methods vanilla,eagle --runtime eager --dtype float32 \
+step 140 "graphs fp32" $py -m specbench run $RUN_ARGS --methods "$METHODS" --reference "$REFERENCE" \
+    --graphs on --dtype float32 "${common[@]}" --out "$runs/graphs-float32"
+step 120 "graphs bf16" $py -m specbench run $RUN_ARGS --methods "$METHODS" --reference "$REFERENCE" \
+    --graphs on --dtype bfloat16 "${common[@]}" --out "$runs/graphs-bfloat16"
+step 60 "eager fp32" $py -m specbench run $RUN_ARGS --methods vanilla,eagle --kernels stock --graphs off --dtype float32 \
     "${common[@]}" --out "$runs/eager-float32"
-step 70 "batch bf16" $py -m specbench run $RUN_ARGS --methods vanilla,eagle,pld --runtime compiled --dtype bfloat16 \
+step 70 "batch bf16" $py -m specbench run $RUN_ARGS --methods vanilla,eagle,pld --graphs on --dtype bfloat16 \
     --device "$DEVICE" --question-dir "$QDIR" --temperatures 0 --tasks gsm8k --limit "$BATCH_LIMIT" \
     --max-new-tokens "$BATCH_TOKENS" --batch-size "$BATCH_SIZES" --out "$runs/batch-bfloat16"
 tar czf "$OUT/gpu-runtime.tgz" -C "$runs" . 2>>"$LOG"

@@ -2,8 +2,8 @@
 # The GPU-runtime comparison, call 2 of 2: right after gpu_runtime.sh on the same warm machine (its $KEEP holds the
 # install and the run folders; the tree is sent again, so any file may travel).
 #   C. the synthetic-mode table on the SHAPE target (random weights of Llama-3.1-8B's shape, bf16) at rates
-#      0.8,0.6,0.4 (TIMING-ONLY) for vanilla, pld, eagle, medusa, hydra, sps and swift, on both runtimes;
-#   D. no compiled run of call 1 UNCAPTURED; the compiled runtime's vanilla against the eager runtime's, token for
+#      0.8,0.6,0.4 (TIMING-ONLY) for vanilla, pld, eagle, medusa, hydra, sps and swift, with graphs on and eager;
+#   D. no graphs run of call 1 UNCAPTURED; the graphs' vanilla against the eager one's, token for
 #      token (fp32), then `check` on every lossless run folder of call 1 (token identity with vanilla);
 #   E. tests/test_step_inputs.py and tests/test_head_cache.py with the carried pytest: their CUDA cases hold the
 #      device-built masks to the host's and the captured drafting (EAGLE-1/2/3 heads, Medusa, Hydra) to the uncaptured.
@@ -23,19 +23,20 @@ if [ "${SKIP_SETUP:-0}" != 1 ]; then
 fi
 py=${PYTHON:-python3}
 runs="$KEEP/runs"
-for runtime in compiled eager; do
+for runtime in graphs eager; do  # --graphs on, and --kernels stock --graphs off
+    choice=(--graphs on); [ "$runtime" = graphs ] || choice=(--kernels stock --graphs off)
     step 50 "synthetic $SHAPE $runtime" $py -m specbench run --target "shape:$SHAPE" \
-        --synthetic-acceptance 0.8,0.6,0.4 --methods vanilla,pld,eagle,medusa,hydra,sps,swift --runtime "$runtime" \
+        --synthetic-acceptance 0.8,0.6,0.4 --methods vanilla,pld,eagle,medusa,hydra,sps,swift "${choice[@]}" \
         --dtype bfloat16 --device "$DEVICE" --question-dir "$QDIR" --tasks mt_bench,gsm8k --limit 1 \
         --max-new-tokens "$BATCH_TOKENS" --temperatures 0 --out "$runs/synthetic-$SHAPE-$runtime"
 done
-tar czf "$OUT/gpu-synthetic.tgz" -C "$runs" "synthetic-$SHAPE-compiled" "synthetic-$SHAPE-eager" 2>>"$LOG"
+tar czf "$OUT/gpu-synthetic.tgz" -C "$runs" "synthetic-$SHAPE-graphs" "synthetic-$SHAPE-eager" 2>>"$LOG"
 # A capture that failed in call 1 fails this step (run.json's cuda_graphs says UNCAPTURED, and why; so do the tables)
-step 5 "every compiled run captured" bash -c '! cat "$0"/compiled-*/run.json "$0"/batch-*/run.json 2>/dev/null \
+step 5 "every graphs run captured" bash -c '! cat "$0"/graphs-*/run.json "$0"/batch-*/run.json 2>/dev/null \
     | grep -o "UNCAPTURED[^\"]*"' "$runs"
-step 20 "compiled vanilla = eager vanilla (fp32)" $py -m specbench check "$runs/compiled-float32" \
+step 20 "graphs vanilla = eager vanilla (fp32)" $py -m specbench check "$runs/graphs-float32" \
     --against "$runs/eager-float32" --methods vanilla
-for run in compiled-float32 compiled-bfloat16 eager-float32 batch-bfloat16; do
+for run in graphs-float32 graphs-bfloat16 eager-float32 batch-bfloat16; do
     step 20 "check $run" $py -m specbench check "$runs/$run"
 done
 step 90 "CUDA mask and capture tests" $py -m pytest -q -p no:cacheprovider tests/test_step_inputs.py \

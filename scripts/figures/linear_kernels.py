@@ -11,6 +11,7 @@ import argparse
 import torch
 
 from specbench.decode.costs import cpu_description
+from specbench.decode.names import Runtime
 from specbench.decode.runtime import KERNELS, FewTokenLinear, fastest_seconds, pick_kernel
 from specbench.decode.target import load_model
 
@@ -22,7 +23,7 @@ def main() -> None:
     parser.add_argument("--target", default="smollm2-135m-instruct")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    target = load_model(args.target, runtime="fast")
+    target = load_model(args.target, runtime=Runtime(kernels="few-token", graphs="off"))
     model = target.model
     linears = [m for name, m in model.named_modules() if isinstance(m, FewTokenLinear) and ".layers." in f".{name}"]
     megabytes = sum(m.weight.numel() * m.weight.element_size() for m in linears) / 1e6

@@ -13,7 +13,7 @@
 #        [COST_CURVE=FILE (a run.json or `bench --cost --json` of the same target; default: the first run measures
 #        the costs and the others reuse them)] bash scripts/figures/profile_replay.sh [OUT]
 # A method whose run fails is left out of the table (its error in <method>/error.txt) and the others go on.
-# The committed CPU table ran with EXTRA="--runtime stock" (the fast CPU runtime keeps a prepacked copy of every
+# The committed CPU table ran with EXTRA="--runtime stock" (the few-token CPU kernels keep a prepacked copy of every
 # weight: reports/synthetic-llama-3.2-1b).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -6,9 +6,9 @@
 # Writes OUT/ (default reports/synthetic-<shape>): the tables, run/ (records and run.json) and README.md (the
 # command, the machine, its load, and the method with the lowest cost per emitted token, read off the leaderboard).
 # Usage: [SHAPE=llama-3.2-1b] [RATES=0.8,0.6,0.4] [TASKS=mt_bench,gsm8k] [LIMIT=1] [TOKENS=32] [TEMPERATURES=0]
-#        [EXTRA="--device cuda --dtype bfloat16 --runtime ..."] bash scripts/figures/synthetic_shape.sh [OUT]
-# The committed CPU report (reports/synthetic-llama-3.2-1b) ran with EXTRA="--runtime stock": the fast CPU runtime
-# keeps a prepacked copy of every weight, which for the 1B shape and four drafters' lm_head copies took 21 GB.
+#        [EXTRA="--device cuda --dtype bfloat16 --graphs on"] bash scripts/figures/synthetic_shape.sh [OUT]
+# The committed CPU report (reports/synthetic-llama-3.2-1b) ran with EXTRA="--runtime stock": the few-token CPU kernels
+# keep a prepacked copy of every weight, which for the 1B shape and four drafters' lm_head copies took 21 GB.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python}

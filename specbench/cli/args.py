@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specbench.decode.names import DEFAULT_TARGET, RUNTIMES
+from specbench.decode.names import DEFAULT_TARGET, GRAPHS, KERNELS, RUNTIME_NAMES, Runtime
 from specbench.errors import SpecbenchError
 from specbench.run.tasks import SOURCES, QuestionSelection, parse_category_map
 
@@ -96,11 +96,26 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET, help="HF model id, local folder, .gguf, or a short name")
     p.add_argument("--device", default="auto", help="auto (GPU when present), cpu, cuda, cuda:1 ...")
     p.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16/fp16 on GPU), float32, bfloat16 ...")
-    p.add_argument("--runtime", choices=RUNTIMES, default="auto",
-                   help="the target's runtime for every method, vanilla included: auto (compiled on CUDA, fast "
-                        "elsewhere), fast (CPU kernels for few-token forwards), stock (transformers' modules), "
-                        "compiled (fixed shapes, CUDA graphs on CUDA) or eager (transformers' modules at their own "
-                        "shapes: the EAGLE and Spec-Bench code's GPU protocol); docs/runtimes.md")
+    p.add_argument("--kernels", choices=KERNELS, help="the target's product kernels, for every method, vanilla "
+                   "included: few-token (CPU kernels for forwards over a few tokens) or stock (transformers' modules); "
+                   "default auto: few-token on a CPU, stock on a GPU; docs/runtimes.md")
+    p.add_argument("--graphs", choices=GRAPHS, help="CUDA graphs: on (every forward at a bucketed shape over a cache "
+                   "reserved for the run, captured on CUDA; on a CPU the same shapes, uncaptured) or off (each "
+                   "forward at its own shape); default auto: on on CUDA, off elsewhere")
+    p.add_argument("--runtime", choices=list(RUNTIME_NAMES), dest="runtime_name",
+                   help="a single name for the two choices above: eager = --kernels stock --graphs off (the EAGLE "
+                        "and Spec-Bench code's GPU protocol); fast = --graphs off, stock = --kernels stock --graphs "
+                        "off, compiled = --graphs on (the names from before the two choices)")
+
+
+def model_runtime(args: argparse.Namespace) -> Runtime | None:
+    """The runtime the model arguments chose (--kernels and --graphs, or --runtime NAME); None where none was given."""
+    kernels, graphs, name = args.kernels, args.graphs, args.runtime_name
+    if name is not None and (kernels or graphs):
+        raise SpecbenchError(f"--runtime {name} names both choices: give it, or --kernels and --graphs, not both")
+    if name is not None:
+        return Runtime.of(name)
+    return Runtime(kernels or "auto", graphs or "auto") if (kernels or graphs) else None
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -12,10 +12,11 @@ from specbench.cli.args import (
     add_question_args,
     check_threads,
     csv_list,
+    model_runtime,
     parse_batch_sizes,
     question_selection,
 )
-from specbench.decode.names import DEFAULT_TARGET
+from specbench.decode.names import DEFAULT_TARGET, Runtime
 from specbench.errors import SpecbenchError
 
 
@@ -113,7 +114,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
     torch.set_num_threads(decoding_threads(args.threads, busy=False))  # the threads an idle run decodes with
     # The Decoder reads the model settings only (no run folder: `out` is not written).
     decoder = Decoder(RunConfig(out=cost_store(), target=args.target, device=args.device, dtype=args.dtype,
-                                runtime=args.runtime), {})
+                                runtime=model_runtime(args) or Runtime()), {})
     machine = decoder.machine()
     old, new = refresh_costs(machine, decoder.measure_costs)
     print("stored before:" if old else "stored before: none")
@@ -140,7 +141,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                        help="the host's work per decode step outside the forwards (process CPU ms) and its "
                             "host-blocking points, per method, batch size and runtime, on --target's shape (default "
                             "shape:smollm2-135m-tiny: the default target's depth at tiny width), on each cache "
-                            "path's runtime (fast: growing, compiled: static) unless --runtime names one; "
+                            "graphs choice (off and on) unless --kernels, --graphs or --runtime name one; "
                             "docs/measuring.md")
     bench.add_argument("--methods", type=csv_list, help="--overhead: the methods (default vanilla, pld, "
                                                         "eagle@total_tokens=16, eagle3@total_tokens=16, medusa, hydra, "
@@ -151,15 +152,16 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                                                 "DIR/overhead.json")
     bench.add_argument("--remake", type=Path, metavar="DIR", help="--overhead: rewrite DIR/overhead.md from "
                                                                   "DIR/overhead.json (nothing is measured)")
-    # --max-new-tokens: 128, or 32 with --overhead; --target and --runtime: their defaults, or --overhead's
-    bench.set_defaults(limit=2, target=None, runtime=None)
+    # --max-new-tokens: 128, or 32 with --overhead; --target and the runtime: their defaults, or --overhead's
+    bench.set_defaults(limit=2, target=None)
 
 
 def overhead_command(args: argparse.Namespace, tokens: int, methods: list[str], batches: tuple[int, ...],
                      threads: int) -> str:
     """The command that remakes an --overhead table, every setting spelled out (the prompt: the first question of
     the selection)."""
-    given = [(f"--{name.replace('_', '-')}", getattr(args, name)) for name in ("runtime", "suite", "question_dir")]
+    given = [(flag, getattr(args, name)) for flag, name in (("--kernels", "kernels"), ("--graphs", "graphs"),
+             ("--runtime", "runtime_name"), ("--suite", "suite"), ("--question-dir", "question_dir"))]
     return (f"python -m specbench bench --overhead --target {args.target} --methods {','.join(methods)} "
             f"--batch-size {','.join(map(str, batches))} --max-new-tokens {tokens} --rounds {args.rounds} "
             f"--threads {threads} --tasks {','.join(args.tasks)}"
@@ -215,7 +217,8 @@ def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
     batches = tuple(args.batch_size or OVERHEAD_BATCHES)
     if any(b <= 0 for b in batches):
         raise SpecbenchError(f"--batch-size must be > 0, got {','.join(map(str, batches))}")
-    runtimes = (args.runtime,) if args.runtime else OVERHEAD_RUNTIMES
+    chosen = model_runtime(args)
+    runtimes = (chosen,) if chosen else OVERHEAD_RUNTIMES
     threads = args.threads or 1
     torch.set_num_threads(threads)
     args.target = args.target or OVERHEAD_TARGET
@@ -265,9 +268,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return remake_overhead(args.remake) if args.remake else cmd_overhead(args, tokens)
     if args.threads:
         torch.set_num_threads(args.threads)
-    args.target, args.runtime = args.target or DEFAULT_TARGET, args.runtime or "auto"
+    args.target, runtime = args.target or DEFAULT_TARGET, model_runtime(args) or Runtime()
     if args.cost:
-        target = load_model(args.target, args.device, args.dtype, args.runtime)
+        target = load_model(args.target, args.device, args.dtype, runtime)
         result = cost_benchmark(target, rounds=args.rounds)
         print(format_costs(result))
         if args.json:
@@ -276,7 +279,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"json: {args.json}")
         return 0
     questions = [q for _, qs in resolve_questions(question_selection(args)) for q in qs]
-    target = load_model(args.target, args.device, args.dtype, args.runtime)
+    target = load_model(args.target, args.device, args.dtype, runtime)
     prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": q.turns[0]}]) for q in questions]
     print(f"{len(prompts)} prompts, {tokens} new tokens, target {args.target} on {target.model.device}")
     print(benchmark(target, prompts, tokens))

@@ -23,12 +23,14 @@ hole).
 Swapping modules goes through the model's public module tree (`set_submodule`); the model's own forward, masks
 and caches are untouched.
 
-The runtimes (`--runtime`) are two choices, the kernels and the shapes (specbench.decode.runner): "fast" (the
-kernels above, each forward at its own shape; the CPU's default), "stock" (transformers' modules as they are),
-"compiled" (fixed bucketed shapes over a cache reserved for the run, replayed from CUDA graphs on CUDA; the GPU's
-default; on the CPU with the kernels above, uncaptured) and "eager"
-(transformers' modules at their own shapes, no graphs: the EAGLE and Spec-Bench repositories' GPU protocol, for
-comparison with published numbers; on the CPU the same as "stock").
+The runtime is two orthogonal choices (`--kernels`, `--graphs`; specbench.decode.names.Runtime):
+- kernels: "few-token" (the kernels above; the CPU's default) or "stock" (transformers' modules as they are; the GPU's
+  default, and the only choice there);
+- graphs: "on" (every forward at a bucketed shape over a cache reserved for the run, replayed from CUDA graphs on
+  CUDA: the GPU's default; on a CPU the same shapes, uncaptured, which is how the CPU tests run the GPU's path) or
+  "off" (each forward at its own shape; the CPU's default). specbench.decode.runner runs both on one slot cache.
+`--kernels stock --graphs off` is the EAGLE and Spec-Bench repositories' GPU protocol (transformers' modules at their
+own shapes), for comparison with published numbers (`--runtime eager` names it).
 """
 from __future__ import annotations
 
@@ -41,7 +43,8 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 
-from specbench.decode.names import RUNTIMES
+from specbench.decode.names import Runtime
+from specbench.errors import SpecbenchError
 
 FEW_TOKENS = 32  # above this many rows (prefills) F.linear is as fast as anything else
 WXT_MAX_ROWS = 4  # W @ xT up to here, oneDNN-packed weights above (table in the module docstring)
@@ -130,7 +133,7 @@ class FewTokenLinear(nn.Module):
 
 @dataclass(frozen=True)
 class RuntimeInfo:
-    name: str  # one of RUNTIMES but "auto"
+    name: str  # the kernels, "+graphs" where forwards run at fixed shapes (Runtime.describe)
     swapped_linears: int
     max_tokens: int
     packed_linears: int = 0  # of the swapped ones, with oneDNN-packed weights
@@ -162,7 +165,7 @@ def restore(model: PreTrainedModel, originals: list[tuple[str, nn.Module]]) -> N
 
 
 def drafter_kernels(runtime: RuntimeInfo | None, device: torch.device) -> bool:
-    """Whether a drafter's own products take the runtime's kernels: where the target's do (fast runtime, CPU)."""
+    """Whether a drafter's own products take the runtime's kernels: where the target's do (few-token kernels, CPU)."""
     return runtime is not None and runtime.swapped_linears > 0 and device.type == "cpu"
 
 
@@ -174,6 +177,12 @@ def prepare_drafter(module: nn.Module, runtime: RuntimeInfo | None) -> None:
         swap_linears(module)
 
 
+def draft_model_runtime(runtime: RuntimeInfo | None) -> Runtime:
+    """The runtime a draft LM loads on: the target's kernels (stock where the target's are); its forwards take the
+    shapes of the target's runner (specbench.decode.chain), so its own graphs choice is off."""
+    return Runtime(kernels="few-token" if runtime is not None and runtime.swapped_linears else "stock", graphs="off")
+
+
 def frozen_linear(weight: torch.Tensor, runtime: RuntimeInfo | None) -> nn.Module:
     """A bias-free Linear layer over a frozen weight [out, in] (e.g. the target's lm_head rows a drafter scores),
     on the runtime's kernels where the target runs on them."""
@@ -182,25 +191,25 @@ def frozen_linear(weight: torch.Tensor, runtime: RuntimeInfo | None) -> nn.Modul
     return FewTokenLinear(linear, FEW_TOKENS) if drafter_kernels(runtime, weight.device) else linear
 
 
-def chosen(runtime: str, device: torch.device) -> str:
-    """The runtime "auto" stands for on a device: compiled on CUDA, fast elsewhere."""
-    if runtime not in RUNTIMES:
-        raise ValueError(f"unknown runtime {runtime!r}; valid: {', '.join(RUNTIMES)}")
-    if runtime == "auto":
-        return "compiled" if device.type == "cuda" else "fast"
-    return runtime
+def resolved(runtime: Runtime | str, device: torch.device) -> tuple[str, bool]:
+    """What "auto" stands for on a device: (kernels, graphs on). Few-token kernels on a CPU, stock ones elsewhere;
+    graphs on on CUDA."""
+    choice = Runtime.of(runtime)
+    cpu = device.type == "cpu"
+    kernels = choice.kernels if choice.kernels != "auto" else ("few-token" if cpu else "stock")
+    if kernels == "few-token" and not cpu:
+        raise SpecbenchError(f"--kernels few-token: the few-token kernels are the CPU's (the device is {device.type}; "
+                             "cuBLAS has no few-row hole): use --kernels stock or auto")
+    return kernels, choice.graphs == "on" or (choice.graphs == "auto" and device.type == "cuda")
 
 
-def prepare(model: PreTrainedModel, runtime: str = "auto", max_tokens: int = FEW_TOKENS) -> RuntimeInfo:
-    """Set up the target's runtime in place. "stock" and "eager" leave the model as transformers built it."""
-    name = chosen(runtime, model.device)
-    fixed = name == "compiled"
-    if name in ("stock", "eager"):
-        return RuntimeInfo(name, 0, 0)
-    if model.device.type != "cpu":
-        return RuntimeInfo(name if fixed else "fast (GPU: stock kernels)", 0, 0, fixed_shapes=fixed,
-                           captured=fixed and model.device.type == "cuda")
+def prepare(model: PreTrainedModel, runtime: Runtime | str = "auto", max_tokens: int = FEW_TOKENS) -> RuntimeInfo:
+    """Set up the target's runtime in place. Stock kernels leave the model as transformers built it."""
+    kernels, graphs = resolved(runtime, model.device)
+    name = kernels + ("+graphs" if graphs else "")
+    if kernels == "stock":
+        return RuntimeInfo(name, 0, 0, fixed_shapes=graphs, captured=graphs and model.device.type == "cuda")
     swap_linears(model, max_tokens)
     swapped = [m for m in model.modules() if isinstance(m, FewTokenLinear)]
     return RuntimeInfo(name, len(swapped), max_tokens, sum(m.packed is not None for m in swapped),
-                       fixed_shapes=fixed)
+                       fixed_shapes=graphs)

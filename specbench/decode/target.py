@@ -18,7 +18,7 @@ from transformers import (
 )
 
 from specbench.decode.layout import AttentionLayout
-from specbench.decode.names import DEFAULT_TARGET
+from specbench.decode.names import DEFAULT_TARGET, Runtime
 from specbench.decode.runner import ModelRunner
 from specbench.decode.runtime import RuntimeInfo, prepare
 from specbench.decode.shapes import is_shape, shape_model
@@ -154,9 +154,10 @@ def mla_heads(config: Any) -> dict[str, int]:
     return {}
 
 
-def load_model(name: str, device: str | None = None, dtype: str | None = None, runtime: str = "auto") -> LoadedModel:
-    """A model ready to decode, with its runtime set up (specbench.decode.runtime; "stock" and "eager" leave
-    transformers' modules). A GGUF file loads as plain weights in the run's dtype, unpacked once (transformers
+def load_model(name: str, device: str | None = None, dtype: str | None = None,
+               runtime: Runtime | str = "auto") -> LoadedModel:
+    """A model ready to decode, with its runtime set up (specbench.decode.runtime; stock kernels leave
+    transformers' modules; a runtime is a Runtime or one of names.RUNTIME_NAMES). A GGUF file loads as plain weights in the run's dtype, unpacked once (transformers
     would otherwise keep its quantized blocks and cast them at every product)."""
     where, extra = resolve(name)
     dev = pick_device(device)

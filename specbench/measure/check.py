@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from specbench.decode.names import Runtime
 from specbench.errors import SpecbenchError
 from specbench.run.record import Record
 from specbench.run.records import read_records
@@ -112,7 +113,7 @@ def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
     if not todo:
         return
     settings = read_run_info(run_dir).settings
-    target = load_model(settings["target"], settings.get("device"), settings.get("dtype"), settings.get("runtime", "auto"))
+    target = load_model(settings["target"], settings.get("device"), settings.get("dtype"), Runtime.of(settings.get("runtime")))
     records = [r for r in read_records(run_dir) if r.method == "vanilla" and r.temperature == 0.0]
     reference = min(r.batch_size for r in records)
     vanilla = {(_key(r)[:2]): r.choice for r in records if r.batch_size == reference}

@@ -4,7 +4,7 @@ points per step where the host would wait for a GPU.
 
 On a GPU a small target's forward replays in well under a millisecond, so a step costs what the host does around it.
 This measures that on any machine, a CPU included (the CPU proxy): the methods decode through the engine exactly as
-`run` does (`generate_batch` with the target's runner, at fixed shapes on `compiled`), on a model of the default
+`run` does (`generate_batch` with the target's runner, at fixed shapes with `--graphs on`), on a model of the default
 target's depth at tiny width (`shape:smollm2-135m-tiny`, random weights: what it emits means nothing; the trained
 methods get random drafters of its shape, so acceptance means nothing either, while the host's work per step is
 that of a real step), one thread, T=0, no stop token (every row decodes its whole budget).
@@ -32,6 +32,7 @@ import torch
 from specbench.decode.costs import cpu_description
 from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate_batch
+from specbench.decode.names import Runtime
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import LoadedModel
 from specbench.errors import SpecbenchError
@@ -42,7 +43,7 @@ OVERHEAD_TARGET = "shape:smollm2-135m-tiny"
 # Eagle's and eagle3's trees are fixed in size (total_tokens=auto would size them from this machine's costs)
 OVERHEAD_METHODS = ("vanilla", "pld", "eagle@total_tokens=16", "eagle3@total_tokens=16", "medusa", "hydra", "sps")
 OVERHEAD_BATCHES = (1, 4, 64)
-OVERHEAD_RUNTIMES = ("fast", "compiled")  # own shapes and fixed (bucketed) shapes
+OVERHEAD_RUNTIMES = (Runtime(graphs="off"), Runtime(graphs="on"))  # own shapes and fixed (bucketed) shapes
 @dataclass
 class Mark:
     """The clocks and counters at the end of a step."""

@@ -56,7 +56,7 @@ class Decoder:
         self.target = load_model(cfg.target, cfg.device, cfg.dtype, cfg.runtime)
         device = self.target.model.device
         env = environment(str(device), str(self.target.model.dtype).replace("torch.", ""))
-        env["runtime"] = self.target.runtime.name if self.target.runtime else cfg.runtime
+        env["runtime"] = self.target.runtime.name if self.target.runtime else "stock"
         env["cpu"] = cpu_description()
         env["target_bytes"] = target_bytes(self.target.model).to_dict()  # the report's roofline
         counter = open_counter(device)

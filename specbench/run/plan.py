@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from specbench.decode.cost_model import CostModel, read_cost_model
+from specbench.decode.names import Runtime
 from specbench.decode.sampling import Sampling
 from specbench.decode.synthetic import SyntheticAcceptance
 from specbench.decode.target import DEFAULT_TARGET
@@ -41,7 +42,7 @@ class RunConfig:
     seed: int = 0
     device: str | None = None
     dtype: str | None = None
-    runtime: str = "auto"
+    runtime: Runtime = field(default_factory=Runtime)
     # TIMING ONLY: accept along each draft's best path at these conditional per-position rates instead of verifying
     # (specbench.decode.synthetic); None: lossless verification
     synthetic: list[float] | None = None
@@ -92,13 +93,13 @@ class RunConfig:
         return self.methods if not self.baseline or "vanilla" in plain else ["vanilla", *self.methods]
 
 
-def check_capturable(runtime: str, device: str | None) -> None:
-    """--require-graphs: CUDA graphs are captured by the compiled runtime (auto's choice on CUDA) on a CUDA device."""
+def check_capturable(runtime: Runtime, device: str | None) -> None:
+    """--require-graphs: CUDA graphs are captured where graphs are on (auto's choice on CUDA) on a CUDA device."""
     cuda = device.startswith("cuda") if device not in (None, "auto") else torch.cuda.is_available()
-    if runtime not in ("compiled", "auto") or not cuda:
-        raise SpecbenchError(f"--require-graphs: this run would capture no CUDA graphs (runtime {runtime}, device "
-                             f"{device or 'auto'}{'' if cuda else ', no CUDA device'}): they need --runtime compiled "
-                             "on a CUDA device")
+    if runtime.graphs == "off" or not cuda:
+        raise SpecbenchError(f"--require-graphs: this run would capture no CUDA graphs (--graphs {runtime.graphs}, "
+                             f"device {device or 'auto'}{'' if cuda else ', no CUDA device'}): they need --graphs on "
+                             "or auto on a CUDA device")
 
 
 def validate(cfg: RunConfig) -> "Checked":

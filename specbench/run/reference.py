@@ -9,9 +9,9 @@ vanilla. They are not methods (nothing is drafted or verified); `run --reference
   switch for that, used by its own tests) asks for the same compilation. Compiled during the untimed warm-up.
 - hf-eager: `generate` with its default dynamic cache, nothing compiled.
 
-Both run transformers' own modules: on a CPU where the run's "fast" runtime swapped the target's Linear layers
+Both run transformers' own modules: on a CPU where the run's few-token kernels swapped the target's Linear layers
 (specbench.decode.runtime), the stock Linear layers over the same parameters are put back for these rows and the
-fast ones restored after (the same module objects every time, so a compiled graph stays valid). Greedy, or
+few-token ones restored after (the same module objects every time, so a compiled graph stays valid). Greedy, or
 sampled with the run's temperature, top-p and top-k (every other logits processor of transformers set neutral),
 seeded per turn as the methods are; stop ids, max_new_tokens and the context limit as the engine applies them.
 Per-token step times come from a streamer (transformers copies each new token to the host per step anyway).

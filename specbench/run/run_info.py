@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from specbench.decode.names import Runtime
 from specbench.errors import SpecbenchError
 from specbench.run.records import command_line, utc_now, write_json
 
@@ -66,13 +67,18 @@ FIXED_SETTINGS = ("target", "max_new_tokens", "seed", "top_p", "top_k", "source"
                   "dtype", "runtime", "suite", "question_files", "category_map", "task_files")
 
 
+def comparable(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings with the runtime in its two-choice form (runs from before it hold a single name, e.g. "compiled")."""
+    return {**settings, "runtime": Runtime.of(settings.get("runtime")).settings()}
+
+
 def check_resumable(out: Path, settings: dict[str, Any]) -> None:
     """A run directory may be resumed (methods, tasks, limit may grow) only with the same fixed settings."""
     if not (out / RUN_INFO).is_file():
         return
-    previous = read_run_info(out).settings
+    previous = comparable(read_run_info(out).settings)
     # An empty value equals a missing one: runs made before a setting existed stay resumable.
-    changed = [k for k in FIXED_SETTINGS if (previous.get(k) or None) != (settings.get(k) or None)]
+    changed = [k for k in FIXED_SETTINGS if (previous.get(k) or None) != (comparable(settings).get(k) or None)]
     if changed:
         detail = ", ".join(f"{k}: {previous.get(k)!r} -> {settings.get(k)!r}" for k in changed)
         raise SpecbenchError(f"{out} holds a run with other settings ({detail}); use another --out")
