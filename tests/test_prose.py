@@ -110,6 +110,7 @@ def test_editing_a_committed_figure_fails(tmp_path):
     folder = tmp_path / "reports" / "fair"
     shutil.copytree(ROOT / "reports/fair", folder)
     (tmp_path / "heads").symlink_to(ROOT / "heads")  # the heads' training logs it quotes
+    (tmp_path / "reports" / "profile-replay-new").symlink_to(ROOT / "reports/profile-replay-new")  # its replay table
     page = folder / "README.md"
     assert check_page(page) == []
     text = page.read_text(encoding="utf-8")
