@@ -5,7 +5,8 @@
 #   2. the fair report's T=0 run (reports/fair/settings-T0.yaml, its methods and heads) on LIMIT questions per task.
 # compare.md puts each tree's figures side by side (speedups are ratios within one tree's run).
 # Usage: [BASE=8acdfea] [LIMIT=1] [QDIR=data/tasks] [PYTHON=python] [METHODS=m1,m2 TAG=name ORDER="head base"]
-#        bash scripts/figures/cpu_regression.sh
+#        [EXTRA="--cost-curve /abs/run.json"] bash scripts/figures/cpu_regression.sh
+# EXTRA: more `run` arguments for both trees (e.g. one cost curve for both, so that cost-sized trees are sized alike).
 # Run it on an otherwise idle machine: the two trees are timed minutes apart. METHODS (with TAG, its folder under
 # reports/cpu-regression/) reruns some of the methods without the bench; ORDER runs the trees the other way round.
 set -euo pipefail
@@ -39,7 +40,7 @@ done
 for side in $ORDER; do
   dir=$HERE; py=$PY; [[ $side == base ]] && dir=$TREE && py=$BPY
   (cd "$dir" && "$py" -m specbench run --methods "${METHODS:-$ALL}" --settings "$HERE/reports/fair/settings-T0.yaml" \
-    --tasks all --question-dir "$QDIR" --limit "$LIMIT" --max-new-tokens 128 --temperatures 0 \
+    --tasks all --question-dir "$QDIR" --limit "$LIMIT" --max-new-tokens 128 --temperatures 0 ${EXTRA:-} \
     --out "$OUT/run-$side" --report-dir "$OUT/run-$side/report")
   rm -rf "$OUT/run-$side/report"
   # The tables from this tree's code and paths, so that `report --verify` remakes them from the records.
