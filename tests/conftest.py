@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -16,6 +17,11 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """The session's cost store goes with the session (it would otherwise stay in the temp folder, tens of MB a run)."""
+    shutil.rmtree(os.environ["SPECBENCH_CACHE"], ignore_errors=True)
 
 
 def tiny_llama(vocab: int, seed: int, layers: int = 2, hidden: int = 32, logit_scale: float = 1.0,
