@@ -133,7 +133,7 @@ class FewTokenLinear(nn.Module):
 
 @dataclass(frozen=True)
 class RuntimeInfo:
-    name: str  # the kernels, "+graphs" where forwards run at fixed shapes (Runtime.describe)
+    name: str  # the kernels, with "+graphs" where forwards run at fixed shapes (prepare), e.g. "few-token"
     swapped_linears: int
     max_tokens: int
     packed_linears: int = 0  # of the swapped ones, with oneDNN-packed weights

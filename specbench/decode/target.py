@@ -157,8 +157,9 @@ def mla_heads(config: Any) -> dict[str, int]:
 def load_model(name: str, device: str | None = None, dtype: str | None = None,
                runtime: Runtime | str = "auto") -> LoadedModel:
     """A model ready to decode, with its runtime set up (specbench.decode.runtime; stock kernels leave
-    transformers' modules; a runtime is a Runtime or one of names.RUNTIME_NAMES). A GGUF file loads as plain weights in the run's dtype, unpacked once (transformers
-    would otherwise keep its quantized blocks and cast them at every product)."""
+    transformers' modules; a runtime is a Runtime or one of names.RUNTIME_NAMES). A GGUF file loads as plain
+    weights in the run's dtype, unpacked once (transformers would otherwise keep its quantized blocks and cast them
+    at every product)."""
     where, extra = resolve(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)

@@ -76,11 +76,11 @@ def check_resumable(out: Path, settings: dict[str, Any]) -> None:
     """A run directory may be resumed (methods, tasks, limit may grow) only with the same fixed settings."""
     if not (out / RUN_INFO).is_file():
         return
-    previous = comparable(read_run_info(out).settings)
+    previous, current = comparable(read_run_info(out).settings), comparable(settings)
     # An empty value equals a missing one: runs made before a setting existed stay resumable.
-    changed = [k for k in FIXED_SETTINGS if (previous.get(k) or None) != (comparable(settings).get(k) or None)]
+    changed = [k for k in FIXED_SETTINGS if (previous.get(k) or None) != (current.get(k) or None)]
     if changed:
-        detail = ", ".join(f"{k}: {previous.get(k)!r} -> {settings.get(k)!r}" for k in changed)
+        detail = ", ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}" for k in changed)
         raise SpecbenchError(f"{out} holds a run with other settings ({detail}); use another --out")
 
 
