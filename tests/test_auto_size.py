@@ -78,7 +78,7 @@ def test_costs_are_measured_on_the_runs_runner_and_leave_drafting_as_it_was(targ
     growing = sized(target, head, RISING)
     drafter = beside(growing, runner)
     assert 0 < measure_level_seconds(drafter.head, 3, drafter.cache, repeats=2) < 1
-    assert drafter.cache.owners == [-1]
+    assert drafter.cache.runner.owners == [-1]
     for p in PROMPTS:
         out = generate(target, p, drafter, Sampling(), 24, set(), runner=runner)
         reference = generate(target, p, growing, Sampling(), 24, set())

@@ -28,7 +28,7 @@ class Recording(EagleDrafter):
     def accepted(self, ctx, step):
         super().accepted(ctx, step)
         self.seen.append((step.draft.tokens, step.draft.parents, step.path))
-        self.shared = max(self.shared, len(self.cache.owners))  # the rows of the last call that drafted it
+        self.shared = max(self.shared, len(self.cache.runner.owners))  # the rows of the last call that drafted it
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,7 @@ def test_rows_regrouped_in_any_order_keep_their_own_state(target, prompt, head):
     for group in ([0, 1], [1, 2], [2, 0], [0, 1, 2], [2], [1, 0]):
         drafters = [(a, b, c)[i] for i in group]
         drafts = type(a).propose_batch(drafters, [contexts[i] for i in group])
-        assert all(d.cache is a.cache for d in drafters) and a.cache.owners == [id(d) for d in drafters]  # one call
+        assert all(d.cache is a.cache for d in drafters) and a.cache.runner.owners == [id(d) for d in drafters]  # one call
         assert [(d.tokens, d.parents) for d in drafts] == [(alone[i].tokens, alone[i].parents) for i in group]
 
 

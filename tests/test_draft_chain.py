@@ -90,13 +90,13 @@ def test_rows_that_stay_keep_their_context_when_others_leave(four_layers, fixed_
     chain = draft_chain(four_layers, ModelRunner(four_layers, fixed_shapes))
     prompts = PROMPTS[:3]
     with torch.inference_mode():
-        chain.arrange([10, 11, 12])
+        chain.runner.arrange([10, 11, 12])
         chain.logits(prompts, [0, 0, 0])
-        chain.arrange([12, 11])
+        chain.runner.arrange([12, 11])
         moved = chain.logits([[5], [6]], [len(prompts[2]), len(prompts[1])])
         alone = draft_chain(four_layers, ModelRunner(four_layers, fixed_shapes))
         for row, (prompt, token) in enumerate([(prompts[2], 5), (prompts[1], 6)]):
-            alone.arrange([1])
+            alone.runner.arrange([1])
             expected = alone.logits([prompt + [token]], [0])
             torch.testing.assert_close(moved[row], expected[0], rtol=1e-4, atol=1e-4)
 
@@ -107,11 +107,11 @@ def test_a_row_that_stays_may_move_past_the_rows_the_cache_had(four_layers, fixe
     not have yet, with its context."""
     chain = draft_chain(four_layers, ModelRunner(four_layers, fixed_shapes))
     with torch.inference_mode():
-        chain.arrange([10])
+        chain.runner.arrange([10])
         chain.logits([PROMPTS[0]], [0])
-        assert chain.arrange([11, 10]) == [True, False]
+        assert chain.runner.arrange([11, 10]) == [True, False]
         grown = chain.logits([PROMPTS[1], [5]], [0, len(PROMPTS[0])])
         alone = draft_chain(four_layers, ModelRunner(four_layers, fixed_shapes))
-        alone.arrange([1])
+        alone.runner.arrange([1])
         expected = alone.logits([PROMPTS[0] + [5]], [0])
     torch.testing.assert_close(grown[1], expected[0], rtol=1e-4, atol=1e-4)

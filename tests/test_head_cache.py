@@ -109,7 +109,7 @@ def test_a_drafter_that_lost_its_row_fills_its_whole_context_again(target, built
     propose = drafter.propose
 
     def evicted_first(ctx):
-        drafter.cache.arrange([-1])
+        drafter.cache.runner.arrange([-1])
         cache = drafter.cache.runner.cache
         if cache is not None and cache.keys is not None:
             cache.keys.normal_(), cache.values.normal_()

@@ -80,7 +80,7 @@ def draft_rows(drafters: list[DraftModelDrafter], ctxs: list[DecodeContext]) -> 
     """Every row's chain of gamma tokens on the drafters' shared chain: one forward per drafted token for all rows,
     one host copy of the picks per forward at T=0 (at T>0 each row draws from its own generator)."""
     first = drafters[0]
-    for d, fresh in zip(drafters, first.chain.arrange([id(d) for d in drafters])):
+    for d, fresh in zip(drafters, first.chain.runner.arrange([id(d) for d in drafters])):
         if fresh:  # no row of its own in the chain yet (or no longer): its whole context is fed again
             d.cached = 0
     feeds = [ctx.token_ids[d.cached :] for d, ctx in zip(drafters, ctxs)]

@@ -207,7 +207,7 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
     first = drafters[ready[0]]
     head, tree = first.head, first.tree
     members, contexts = [drafters[b] for b in ready], [ctxs[b] for b in ready]
-    for d, fresh in zip(members, first.cache.arrange([id(d) for d in members])):
+    for d, fresh in zip(members, first.cache.runner.arrange([id(d) for d in members])):
         if fresh:  # no row in the head's cache yet (or no longer): its whole context is filled again
             d.filled = 0
     root, root_tokens, base = fill(members, contexts)
@@ -283,7 +283,7 @@ def measure_level_seconds(head: FeatureHead, top_k: int, cache: HeadCache, repea
     again), then the draft logits, log-softmax and top-k of each. Measured once per run (specbench.decode.costs)."""
     device = head.device
     context, tokens = probe_context(head)
-    cache.arrange([-1])
+    cache.runner.arrange([-1])
     out = cache.fill(tokens, context, torch.zeros(1, dtype=torch.long, device=device), 0)
     features = out[:, -1:].expand(1, top_k, -1).contiguous()
     level_tokens = tokens[:, :1].expand(1, top_k)

@@ -103,15 +103,6 @@ class HeadCache:
         logp, index = self.runner.graphs.call(key, lambda given: self.root_step(given, k), {"features": features})
         return logp[:rows], index[:rows]
 
-    def arrange(self, owners: list[int]) -> list[bool]:
-        """Cache rows in the order of `owners` (ModelRunner.arrange); returns which rows are new (they hold no
-        context yet)."""
-        return self.runner.arrange(owners)
-
-    @property
-    def owners(self) -> list[int]:
-        return self.runner.owners
-
     def fill(self, tokens: torch.Tensor, features: torch.Tensor, start: torch.Tensor, end: int) -> torch.Tensor:
         """The head over each row's new context positions (tokens [R, n], their target features [R, n, F]; row b's
         first is position start[b] (end: the largest), the rest follow, right-padded); returns the predicted

@@ -40,7 +40,7 @@ def pard_rows(drafters: list[PardDrafter], ctxs: list[DecodeContext]) -> list[Dr
     each token drawn from its own processed distribution q (returned for rejection sampling: token j is drawn from
     q_j whatever the tokens before it, so verification with q_j stays exact)."""
     first = drafters[0]
-    for d, fresh in zip(drafters, first.chain.arrange([id(d) for d in drafters])):
+    for d, fresh in zip(drafters, first.chain.runner.arrange([id(d) for d in drafters])):
         if fresh:  # no row of its own in the chain yet (or no longer): its whole context is fed again
             d.cached = 0
     k = first.gamma

@@ -108,14 +108,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "off, compiled = --graphs on (the names from before the two choices)")
 
 
-def model_runtime(args: argparse.Namespace) -> Runtime | None:
-    """The runtime the model arguments chose (--kernels and --graphs, or --runtime NAME); None where none was given."""
+def model_runtime(args: argparse.Namespace, given_only: bool = False) -> Runtime | None:
+    """The runtime the model arguments chose (--kernels and --graphs, or --runtime NAME); where none was given, the
+    defaults (auto, auto), or None with `given_only`."""
     kernels, graphs, name = args.kernels, args.graphs, args.runtime_name
     if name is not None and (kernels or graphs):
         raise SpecbenchError(f"--runtime {name} names both choices: give it, or --kernels and --graphs, not both")
     if name is not None:
         return Runtime.of(name)
-    return Runtime(kernels or "auto", graphs or "auto") if (kernels or graphs) else None
+    return Runtime(kernels or "auto", graphs or "auto") if (kernels or graphs) else (None if given_only else Runtime())
 
 
 def parse_shard(text: str) -> tuple[int, int]:

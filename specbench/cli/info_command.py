@@ -16,7 +16,7 @@ from specbench.cli.args import (
     parse_batch_sizes,
     question_selection,
 )
-from specbench.decode.names import DEFAULT_TARGET, Runtime
+from specbench.decode.names import DEFAULT_TARGET
 from specbench.errors import SpecbenchError
 
 
@@ -114,7 +114,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
     torch.set_num_threads(decoding_threads(args.threads, busy=False))  # the threads an idle run decodes with
     # The Decoder reads the model settings only (no run folder: `out` is not written).
     decoder = Decoder(RunConfig(out=cost_store(), target=args.target, device=args.device, dtype=args.dtype,
-                                runtime=model_runtime(args) or Runtime()), {})
+                                runtime=model_runtime(args)), {})
     machine = decoder.machine()
     old, new = refresh_costs(machine, decoder.measure_costs)
     print("stored before:" if old else "stored before: none")
@@ -217,7 +217,7 @@ def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
     batches = tuple(args.batch_size or OVERHEAD_BATCHES)
     if any(b <= 0 for b in batches):
         raise SpecbenchError(f"--batch-size must be > 0, got {','.join(map(str, batches))}")
-    chosen = model_runtime(args)
+    chosen = model_runtime(args, given_only=True)
     runtimes = (chosen,) if chosen else OVERHEAD_RUNTIMES
     threads = args.threads or 1
     torch.set_num_threads(threads)
@@ -268,7 +268,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return remake_overhead(args.remake) if args.remake else cmd_overhead(args, tokens)
     if args.threads:
         torch.set_num_threads(args.threads)
-    args.target, runtime = args.target or DEFAULT_TARGET, model_runtime(args) or Runtime()
+    args.target, runtime = args.target or DEFAULT_TARGET, model_runtime(args)
     if args.cost:
         target = load_model(args.target, args.device, args.dtype, runtime)
         result = cost_benchmark(target, rounds=args.rounds)

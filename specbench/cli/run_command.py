@@ -19,7 +19,6 @@ from specbench.cli.args import (
     question_selection,
     temperature_list,
 )
-from specbench.decode.names import Runtime
 
 
 def add_run_parser(sub: argparse._SubParsersAction) -> None:
@@ -101,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         out=out, methods=methods, references=args.reference, settings_file=args.settings, method_files=args.method_files, questions=question_selection(args), baseline=not args.no_baseline,
         temperatures=args.temperatures, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
         target=args.target, draft=args.draft, options=parse_options(args.opt),
-        seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=model_runtime(args) or Runtime(),
+        seed=args.seed, repeats=args.repeats, device=args.device, dtype=args.dtype, runtime=model_runtime(args),
         cost_curve=args.cost_curve, measure_costs=args.measure_costs, threads=args.threads, workers=args.workers,
         ray_address=args.ray_address, require_graphs=args.require_graphs,
         batch_sizes=parse_batch_sizes(args.batch_size), **synthetic_settings(args.synthetic_acceptance),
@@ -160,7 +159,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     cfg = RunConfig(
         out=args.out, methods=args.methods, questions=question_selection(args), temperatures=args.temperatures,
         max_new_tokens=args.max_new_tokens, target=args.target, draft=args.draft, options=parse_options(args.opt),
-        seed=args.seed, device=args.device, dtype=args.dtype, runtime=model_runtime(args) or Runtime(), cost_curve=args.cost_curve,
+        seed=args.seed, device=args.device, dtype=args.dtype, runtime=model_runtime(args), cost_curve=args.cost_curve,
         method_files=args.method_files)
     settings_file = args.settings_file or args.out / "settings.yaml"
     print(summary(tune(TuneConfig(cfg, settings_file))))

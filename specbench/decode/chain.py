@@ -35,10 +35,6 @@ class DraftChain:
     def of(runner: ModelRunner, head: torch.Tensor | None = None) -> "DraftChain":
         return DraftChain(runner, AttentionLayout.of(runner.model.config), head)
 
-    def arrange(self, owners: list[int]) -> list[bool]:
-        """Cache rows in the order of `owners` (ModelRunner.arrange); returns which rows are new."""
-        return self.runner.arrange(owners)
-
     def logits(self, feeds: list[list[int]], lengths: list[int]) -> torch.Tensor:
         """Row b's draft logits [rows, V] (V: the head's rows, with one) after feeding feeds[b] (non-empty) at slots
         lengths[b], lengths[b] + 1, ... (the row's cache holds its first lengths[b] tokens)."""

@@ -40,6 +40,3 @@ class Runtime:
         if value not in RUNTIME_NAMES:
             raise ValueError(f"unknown runtime {value!r}; valid: {', '.join(RUNTIME_NAMES)} (or --kernels and --graphs)")
         return Runtime(*RUNTIME_NAMES[value])
-
-    def settings(self) -> dict[str, str]:
-        return {"kernels": self.kernels, "graphs": self.graphs}

@@ -1,8 +1,8 @@
 """How one model's forwards run on its SlotCache (specbench.decode.kv): the target's, a draft model's, a feature
 head's. The same code on every runtime; what differs is one choice, `fixed_shapes`:
 
-- off (`--graphs off`, the CPU's default): a forward runs at its own shape, over the cache slots in use (rounded up to SPAN_STEP),
-  and the cache grows (doubling) as a generation needs it;
+- off (`--graphs off`, the CPU's default): a forward runs at its own shape, over the cache slots in use (rounded up
+  to SPAN_STEP), and the cache grows (doubling) as a generation needs it;
 - on (`--graphs on`, the GPU's default): every forward is padded to a bucketed shape (its tokens per row to
   the next of BLOCK_SIZES, its rows to the next of BATCH_SIZES; pad tokens and pad rows see only themselves) and
   reads the cache's whole capacity, reserved once for the run, so that on CUDA each shape is captured once as a CUDA

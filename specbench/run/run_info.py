@@ -69,7 +69,7 @@ FIXED_SETTINGS = ("target", "max_new_tokens", "seed", "top_p", "top_k", "source"
 
 def comparable(settings: dict[str, Any]) -> dict[str, Any]:
     """Settings with the runtime in its two-choice form (runs from before it hold a single name, e.g. "compiled")."""
-    return {**settings, "runtime": Runtime.of(settings.get("runtime")).settings()}
+    return {**settings, "runtime": asdict(Runtime.of(settings.get("runtime")))}
 
 
 def check_resumable(out: Path, settings: dict[str, Any]) -> None:
