@@ -39,9 +39,9 @@ def sized(target, head, costs: CostCurve, level_seconds: float = 0.001) -> Eagle
 
 def test_a_batch_keeps_fewer_nodes_where_verification_grows_with_tokens(target, head):  # noqa: F811
     rising, flat = sized(target, head, RISING), sized(target, head, FLAT)
-    alone, batched = rising._size(SCORES, rows=1), rising._size(SCORES, rows=8)
+    alone, batched = rising._best_size(SCORES, rows=1), rising._best_size(SCORES, rows=8)
     assert 1 <= batched < alone < len(SCORES)
-    assert flat._size(SCORES, rows=1) == flat._size(SCORES, rows=8) == len(SCORES)  # more nodes cost nothing
+    assert flat._best_size(SCORES, rows=1) == flat._best_size(SCORES, rows=8) == len(SCORES)  # more nodes cost nothing
 
 
 def test_a_batch_stops_levels_earlier_where_verification_grows(target, head):  # noqa: F811

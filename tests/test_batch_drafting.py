@@ -10,7 +10,7 @@ from specbench.decode.draft import DecodeContext, StepResult, parse_tree
 from specbench.decode.engine import generate, generate_batch
 from specbench.decode.sampling import Sampling
 from specbench.methods.common.feature_tree import TreeSpec
-from specbench.methods.common.tree_search import best_k
+from specbench.methods.common.tree_search import Nodes, best_k, finish
 from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
 from specbench.methods.vanilla import VanillaDrafter
 from tests.drafters import fitted_eagle_head
@@ -70,6 +70,36 @@ def test_ties_go_to_the_lower_index_whatever_the_batch():
     assert best_k(values, 4)[1].tolist() == [[1, 2, 4, 5], [0, 1, 2, 3]]
     alone = best_k(values[1:], 3)
     assert torch.equal(alone[1], best_k(values, 3)[1][1:]) and torch.equal(alone[0], best_k(values, 3)[0][1:])
+
+
+def kept_alone(scores, depths, cap, total):
+    """A dynamic tree's selection for one row, written plainly: the best nodes by score (ties: the earlier) no deeper
+    than cap, at most total, then ordered by depth, then score (then the earlier)."""
+    best = sorted((i for i in range(len(scores)) if depths[i] <= cap), key=lambda i: -scores[i])[:total]
+    return sorted(best, key=lambda i: (depths[i], -scores[i], i))
+
+
+def test_finish_selects_for_every_row_what_each_row_selects_alone():
+    generator = torch.Generator().manual_seed(5)
+    for _ in range(40):
+        rows, k, levels = (int(x) for x in torch.randint(1, 5, (3,), generator=generator))
+        parents, scores = [torch.full((rows, k), -1)], [-torch.randint(0, 4, (rows, k), generator=generator) / 2]
+        for level in range(1, levels):  # k * k children under the previous level's nodes (scores tie often)
+            count = k + (level - 1) * k * k
+            under = torch.randint(count - (k if level == 1 else k * k), count, (rows, k * k), generator=generator)
+            parents.append(under)
+            scores.append(torch.cat(scores, 1).gather(1, under) - torch.randint(0, 3, (rows, k * k), generator=generator) / 2)
+        depths = [1] * k + [d for d in range(2, levels + 1) for _ in range(k * k)]
+        stops = [torch.rand(rows, generator=generator) < 0.3 for _ in range(levels - 1)]
+        tokens = [torch.randint(0, 99, p.shape, generator=generator) for p in parents]
+        total = int(torch.randint(1, 30, (1,), generator=generator))
+        trees = finish(Nodes(tokens, parents, scores, depths, [], stops), True, total)
+        every = torch.cat(scores, 1).tolist()
+        for r, (draft, kept) in enumerate(trees):
+            cap = next((level + 1 for level, stop in enumerate(stops) if stop[r]), levels)
+            assert kept == kept_alone(every[r], depths, cap, total)
+            assert draft.tokens == torch.cat(tokens, 1)[r, kept].tolist()  # parents renumbered (Draft checks order)
+            assert [kept[p] if p >= 0 else -1 for p in draft.parents] == torch.cat(parents, 1)[r, kept].tolist()
 
 
 def test_rows_regrouped_in_any_order_keep_their_own_state(target, prompt, head):  # noqa: F811

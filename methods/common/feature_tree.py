@@ -135,16 +135,20 @@ class FeatureTreeDrafter(Drafter):
         self.features: FeatureHistory | None = None  # target features of every cached target position
         self.filled = 0  # context positions in the head's cache (built from true target features)
         self.root_feature: torch.Tensor | None = None  # the head's prediction after the last of them
-        # The last search's (roots, outputs per head run, this row's index, node -> (run, column)): tree_features
-        self.last_search: tuple[torch.Tensor, list[torch.Tensor], int, dict[int, tuple[int, int]]] | None = None
+        # The last search's (roots, (node indices, outputs) per head run, this row's index, the search's node
+        # behind each draft node): tree_features
+        self.last_search: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], int, list[int]] | None = None
 
     @property
     def tree_features(self) -> dict[int, torch.Tensor]:
-        """The head's predicted feature under the root (ROOT) and under each expanded node of the last draft."""
+        """The head's predicted feature under the root (ROOT) and under each expanded node of the last draft (read
+        back from the device when asked: only tests and inspection ask)."""
         if self.last_search is None:
             return {}
-        root, outs, row, where = self.last_search
-        return {ROOT: root[row], **{node: outs[run][row, column] for node, (run, column) in where.items()}}
+        root, expanded, row, kept = self.last_search
+        new_index = {node: i for i, node in enumerate(kept)}
+        return {ROOT: root[row], **{new_index[node]: out[row, column] for index, out in expanded
+                                    for column, node in enumerate(index[row].tolist()) if node in new_index}}
 
     def begin(self, ctx: DecodeContext) -> None:
         self._reset()
@@ -185,11 +189,6 @@ class FeatureTreeDrafter(Drafter):
                 best, best_rate = n, rate
         return best
 
-    def _size(self, scores: list[float], rows: int = 1) -> int:
-        """Nodes a dynamic tree keeps, given every node's score best first, `rows` rows drafted together."""
-        scores = scores[: self.tree.total_tokens]
-        return self._best_size(scores, rows) if self.tree.costs is not None else len(scores)
-
     def _stop(self, mass: torch.Tensor, rows: int = 1) -> torch.Tensor:
         """Auto sizing stops a tree early: a level can add at most the frontier's acceptance mass in expected
         tokens, each worth what plain decoding spends on a token (a forward of the `rows` drafted together, shared
@@ -221,11 +220,11 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
             nodes = dynamic(search, root, tree.top_k, tree.depth)
     finally:
         rows.drop_levels()
-    outs = [out for _, out in nodes.expanded]
-    for row, (b, d, (draft, where)) in enumerate(zip(ready, members, finish(nodes, tree.static_paths is None,
-                                                                             partial(first._size, rows=len(members))))):
+    best_size = partial(first._best_size, rows=len(members)) if tree.costs is not None else None
+    trees = finish(nodes, tree.static_paths is None, tree.total_tokens, best_size)
+    for row, (b, d, (draft, kept)) in enumerate(zip(ready, members, trees)):
         drafts[b] = draft
-        d.last_search = (root, outs, row, where)
+        d.last_search = (root, nodes.expanded, row, kept)
     return drafts
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Protocol
 
+import numpy as np
 import torch
 
 from specbench.decode.draft import ROOT, Draft
@@ -200,35 +201,50 @@ def is_ancestor(node: int, of: int, parents: list[int]) -> bool:
     return False
 
 
-def finish(nodes: Nodes, dynamic_tree: bool,
-           size: Callable[[list[float]], int]) -> list[tuple[Draft, dict[int, tuple[int, int]]]]:
-    """Each row's draft and where the head's predicted feature under each of its expanded nodes is (node -> (head
-    run, column) in nodes.expanded), from ONE copy of every row's nodes to the host. A dynamic tree keeps the best nodes by cumulative log-prob (ties: the
-    earlier node), as many as size(their scores, best first) says, ordered by depth then score; nodes past the level
-    where the row's tree would have stopped (auto sizing) are not there. A static tree keeps every node."""
+def finish(nodes: Nodes, dynamic_tree: bool, total: int,
+           best_size: Callable[[list[float]], int] | None = None) -> list[tuple[Draft, list[int]]]:
+    """Each row's draft and, for each of its nodes, the node of `nodes` it is, from ONE copy of every row's nodes to
+    the host, the selection made for every row at once in numpy. A dynamic tree keeps the best nodes by cumulative
+    log-prob (ties: the earlier node), at most `total` (auto sizing: as many as best_size(their scores, best
+    first, at most `total`) says), ordered by depth then score; nodes past the level where the row's tree would
+    have stopped (auto sizing) are not there. A static tree keeps every node."""
     tokens, parents, scores = (torch.cat(part, dim=1) for part in (nodes.tokens, nodes.parents, nodes.scores))
     rows, count = tokens.shape
     order = scores.sort(dim=1, descending=True, stable=True).indices
-    parts = [tokens, parents, scores, order] + [index for index, _ in nodes.expanded] + [s[:, None] for s in nodes.stops]
-    host = torch.cat([part.float() for part in parts], dim=1).cpu().tolist()  # the one copy
-    results = []
-    for values in host:
-        tok, par, score = values[:count], values[count : 2 * count], values[2 * count : 3 * count]
-        at = 4 * count
-        expanded = []
-        for index, _ in nodes.expanded:
-            expanded.append([int(i) for i in values[at : at + index.shape[1]]])
-            at += index.shape[1]
-        stops = values[at:]
-        if dynamic_tree:
-            cap = next((level + 1 for level, stop in enumerate(stops) if stop), max(nodes.depths))
-            best = [int(i) for i in values[3 * count : 4 * count] if nodes.depths[int(i)] <= cap]
-            best = best[: size([score[i] for i in best])]
-            keep = sorted(best, key=lambda i: (nodes.depths[i], -score[i]))
-        else:
-            keep = list(range(count))
-        new_index = {old: new for new, old in enumerate(keep)}
-        draft = Draft([int(tok[i]) for i in keep], [ROOT if par[i] == ROOT else new_index[int(par[i])] for i in keep])
-        where = {new_index[i]: (r, j) for r, run in enumerate(expanded) for j, i in enumerate(run) if i in new_index}
-        results.append((draft, where))
-    return results
+    parts = [tokens, parents, scores, order] + [s[:, None] for s in nodes.stops]
+    host = torch.cat([part.float() for part in parts], dim=1).cpu().numpy()  # the one copy
+    tok, par, order_host = (host[:, i * count : (i + 1) * count].astype(np.int64) for i in (0, 1, 3))
+    if dynamic_tree:
+        keep, sizes = best_nodes(host[:, 2 * count : 3 * count], order_host, host[:, 4 * count :] != 0,
+                                 np.array(nodes.depths), total, best_size)
+    else:
+        keep, sizes = np.arange(count)[None].repeat(rows, 0), [count] * rows
+    new_index = np.zeros_like(par)
+    np.put_along_axis(new_index, keep, np.arange(keep.shape[1])[None].repeat(rows, 0), 1)
+    kept_parents = np.take_along_axis(par, keep, 1)
+    renumbered = np.where(kept_parents == ROOT, ROOT, np.take_along_axis(new_index, kept_parents.clip(0), 1))
+    kept_tokens = np.take_along_axis(tok, keep, 1)
+    return [(Draft(kept_tokens[r, :n].tolist(), renumbered[r, :n].tolist()), keep[r, :n].tolist())
+            for r, n in enumerate(sizes)]
+
+
+def best_nodes(scores: np.ndarray, order: np.ndarray, stops: np.ndarray, depths: np.ndarray, total: int,
+               best_size: Callable[[list[float]], int] | None) -> tuple[np.ndarray, list[int]]:
+    """A dynamic tree's kept nodes for every row: (their indices [R, n] by depth then score, each row's first
+    sizes[r] of them), from the scores [R, M], their best-first order [R, M], where each row's tree stopped
+    ([R, levels] bool) and every node's depth [M]."""
+    rows, count = scores.shape
+    cap = (np.where(stops.any(1), stops.argmax(1) + 1, depths.max()) if stops.shape[1]
+           else np.full(rows, depths.max()))
+    allowed = depths[order] <= cap[:, None]  # best first
+    if best_size is None:
+        sizes = np.minimum(allowed.sum(1), total)
+    else:
+        best_first = np.take_along_axis(scores, order, 1)
+        sizes = np.array([best_size(best_first[r][allowed[r]][:total].tolist()) for r in range(rows)])
+    chosen = allowed & (np.cumsum(allowed, 1) <= sizes[:, None])
+    rank, kept = np.zeros_like(order), np.zeros_like(chosen)
+    np.put_along_axis(rank, order, np.arange(count)[None].repeat(rows, 0), 1)
+    np.put_along_axis(kept, order, chosen, 1)
+    key = np.where(kept, depths[None] * (count + 1) + rank, np.iinfo(np.int64).max)
+    return np.argsort(key, axis=1, kind="stable")[:, : max(sizes.max(), 0)], sizes.tolist()

@@ -8,7 +8,9 @@ fixed token budget:
 - host ms: process CPU time outside every outermost module call (torch's global module hooks: the target's
   forwards, a drafter's heads and draft models), from the end of the target's first forward (the prefill) to the end
   of its last, per step (target forwards - 1; the target's forwards are counted by the hooks and must equal the
-  rows' longest accept_lengths); the fastest of --rounds generations after a warm-up.
+  rows' longest accept_lengths); the fastest of --rounds generations after a warm-up. Freed memory stays in the
+  process (glibc's mallopt, as `bench --overhead` sets it, specbench.measure.overhead.keep_freed_memory; set here
+  so that a revision without that function is measured alike).
 - waits (--waits, one more generation): host-blocking points per step outside forwards, counted by a
   TorchFunctionMode: "d2h" (.item, .tolist, .cpu, int()/float()/bool() of a device tensor), "h2d" (a device
   tensor made from Python data, .to(device)/copy_ of a host tensor unless non_blocking from pinned memory,
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import ctypes.util
 import hashlib
 import json
 import sys
@@ -261,6 +265,9 @@ def main() -> None:
     parser.add_argument("--waits", action="store_true", help="count host-blocking points in one more generation")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    if libc.mallopt(-4, 0) != 1 or libc.mallopt(-1, 2**31 - 1) != 1:  # M_MMAP_MAX, M_TRIM_THRESHOLD (malloc.h)
+        sys.exit("overhead_probe: glibc's mallopt refused (freed memory must stay in the process)")
     print(json.dumps(probe(args)))
 
 

@@ -164,7 +164,8 @@ def setting(old: Revision, new: Revision, args: argparse.Namespace, rounds: list
              f"- T=0, B prompts of {first['prompt_tokens']} tokens each, {args.max_new_tokens} new tokens per row; "
              f"host ms = process CPU time per step outside forwards after the prefill, the fastest of {args.rounds} "
              "alternating rounds; waits = host-blocking points per step outside forwards (d2h + h2d + shape), "
-             "counted in the first round (scripts/figures/overhead_probe.py)"]
+             "counted in the first round; freed memory kept in the process (glibc mallopt) in both revisions' "
+             "probes (scripts/figures/overhead_probe.py)"]
     lines += [f"- {r.label} checkout: added {', '.join(r.added)} (the target's shape, which {r.name} lacks)"
               for r in (old, new) if r.added]
     lines += [f"- skipped on {label} ({name}): {s['method']} on {s['runtime']}: {s['reason']}"

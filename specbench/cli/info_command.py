@@ -201,6 +201,7 @@ def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
         OVERHEAD_METHODS,
         OVERHEAD_RUNTIMES,
         OVERHEAD_TARGET,
+        keep_freed_memory,
         overhead_benchmark,
         overhead_header,
         overhead_line,
@@ -224,8 +225,9 @@ def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
     args.target = args.target or OVERHEAD_TARGET
     questions = [q for _, qs in resolve_questions(question_selection(args)) for q in qs]
     targets = [load_model(args.target, args.device, args.dtype, runtime) for runtime in runtimes]
+    kept_memory = targets[0].model.device.type == "cpu" and keep_freed_memory()
     prompt = chat_prompt(targets[0].tokenizer, [{"role": "user", "content": questions[0].turns[0]}])
-    header = overhead_header(targets[0], len(prompt), tokens, args.rounds)
+    header = overhead_header(targets[0], len(prompt), tokens, args.rounds, kept_memory)
     print(header)
     print(overhead_table([]))
     rows = overhead_benchmark(iter(targets), methods, prompt, batches, tokens, args.rounds,

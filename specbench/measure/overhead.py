@@ -15,6 +15,10 @@ that of a real step), one thread, T=0, no stop token (every row decodes its whol
   process's work, so a machine shared with other jobs disturbs it less than wall time (caches and memory bandwidth
   are still shared); the wall-time figure is kept beside it. On the CPU the tensor work outside forwards (the
   logits' copies, a random head's top-k over the whole vocabulary) is host time too, where a GPU would queue it.
+- Freed memory stays in the process on a CPU (`keep_freed_memory`), as a GPU's caching allocator keeps it: glibc
+  otherwise returns every freed block over 32 MB to the OS and faults it in again at the next step, and a batch's
+  tree logits are that large (64 rows x 17 positions x 49,152 fp32: 214 MB), which cost eagle ~13 ms a step at B=64
+  outside its forwards here, work no GPU run does. The header says whether it was set.
 - Host-blocking points and torch calls: counted in one more generation under host_waits.SyncCounter, which runs
   every call as it was made (the same tokens: checked); what counts as a wait, and how the CPU proxy tells the
   tensors a GPU run would keep on the host: that module's docstring.
@@ -22,6 +26,8 @@ that of a real step), one thread, T=0, no stop token (every row decodes its whol
 from __future__ import annotations
 
 import copy
+import ctypes
+import ctypes.util
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, fields
@@ -44,6 +50,21 @@ OVERHEAD_TARGET = "shape:smollm2-135m-tiny"
 OVERHEAD_METHODS = ("vanilla", "pld", "eagle@total_tokens=16", "eagle3@total_tokens=16", "medusa", "hydra", "sps")
 OVERHEAD_BATCHES = (1, 4, 64)
 OVERHEAD_RUNTIMES = (Runtime(graphs="off"), Runtime(graphs="on"))  # own shapes and fixed (bucketed) shapes
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's mallopt parameters (malloc.h)
+
+
+def keep_freed_memory() -> bool:
+    """Freed memory stays in this process from now on (glibc's mallopt: no block is mmap'ed, the heap is never
+    trimmed), as a GPU's caching allocator keeps it; False where the C library is not glibc (nothing set)."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        mallopt = libc.mallopt if libc is not None else None
+    except (OSError, AttributeError):
+        return False
+    return mallopt is not None and mallopt(M_MMAP_MAX, 0) == 1 and mallopt(M_TRIM_THRESHOLD, 2**31 - 1) == 1
+
+
 @dataclass
 class Mark:
     """The clocks and counters at the end of a step."""
@@ -159,14 +180,18 @@ def overhead_benchmark(targets: Iterator[LoadedModel], methods: list[MethodInfo]
     return rows
 
 
-def overhead_header(target: LoadedModel, prompt: int, tokens: int, rounds: int) -> str:
-    """The setting, in words: the model, the machine, the prompt's and generation's lengths, what is counted."""
+def overhead_header(target: LoadedModel, prompt: int, tokens: int, rounds: int, kept_memory: bool) -> str:
+    """The setting, in words: the model, the machine, the prompt's and generation's lengths, what is counted,
+    whether freed memory stayed in the process (keep_freed_memory)."""
     model = target.model
+    memory = ("freed memory kept in the process (glibc mallopt), as a GPU's caching allocator keeps it" if kept_memory
+              else "freed memory returned to the OS (the allocator's default)")
     return (f"target {target.name} ({model.config.num_hidden_layers} layers, hidden {model.config.hidden_size}), "
             f"{model.device} {str(model.dtype).removeprefix('torch.')}, {torch.get_num_threads()} thread(s), "
             f"{cpu_description()}; T=0, a {prompt}-token prompt, {tokens} new tokens per row, no stop token; "
             f"host = process CPU time outside forwards per step after the prefill, the fastest of {rounds}; blocking "
-            "points and torch calls per step outside forwards (d2h/h2d/shape: docs/measuring.md)")
+            "points and torch calls per step outside forwards (d2h/h2d/shape: docs/measuring.md); "
+            f"{memory}")
 
 
 COLUMNS = (("method", 24, "s"), ("runtime", 10, "s"), ("B", 4, "d"), ("steps", 6, "d"), ("host ms", 9, ".2f"),
