@@ -68,9 +68,9 @@ def test_auto_sized_trees_in_a_batch_are_smaller_and_lossless(target, head):  # 
 @pytest.mark.parametrize("fixed_shapes", [False, True])
 def test_costs_are_measured_on_the_runs_runner_and_leave_drafting_as_it_was(target, head, fixed_shapes):  # noqa: F811
     """The verification curve and a tree level's time are measured as the run runs them, on the target's runner
-    and the head's cache beside it (with fixed shapes: padded, replayed from graphs on CUDA); the measurement's row
-    of the head's cache is no drafter's, so a drafter that drafts after it fills its own context and drafts what it
-    drafts without it."""
+    and the head's cache beside it (with fixed shapes: padded, replayed from graphs on CUDA); a drafter that drafts
+    after it (in the row the measurement wrote) fills its own context when it begins and drafts what it drafts
+    without it."""
     runner = ModelRunner(target, fixed_shapes=fixed_shapes)
     curve = measure_cost_model(runner, "tiny", rounds=1).verify
     assert curve.sizes == SIZES_MEASURED and all(0 < t < 1 for t in curve.seconds)
@@ -78,7 +78,6 @@ def test_costs_are_measured_on_the_runs_runner_and_leave_drafting_as_it_was(targ
     growing = sized(target, head, RISING)
     drafter = beside(growing, runner)
     assert 0 < measure_level_seconds(drafter.head, 3, drafter.cache, repeats=2) < 1
-    assert drafter.cache.runner.owners == [-1]
     for p in PROMPTS:
         out = generate(target, p, drafter, Sampling(), 24, set(), runner=runner)
         reference = generate(target, p, growing, Sampling(), 24, set())

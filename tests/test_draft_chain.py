@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specbench.decode.engine import generate, generate_batch
-from specbench.decode.runner import CAPACITY_STEP, ModelRunner
+from specbench.decode.runner import CAPACITY_STEP, ModelRunner, keep_rows
 from specbench.decode.sampling import Sampling
 from specbench.decode.self_draft import layer_skip_view
 from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
@@ -65,7 +65,7 @@ def test_a_batch_drafts_in_one_forward_per_token_as_each_row_alone(four_layers):
     alone = [generate(four_layers, p, chained, Sampling(), 30, {7}, runner=runner) for p in PROMPTS]
     forwards = []
     logits = chained.chain.logits
-    chained.chain.logits = lambda feeds, lengths: forwards.append(len(feeds)) or logits(feeds, lengths)
+    chained.chain.logits = lambda feeds, lengths, rows: forwards.append(len(feeds)) or logits(feeds, lengths, rows)
     rows = [chained.fork() for _ in PROMPTS]
     together = generate_batch(four_layers, PROMPTS, rows, Sampling(), 30, {7}, runner=runner)
     for one, batched in zip(alone, together):
@@ -83,35 +83,36 @@ def test_a_fixed_shapes_chain_samples_vanillas_joint(target, draft_model, prompt
     assert_lossless(LOSSLESS["sps (chain with q)"], result, exact_joint)  # the same drafter, its power floors
 
 
+def alone_logits(model, fixed_shapes: bool, context: list[int]) -> torch.Tensor:
+    """The draft's next logits after `context`, fed alone to a chain of its own."""
+    return draft_chain(model, ModelRunner(model, fixed_shapes)).logits([context], [0], [0])[0]
+
+
 @pytest.mark.parametrize("fixed_shapes", [False, True])
 def test_rows_that_stay_keep_their_context_when_others_leave(four_layers, fixed_shapes):
-    """Three rows fed together; the first leaves and the other two swap places: each row's next logits are still
-    those of its own context (the rows were moved, not mixed up)."""
+    """Three rows fed together; the first leaves (the engine's keep_rows: the last row fills its place): each row's
+    next logits are still those of its own context (the rows were moved, not mixed up)."""
     chain = draft_chain(four_layers, ModelRunner(four_layers, fixed_shapes))
     prompts = PROMPTS[:3]
     with torch.inference_mode():
-        chain.runner.arrange([10, 11, 12])
-        chain.logits(prompts, [0, 0, 0])
-        chain.runner.arrange([12, 11])
-        moved = chain.logits([[5], [6]], [len(prompts[2]), len(prompts[1])])
-        alone = draft_chain(four_layers, ModelRunner(four_layers, fixed_shapes))
+        chain.logits(prompts, [0, 0, 0], [0, 1, 2])
+        assert keep_rows([chain.runner], [1, 2]) == [2, 1]  # batch row 0 now holds prompt 2, row 1 prompt 1
+        moved = chain.logits([[5], [6]], [len(prompts[2]), len(prompts[1])], [0, 1])
         for row, (prompt, token) in enumerate([(prompts[2], 5), (prompts[1], 6)]):
-            alone.runner.arrange([1])
-            expected = alone.logits([prompt + [token]], [0])
-            torch.testing.assert_close(moved[row], expected[0], rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(moved[row], alone_logits(four_layers, fixed_shapes, prompt + [token]),
+                                       rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("fixed_shapes", [False, True])
-def test_a_row_that_stays_may_move_past_the_rows_the_cache_had(four_layers, fixed_shapes):
-    """A group drafting together grew (a drafter joins in front): the row that stays moves to a row the cache did
-    not have yet, with its context."""
+def test_a_call_over_some_rows_in_any_order_feeds_those_rows_only(four_layers, fixed_shapes):
+    """Rows 2 and 0 of three fed in that order (a subset of the batch's rows, named by cache_rows), then row 1: each
+    row's logits are those of its own context."""
     chain = draft_chain(four_layers, ModelRunner(four_layers, fixed_shapes))
+    prompts = PROMPTS[:3]
     with torch.inference_mode():
-        chain.runner.arrange([10])
-        chain.logits([PROMPTS[0]], [0])
-        assert chain.runner.arrange([11, 10]) == [True, False]
-        grown = chain.logits([PROMPTS[1], [5]], [0, len(PROMPTS[0])])
-        alone = draft_chain(four_layers, ModelRunner(four_layers, fixed_shapes))
-        alone.runner.arrange([1])
-        expected = alone.logits([PROMPTS[0] + [5]], [0])
-    torch.testing.assert_close(grown[1], expected[0], rtol=1e-4, atol=1e-4)
+        chain.logits(prompts, [0, 0, 0], [0, 1, 2])
+        some = chain.logits([[5], [6]], [len(prompts[2]), len(prompts[0])], [2, 0])
+        rest = chain.logits([[7]], [len(prompts[1])], [1])
+        expected = [prompts[2] + [5], prompts[0] + [6], prompts[1] + [7]]
+        for got, context in zip([some[0], some[1], rest[0]], expected):
+            torch.testing.assert_close(got, alone_logits(four_layers, fixed_shapes, context), rtol=1e-4, atol=1e-4)

@@ -1,13 +1,13 @@
 """The one slot cache (specbench.decode.kv.SlotCache): a forward's writes land at the slots its call names
 (`input_pos`) and it reads back its first `key_slots` slots; slot moves and row copies move every layer at once;
-`reserve` grows the storage keeping what is written; the engine's and the drafters' row bookkeeping (fill_holes,
-arrange) moves what it says."""
+`reserve` grows the storage keeping what is written; a call over cache rows it names (`cache_rows`) writes and reads
+those rows only; the engine's row bookkeeping (fill_holes) moves what it says."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from specbench.decode.kv import SlotCache, SlotLayer, arrange, fill_holes
+from specbench.decode.kv import SlotCache, SlotLayer, fill_holes
 
 LAYERS, HEADS, KEY_DIM, VALUE_DIM = 3, 2, 4, 3  # values narrower than keys (MLA)
 
@@ -86,10 +86,17 @@ def test_fill_holes_fills_dropped_rows_with_live_rows_from_above():
     assert fill_holes([3]) == ([0], [3], [3])
 
 
-def test_arrange_keeps_a_returning_owners_slots_and_says_which_rows_are_new():
-    cache = written(3, 4)
-    keys = cache.keys.clone()
-    fresh = arrange(cache, [10, 11, 12], [12, 10, 13])
-    assert fresh == [False, False, True]
-    assert torch.equal(cache.keys[:, 0], keys[:, 2]) and torch.equal(cache.keys[:, 1], keys[:, 0])
-    assert arrange(None, [], [7]) == [True]  # no cache yet: every row is new
+def test_a_call_over_named_cache_rows_writes_and_reads_those_rows_only():
+    cache = written(3, 6)
+    keys, values = cache.keys.clone(), cache.values.clone()
+    gen = torch.Generator().manual_seed(2)
+    rows, where = torch.tensor([2, 0]), torch.tensor([[4, 5], [1, 2]])  # batch rows 2 and 0, in that order
+    for i in range(LAYERS):
+        k, v = states(2, 2, gen)
+        read_keys, read_values = cache.update(k, v, i, input_pos=where, key_slots=5, cache_rows=rows)
+        assert read_keys.shape == (2, HEADS, 5, KEY_DIM) and read_values.shape == (2, HEADS, 5, VALUE_DIM)
+        for b, row in enumerate(rows.tolist()):
+            assert torch.equal(cache.keys[i, row, :, where[b]], k[b]) and torch.equal(cache.values[i, row, :, where[b]], v[b])
+            keys[i, row, :, where[b]], values[i, row, :, where[b]] = k[b], v[b]
+            assert torch.equal(read_keys[b], keys[i, row, :, :5]) and torch.equal(read_values[b], values[i, row, :, :5])
+    assert torch.equal(cache.keys, keys) and torch.equal(cache.values, values)  # row 1 and every other slot untouched

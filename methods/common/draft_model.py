@@ -38,6 +38,7 @@ class DraftModelDrafter(Drafter):
         # q is then zero elsewhere, which rejection sampling handles exactly.
         self.draft_vocab = None if draft_vocab is None else draft_vocab.to(model.device)
         self.chain = chain or draft_chain(model, None, draft_vocab)
+        self.row_caches = (self.chain.runner,)
         self._reset()
 
     def _reset(self) -> None:
@@ -80,14 +81,12 @@ def draft_rows(drafters: list[DraftModelDrafter], ctxs: list[DecodeContext]) -> 
     """Every row's chain of gamma tokens on the drafters' shared chain: one forward per drafted token for all rows,
     one host copy of the picks per forward at T=0 (at T>0 each row draws from its own generator)."""
     first = drafters[0]
-    for d, fresh in zip(drafters, first.chain.runner.arrange([id(d) for d in drafters])):
-        if fresh:  # no row of its own in the chain yet (or no longer): its whole context is fed again
-            d.cached = 0
+    rows = [ctx.row for ctx in ctxs]
     feeds = [ctx.token_ids[d.cached :] for d, ctx in zip(drafters, ctxs)]
     tokens: list[list[int]] = [[] for _ in drafters]
     dists: list[list[torch.Tensor]] = [[] for _ in drafters]
     for _ in range(first.gamma):
-        logits = first._logits(first.chain.logits(feeds, [d.cached for d in drafters]).float())
+        logits = first._logits(first.chain.logits(feeds, [d.cached for d in drafters], rows).float())
         for d, feed in zip(drafters, feeds):
             d.cached += len(feed)
         if ctxs[0].sampling.greedy:

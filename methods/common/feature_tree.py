@@ -129,6 +129,7 @@ class FeatureTreeDrafter(Drafter):
         self.tree = tree
         self.target_ids = torch.tensor(head.target_ids, device=head.device)
         self.cache = HeadCache.of(head, target, tree_slots(tree))
+        self.row_caches = (self.cache.runner,)
         self._reset()
 
     def _reset(self) -> None:
@@ -206,11 +207,9 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
     first = drafters[ready[0]]
     head, tree = first.head, first.tree
     members, contexts = [drafters[b] for b in ready], [ctxs[b] for b in ready]
-    for d, fresh in zip(members, first.cache.runner.arrange([id(d) for d in members])):
-        if fresh:  # no row in the head's cache yet (or no longer): its whole context is filled again
-            d.filled = 0
-    root, root_tokens, base = fill(members, contexts)
-    rows = HeadRows(first.cache, [d.filled for d in members], base)
+    cache_rows = first.cache.runner.cache_rows([ctx.row for ctx in contexts])
+    root, root_tokens, base = fill(members, contexts, cache_rows)
+    rows = HeadRows(first.cache, [d.filled for d in members], base, cache_rows)
     search = Search(head, rows, base, root_tokens, first.target_ids,
                     partial(first._stop, rows=len(members)) if tree.costs is not None else None)
     try:
@@ -228,7 +227,7 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
     return drafts
 
 
-def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]
+def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext], cache_rows: torch.Tensor | None
          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One head forward over every row's context positions not yet in its cache (tokens [R, n] and their true
     features [R, n, F], right-padded to the longest), its host inputs sent in one copy. Returns each row's predicted
@@ -249,7 +248,7 @@ def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]
                                device=head.device)
         for b, (d, (filled, known)) in enumerate(zip(drafters, spans)):
             features[b, : known - filled] = d.features.span(filled, known)
-        out = drafters[0].cache.fill(staged[:, :n], features, start, max(filled for filled, _ in spans))
+        out = drafters[0].cache.fill(staged[:, :n], features, start, max(filled for filled, _ in spans), cache_rows)
         last = (length - start - 1).clamp(min=0)
         fresh = out.gather(1, last[:, None, None].expand(-1, 1, out.shape[-1]))[:, 0]
         if all(known > filled for filled, known in spans):
@@ -278,17 +277,17 @@ def size_automatically(drafter: FeatureTreeDrafter, ctx: BuildContext, key: str)
 @torch.inference_mode()
 def measure_level_seconds(head: FeatureHead, top_k: int, cache: HeadCache, repeats: int = 20) -> float:
     """Fastest of a few runs of one dynamic-tree level on the head's cache, as a search runs it: the head over top_k
-    nodes after a context filled in one row (a row no drafter holds; the first to draft there fills its own context
-    again), then the draft logits, log-softmax and top-k of each. Measured once per run (specbench.decode.costs)."""
+    nodes after a context filled in its first row (before any sequence: a drafter fills its own context when it
+    begins one), then the draft logits, log-softmax and top-k of each. Measured once per run
+    (specbench.decode.costs)."""
     device = head.device
     context, tokens = probe_context(head)
-    cache.runner.arrange([-1])
-    out = cache.fill(tokens, context, torch.zeros(1, dtype=torch.long, device=device), 0)
+    out = cache.fill(tokens, context, torch.zeros(1, dtype=torch.long, device=device), 0, None)
     features = out[:, -1:].expand(1, top_k, -1).contiguous()
     level_tokens = tokens[:, :1].expand(1, top_k)
     positions = torch.full((1, top_k), CONTEXT, device=device)
     ancestors = torch.zeros(1, top_k, 0, dtype=torch.bool, device=device)
-    rows = HeadRows(cache, [CONTEXT], torch.tensor([CONTEXT], device=device))
+    rows = HeadRows(cache, [CONTEXT], torch.tensor([CONTEXT], device=device), None)
 
     def level() -> None:
         rows.level(head, level_tokens, features, positions, ancestors, top_k)

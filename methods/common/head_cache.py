@@ -12,8 +12,9 @@ finished trees to the host.
   visibility, the head, the top-k under each node (tree_search.expand) and, for a dynamic tree's level, the level's
   bookkeeping (tree_search.frontier_step); at fixed shapes one graph per (rows, tokens, input width, nodes run
   before, k, bookkeeping or not), and one per (rows, k) for the root's top-k (RootStep).
-- Rows are held by drafters (an owner key each): a row that stays keeps its slots, moved up when rows before it
-  leave; a drafter new to the cache (or one drafted elsewhere since) fills its whole context again.
+- Row b of the cache is the batch's row b (DecodeContext.row): the engine moves the head's rows with the target's
+  when rows leave (runner.keep_rows, Drafter.row_caches); a search over a subset of the batch's rows names them (`cache_rows`,
+  uncaptured); a drafter that begins a sequence fills its whole context again.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class HeadStep(torch.nn.Module):
         """inputs: tokens, features, positions [R, n]; base [R] (a row's context length: slots below it are its
         context, seen by every query); block [R, n, S] (what each query sees of the S slots from base on: the
         nodes run before in this search, then the block's own, written at base + S - n + j); with `then`, state
-        (its tensors). Returns the head's output, the top k under each token (k > 0) and, with `then`,
+        (its tensors); cache_rows [R] where the rows are not the cache's first (kv.SlotLayer). Returns the head's output, the top k under each token (k > 0) and, with `then`,
         then(output, log-probs, indices of the first `real` tokens, state)."""
         head = self.adapter
         tokens, base, block = inputs["tokens"], inputs["base"], inputs["block"]
@@ -55,8 +56,9 @@ class HeadStep(torch.nn.Module):
         seen = block.gather(2, relative.clamp(0, span - 1)[:, None, :].expand(rows, n, key_slots))
         allowed = (relative < 0)[:, None, :] | (seen & inside[:, None, :])
         input_pos = base[:, None] + (span - n) + torch.arange(n, device=device)
+        rows_named = {"cache_rows": inputs["cache_rows"]} if "cache_rows" in inputs else {}
         out = head.run(tokens, inputs["features"], inputs["positions"], additive(allowed, head.dtype), cache,
-                       input_pos=input_pos, key_slots=key_slots)
+                       input_pos=input_pos, key_slots=key_slots, **rows_named)
         if k == 0:
             return out, out[..., :0], out[..., :0].long()
         logp, index = expand(head, out, k)
@@ -103,16 +105,17 @@ class HeadCache:
         logp, index = self.runner.graphs.call(key, lambda given: self.root_step(given, k), {"features": features})
         return logp[:rows], index[:rows]
 
-    def fill(self, tokens: torch.Tensor, features: torch.Tensor, start: torch.Tensor, end: int) -> torch.Tensor:
+    def fill(self, tokens: torch.Tensor, features: torch.Tensor, start: torch.Tensor, end: int,
+             cache_rows: torch.Tensor | None) -> torch.Tensor:
         """The head over each row's new context positions (tokens [R, n], their target features [R, n, F]; row b's
         first is position start[b] (end: the largest), the rest follow, right-padded); returns the predicted
-        features [R, n, W]."""
+        features [R, n, W]. cache_rows: the rows' cache rows where they are not the first (ModelRunner.cache_rows)."""
         positions = start[:, None] + torch.arange(tokens.shape[1], device=tokens.device)
-        return self.forward(tokens, features, positions, start, end, None, 0)[0]
+        return self.forward(tokens, features, positions, start, end, None, 0, cache_rows)[0]
 
     def forward(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor, base: torch.Tensor,
-                end: int, ancestors: torch.Tensor | None, k: int, then: Callable | None = None,
-                state: dict[str, torch.Tensor] | None = None) -> tuple:
+                end: int, ancestors: torch.Tensor | None, k: int, cache_rows: torch.Tensor | None,
+                then: Callable | None = None, state: dict[str, torch.Tensor] | None = None) -> tuple:
         """One head forward over n tokens per row after its first base[b] slots (end: the largest): a fill
         (ancestors None: causal, written from base on) or a tree level (each node sees its ancestors among the S
         nodes run before in this search, ancestors [R, n, S], and itself; written after them). At a bucketed shape
@@ -122,7 +125,7 @@ class HeadCache:
         rows, n = tokens.shape
         device = tokens.device
         ran = 0 if ancestors is None else ancestors.shape[2]
-        shape = self.runner.fit(rows, n, end + self.tree_slots)
+        shape = self.runner.fit(rows, n, end + self.tree_slots, gathered=cache_rows is not None)
         size_rows, size = shape.rows, shape.tokens
         extra_rows, extra = size_rows - rows, size - n
         if extra_rows or extra:
@@ -138,7 +141,7 @@ class HeadCache:
             own = torch.eye(size, dtype=torch.bool, device=device).expand(size_rows, -1, -1)
             block = torch.cat([ancestors, own], dim=2)
         inputs = {"tokens": tokens, "features": features.to(self.head.dtype), "positions": positions, "base": base,
-                  "block": block}
+                  "block": block, **({} if cache_rows is None else {"cache_rows": cache_rows})}
         if then is not None:
             inputs["state"] = {name: torch.cat([t, t.new_zeros(extra_rows, *t.shape[1:])]) if extra_rows else t
                                for name, t in state.items()}
@@ -160,6 +163,7 @@ class HeadRows:
     cache: HeadCache
     filled: list[int]  # each row's context length: its tree nodes go at the slots after it
     base: torch.Tensor  # the same, on the head's device
+    cache_rows: torch.Tensor | None  # the rows' cache rows where they are not the first (ModelRunner.cache_rows)
     ran: int = 0  # nodes this search has run so far, in every row
 
     def level(self, head: Any, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
@@ -168,7 +172,8 @@ class HeadRows:
         assert ancestors.shape[2] == self.ran, "a level sees every node run before it in this search"
         end = max(self.filled) + self.ran
         self.ran += tokens.shape[1]
-        return self.cache.forward(tokens, features, positions, self.base, end, ancestors, k, then, state)
+        return self.cache.forward(tokens, features, positions, self.base, end, ancestors, k, self.cache_rows, then,
+                                  state)
 
     def drop_levels(self) -> None:
         """Nothing to drop: the next fill overwrites the tree's slots."""

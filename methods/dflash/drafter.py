@@ -28,6 +28,7 @@ class DFlashDrafter(Drafter):
         if block_size < 2:
             raise SpecbenchError(f"dflash: block must be >= 2 (the root and at least one mask), got {block_size}")
         self.model, self.block_size, self.runner = model, block_size, runner
+        self.row_caches = (runner,)
         self.hidden_layers = model.target_layers
         self._reset()
 
@@ -59,14 +60,13 @@ def block_drafts(drafters: list[DFlashDrafter], ctxs: list[DecodeContext]) -> li
     if not live:
         return drafts
     rows, first = [drafters[b] for b in live], drafters[0]
-    for d, fresh in zip(rows, first.runner.arrange([id(d) for d in rows])):
-        if fresh and d.fed:
-            raise SpecbenchError("dflash: a row's draft cache was lost mid-generation")
     size = first.block_size
     ends = [len(ctxs[b].token_ids) - 1 for b in live]  # each row's block starts here (its last emitted token)
     assert all(d.fed + len(d.pending) == end for d, end in zip(rows, ends)), "context states out of step"
     runner = first.runner
-    shape = runner.fit(len(rows), max(len(d.pending) for d in rows) + size, max(d.fed for d in rows))
+    cache_rows = runner.cache_rows([ctxs[b].row for b in live])
+    shape = runner.fit(len(rows), max(len(d.pending) for d in rows) + size, max(d.fed for d in rows),
+                       gathered=cache_rows is not None)
     width = shape.tokens - size  # context columns (left-padded)
     positions = np.tile(np.arange(shape.tokens, dtype=np.int64), (shape.rows, 1))
     limits = np.full(shape.rows, shape.tokens, dtype=np.int64)
@@ -90,7 +90,7 @@ def block_drafts(drafters: list[DFlashDrafter], ctxs: list[DecodeContext]) -> li
     ids = torch.zeros(shape.rows, size, dtype=torch.long, device=device)
     ids[:, 0] = staged[at + shape.rows :]
     inputs = {"input_ids": ids, "features": features, "position_ids": position_ids, "input_pos": position_ids,
-              "attention_mask": mask}
+              "attention_mask": mask, **({} if cache_rows is None else {"cache_rows": cache_rows})}
     tokens = runner.forward(inputs, shape, size - 1, False)[: len(rows)].argmax(-1).tolist()
     for b, d, end, row_tokens in zip(live, rows, ends, tokens):
         d.fed, d.pending = end, None

@@ -138,7 +138,8 @@ class DFlashDraft(nn.Module):
         position_ids [R, c + m] (also the cache slots written: `input_pos`), attention_mask [R, 1, m, key_slots]
         -> the logits of the last `logits_to_keep` block positions [R, keep, V]."""
         block = self.block_inputs(input_ids[:, 0], input_ids.shape[1])
-        cache_kwargs = {"input_pos": kwargs["input_pos"], "key_slots": kwargs["key_slots"]} if cache is not None else {}
+        cache_kwargs = ({name: kwargs[name] for name in ("input_pos", "key_slots", "cache_rows") if name in kwargs}
+                        if cache is not None else {})
         hidden = self.hidden_states(block, self.context(features), position_ids, attention_mask, cache, **cache_kwargs)
         return self.logits(hidden[:, -logits_to_keep:] if logits_to_keep else hidden)
 

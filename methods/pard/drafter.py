@@ -40,13 +40,10 @@ def pard_rows(drafters: list[PardDrafter], ctxs: list[DecodeContext]) -> list[Dr
     each token drawn from its own processed distribution q (returned for rejection sampling: token j is drawn from
     q_j whatever the tokens before it, so verification with q_j stays exact)."""
     first = drafters[0]
-    for d, fresh in zip(drafters, first.chain.runner.arrange([id(d) for d in drafters])):
-        if fresh:  # no row of its own in the chain yet (or no longer): its whole context is fed again
-            d.cached = 0
     k = first.gamma
     contexts = [ctx.token_ids[d.cached :] for d, ctx in zip(drafters, ctxs)]
     feeds = [context + [first.mask_token] * (k - 1) for context in contexts]
-    raw = first.chain.last_logits(feeds, [d.cached for d in drafters], k).float()
+    raw = first.chain.last_logits(feeds, [d.cached for d in drafters], [ctx.row for ctx in ctxs], k).float()
     logits = first._logits(raw.reshape(-1, raw.shape[-1])).reshape(len(drafters), k, -1)
     for d, context in zip(drafters, contexts):
         d.cached += len(context)  # the mask tokens' slots lie past it, overwritten next step

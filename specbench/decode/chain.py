@@ -6,8 +6,8 @@ Each row's new tokens are right-padded to the block's length and written at the 
 a row always holds position s: nothing is ever compacted, a rejected draft is dropped by lowering the row's length,
 and the mask is causal from each row's length, built on the device (slot s visible to the query at position p when
 s <= p). A pad token lands past its row's real tokens, where no real query looks and the next forward overwrites
-it. Rows keep their cache row while they stay in the batch; when rows leave (a finished sequence), the rows after
-them move up, as the engine's do.
+it. Row b of the cache is the batch's row b (DecodeContext.row): the engine moves the draft's rows with its own
+when rows leave (runner.keep_rows, Drafter.row_caches); a call over a subset of the batch's rows names them (`cache_rows`).
 """
 from __future__ import annotations
 
@@ -23,8 +23,7 @@ from specbench.decode.runner import ModelRunner
 
 @dataclass
 class DraftChain:
-    """One draft model's cache and forwards, shared by the drafters of every row (each names its row by an owner
-    key, e.g. id(drafter))."""
+    """One draft model's cache and forwards, shared by the drafters of every row (row b: the batch's row b)."""
     runner: ModelRunner  # the draft model's (its decoder's, with `head`)
     layout: AttentionLayout  # the draft model's attention kinds (its masks)
     # Rows of the draft's lm_head it scores (a reduced draft vocabulary: cheaper on a CPU), applied to the decoder's
@@ -35,17 +34,19 @@ class DraftChain:
     def of(runner: ModelRunner, head: torch.Tensor | None = None) -> "DraftChain":
         return DraftChain(runner, AttentionLayout.of(runner.model.config), head)
 
-    def logits(self, feeds: list[list[int]], lengths: list[int]) -> torch.Tensor:
-        """Row b's draft logits [rows, V] (V: the head's rows, with one) after feeding feeds[b] (non-empty) at slots
-        lengths[b], lengths[b] + 1, ... (the row's cache holds its first lengths[b] tokens)."""
-        return self.last_logits(feeds, lengths, 1)[:, 0]
+    def logits(self, feeds: list[list[int]], lengths: list[int], batch_rows: list[int]) -> torch.Tensor:
+        """The draft logits [len(feeds), V] (V: the head's rows, with one) of the batch's rows `batch_rows` after
+        feeding feeds[i] (non-empty) to row batch_rows[i] at slots lengths[i], lengths[i] + 1, ... (its cache holds
+        its first lengths[i] tokens)."""
+        return self.last_logits(feeds, lengths, batch_rows, 1)[:, 0]
 
-    def last_logits(self, feeds: list[list[int]], lengths: list[int], count: int) -> torch.Tensor:
+    def last_logits(self, feeds: list[list[int]], lengths: list[int], batch_rows: list[int], count: int) -> torch.Tensor:
         """As logits(), at each row's last `count` fed positions: [rows, count, V] (every feed holds >= count). The
         host's inputs (ids, start slots, the positions read) go to the device in one copy."""
         runner = self.runner
         model = runner.model
-        shape = runner.fit(len(feeds), max(map(len, feeds)), max(lengths))
+        cache_rows = runner.cache_rows(batch_rows)
+        shape = runner.fit(len(feeds), max(map(len, feeds)), max(lengths), gathered=cache_rows is not None)
         rows, size = shape.rows, shape.tokens
         device = model.device
         read = [[len(feed) - count + j for j in range(count)] for feed in feeds]  # [rows, count] block columns
@@ -69,7 +70,7 @@ class DraftChain:
         masks = self.layout.masks(slots[None, None, :] <= positions[:, :, None], positions,
                                   slots.expand(rows, -1) if self.layout.windows else None, model.dtype)
         inputs = {"input_ids": staged[:at].view(rows, size), "position_ids": positions, "input_pos": positions,
-                  "attention_mask": masks}
+                  "attention_mask": masks, **({} if cache_rows is None else {"cache_rows": cache_rows})}
         row = torch.arange(len(feeds), device=device)[:, None]
         if self.head is not None:
             hidden = runner.forward(inputs, shape, None, False).last_hidden_state

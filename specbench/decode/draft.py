@@ -111,6 +111,9 @@ class DecodeContext:
     prompt_len: int
     sampling: Sampling
     generator: torch.Generator | None
+    # The batch row this sequence holds, kept by the engine as rows leave: its row in every cache beside the target
+    # (a drafter's forward names it, specbench.decode.runner.ModelRunner.cache_rows).
+    row: int = 0
 
 
 @dataclass
@@ -142,6 +145,10 @@ class Drafter:
     state_scope: str = "generation"
     # A verification rule other than the engine's lossless one (e.g. Medusa typical acceptance); None = lossless.
     verifier: Callable | None = None
+    # The caches it keeps a row of for each batch row (their specbench.decode.runner.ModelRunner's: a head's, a draft
+    # model's), row b for the batch's row b (DecodeContext.row); the engine moves their rows with the target's when
+    # rows leave a batch. Empty: none.
+    row_caches: tuple = ()
     # Where the drafter's trained weights came from (a folder or model id), for the report's budget table; None for
     # training-free methods.
     trained_from: str | None = None

@@ -11,7 +11,8 @@ Rows advance by different lengths: in the cache (specbench.decode.kv) slot s of 
 each row's block is written from its own context length on (`input_pos`, passed with the forward), left-padded to
 the step's shape (its pad tokens written past its real ones); after verification each row's accepted tree nodes
 move down to follow its context. A finished row
-leaves the batch at once (its cache row is filled by a live row's), or, with `feed_last`, after one more forward over
+leaves the batch at once (its cache row is filled by a live row's, in the target's cache and in every drafter's,
+Drafter.row_caches: the engine owns the map from batch rows to cache rows, DecodeContext.row), or, with `feed_last`, after one more forward over
 its last tokens, so that a drafter reading hidden states gets those of every token (distillation records them).
 The target's runner (specbench.decode.runner) decides the forward's shape: its own, or a bucketed one replayed
 from a CUDA graph on CUDA; the loop is the same.
@@ -29,9 +30,9 @@ from transformers import PreTrainedModel
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import accept_all, propose_all
 from specbench.decode.inputs import Block, row_block, step_inputs, to_device
-from specbench.decode.kv import SlotCache, fill_holes
+from specbench.decode.kv import SlotCache
 from specbench.decode.layout import AttentionLayout
-from specbench.decode.runner import BATCH_SIZES, BLOCK_SIZES, ModelRunner, bucket
+from specbench.decode.runner import BATCH_SIZES, BLOCK_SIZES, ModelRunner, bucket, keep_rows
 from specbench.decode.runtime import synchronize
 from specbench.decode.sampling import Sampling
 from specbench.decode.verify import Verdict, VerifyFn, verify_greedy_batch, verify_lossless, verify_rejection_batch
@@ -148,10 +149,12 @@ def generate_batch(
     rows = start_rows(prompts, drafters, generators or [None] * len(prompts), sampling, max_new_tokens,
                       context_limit(model))
     active = [row for row in rows if row.budget > 0]
-    for row in active:
+    for b, row in enumerate(active):
+        row.ctx.row = b
         row.drafting(lambda: row.drafter.begin(row.ctx))
     layout = AttentionLayout.of(model.config)
     runner = runner or ModelRunner(model, fixed_shapes=False)
+    row_caches = [cache for drafter in drafters for cache in drafter.row_caches]
     runner.reserve(len(rows), max(map(len, prompts)) + max_new_tokens)
     while active:
         drafts = propose_all(active)
@@ -163,7 +166,9 @@ def generate_batch(
         steps = [settle(row, draft, verdicts[b], scores[b], hidden[b], stop_ids)
                  for b, (row, draft) in enumerate(zip(active, drafts))]
         stays = [b for b, row in enumerate(active) if row.live or (feed_last and not row.flushing)]
-        order = keep_rows(runner.cache, stays) if len(stays) < len(active) else stays
+        order = keep_rows([runner, *row_caches], stays) if len(stays) < len(active) else stays
+        for b, old in enumerate(order):  # where each kept row now is, in every cache (a left row's is gone)
+            active[old].ctx.row = b
         verify_seconds = time.perf_counter() - t1
         told = [b for b, row in enumerate(active) if row.result.stop_reason != "eos" or feed_last]
         accept_all([active[b] for b in told], [steps[b] for b in told])
@@ -212,16 +217,6 @@ def forward(runner: ModelRunner, rows: list[Row], drafts: list[Draft], layout: A
     keep = shape.tokens if shape.captured else max(scored(d) for d in drafts)
     hidden = any(row.drafter.hidden_layers for row in rows)
     return runner.forward(inputs.named(), shape, keep, hidden), inputs.pads
-
-
-def keep_rows(cache: SlotCache, stays: list[int]) -> list[int]:
-    """Keep the batch rows `stays` (ascending), live rows from the end filling the others' places; returns the old
-    row each kept row now holds."""
-    holes, movers, order = fill_holes(stays)
-    if holes and cache.keys is not None:
-        index = to_device(np.array([holes, movers], dtype=np.int64), cache.keys.device)
-        cache.copy_rows(index[0], index[1])
-    return order
 
 
 @torch.inference_mode()

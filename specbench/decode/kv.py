@@ -5,9 +5,10 @@ Slot s of a cache row holds the row's position s. A forward writes each of its t
 keyword arguments to every cache layer's update) and attends over the first `key_slots` slots (also passed with the
 call; the mask hides the slots a query may not see). Draft and tree tokens are written after each row's context and
 overwritten next step; the target moves its accepted path down to follow the context (`move_slots`), and when rows
-leave a batch live rows fill their places (`copy_rows`). Every layer's keys and values live in ONE tensor
-[layers, rows, heads, capacity, dim] (values: their own head size), so each of these edits is one gather for all
-layers, never a loop over layers.
+leave a batch live rows fill their places (`copy_rows`), in the target's cache and in every drafter's in the same
+call (specbench.decode.runner.keep_rows): row b of every cache is the batch's row b. Every layer's keys and values
+live in ONE tensor [layers, rows, heads, capacity, dim] (values: their own head size), so each of these edits is one
+gather for all layers, never a loop over layers.
 
 Growth is an allocation policy, not a second cache: `reserve` makes room (copying what is written), rows and slots
 rounded up by the caller's policy (exact and doubling when nothing is captured; bucketed and fixed for the run under
@@ -23,7 +24,9 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 
 class SlotLayer(DynamicLayer):
-    """One decoder layer's view of its SlotCache: writes at the call's `input_pos`, reads its first `key_slots`."""
+    """One decoder layer's view of its SlotCache: writes at the call's `input_pos`, reads its first `key_slots`; the
+    call's rows are the cache's first rows, or the cache rows `cache_rows` [rows] names (a drafter's rows: the batch
+    rows it drafts, which the engine keeps, specbench.decode.draft.DecodeContext.row)."""
 
     def __init__(self, cache: "SlotCache", index: int) -> None:
         super().__init__()
@@ -36,11 +39,18 @@ class SlotLayer(DynamicLayer):
             raise ValueError("a SlotCache forward needs input_pos and key_slots among its keyword arguments")
         self.is_initialized = True
         keys, values = self.cache.layer(self.index, key_states, value_states)
+        span, rows = call["key_slots"], call.get("cache_rows")
+        if rows is not None:  # the call's rows are these cache rows (a subset of a batch's, in any order)
+            where = (rows[:, None, None], torch.arange(key_states.shape[1], device=rows.device)[None, :, None],
+                     call["input_pos"][:, None, :])
+            keys.index_put_(where, key_states)
+            values.index_put_((*where[:1], torch.arange(value_states.shape[1], device=rows.device)[None, :, None],
+                               where[2]), value_states)
+            return keys[:, :, :span].index_select(0, rows), values[:, :, :span].index_select(0, rows)
         rows = key_states.shape[0]
         key_index, value_index = self.cache.write_index(call["input_pos"], key_states, value_states)
         keys[:rows].scatter_(2, key_index, key_states)
         values[:rows].scatter_(2, value_index, value_states)
-        span = call["key_slots"]
         return keys[:rows, :, :span], values[:rows, :, :span]
 
     def get_seq_length(self) -> int:
@@ -129,17 +139,3 @@ def fill_holes(live: list[int]) -> tuple[list[int], list[int], list[int]]:
     for hole, mover in zip(holes, movers):
         order[hole] = mover
     return holes, movers, order
-
-
-def arrange(cache: SlotCache | None, before: list[int], owners: list[int]) -> list[bool]:
-    """A drafter's cache rows in the order of `owners` (keys of whoever holds each row; `before`: the order they were
-    in): one still here keeps its slots (moved to its new row, every moved row read before any is written); returns
-    which rows are new (they hold nothing yet)."""
-    where = {owner: row for row, owner in enumerate(before)}
-    moves = [(where[owner], row) for row, owner in enumerate(owners) if where.get(owner, row) != row]
-    if moves and cache is not None and cache.keys is not None:
-        device = cache.keys.device
-        cache.copy_rows(torch.tensor([row for _, row in moves], device=device),
-                        torch.tensor([old for old, _ in moves], device=device))
-    return [owner not in where for owner in owners]
-

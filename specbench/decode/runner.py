@@ -24,7 +24,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specbench.decode.graphs import CaptureReport, Graphs
-from specbench.decode.kv import SlotCache, arrange
+from specbench.decode.kv import SlotCache, fill_holes
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64)  # tokens per row of a captured forward
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)  # rows of a captured forward
@@ -62,7 +62,6 @@ class ModelRunner:
     cache: SlotCache | None = None
     graphs: Graphs = field(init=False)
     drafting: list[Graphs] = field(default_factory=list)  # the graphs of the drafters beside it (a target's)
-    owners: list[int] = field(default_factory=list)  # a drafter's cache: who holds each row, in row order (arrange)
 
     def __post_init__(self) -> None:
         self.graphs = Graphs(self.capture)
@@ -72,12 +71,14 @@ class ModelRunner:
         """CUDA graphs were asked for (fixed shapes on CUDA)."""
         return self.fixed_shapes and next(self.model.parameters()).device.type == "cuda"
 
-    def fit(self, rows: int, tokens: int, start: int) -> Shape:
+    def fit(self, rows: int, tokens: int, start: int, gathered: bool = False) -> Shape:
         """The shape of a forward of `rows` rows of up to `tokens` tokens written from slot `start` at most, the
-        cache reserved for it."""
+        cache reserved for it. gathered: the rows are cache rows the call names (`cache_rows`, not the cache's first
+        rows): never padded with rows, so never captured."""
         padded = bucket(tokens, BLOCK_SIZES) if self.fixed_shapes else tokens
         self.reserve(rows, start + padded)
-        return self.shape(rows, tokens, start + padded)
+        shape = self.shape(rows, tokens, start + padded)
+        return Shape(rows, shape.tokens, shape.key_slots, False) if gathered and shape.captured else shape
 
     def shape(self, rows: int, tokens: int, used: int) -> Shape:
         """The shape of a forward of `rows` rows of `tokens` tokens whose writes end before slot `used`."""
@@ -85,6 +86,14 @@ class ModelRunner:
             return Shape(bucket(rows, BATCH_SIZES), bucket(tokens, BLOCK_SIZES), self.capacity, True)
         return Shape(rows, tokens, min(round_up(used, SPAN_STEP), self.capacity) if not self.fixed_shapes
                      else self.capacity, False)
+
+    def cache_rows(self, rows: list[int]) -> torch.Tensor | None:
+        """The `cache_rows` argument of a drafter's forward over the batch rows `rows` (DecodeContext.row, in the
+        order drafted), room made for them: None where they are the cache's first rows in order."""
+        self.reserve(max(rows) + 1, 0)
+        if rows == list(range(len(rows))):
+            return None
+        return torch.tensor(rows, device=next(self.model.parameters()).device)
 
     def reserve(self, rows: int, slots: int) -> SlotCache:
         """Room for at least `rows` rows of `slots` slots each (what is written stays). Fixed shapes: the rows
@@ -102,14 +111,6 @@ class ModelRunner:
         if cache.reserve(*wanted):
             self.graphs.graphs.clear()
         return cache
-
-    def arrange(self, owners: list[int]) -> list[bool]:
-        """A drafter's cache rows in the order of `owners` (keys of the rows' drafters; kv.arrange), room made for
-        them all first (a row that stays may move past the rows the cache had: a group of drafters drafting together
-        grew); returns which rows are new (they hold nothing yet)."""
-        fresh = arrange(self.reserve(len(owners), 0), self.owners, owners)
-        self.owners = list(owners)
-        return fresh
 
     @property
     def capacity(self) -> int:
@@ -184,3 +185,15 @@ def call_rows(graphs: Graphs | None, run: Callable[[dict[str, torch.Tensor]], to
     size = bucket(rows, BATCH_SIZES)
     padded = {name: torch.cat([x, x.new_zeros(size - rows, *x.shape[1:])]) for name, x in inputs.items()}
     return graphs.call((size,), run, padded)[:rows].clone()
+
+
+def keep_rows(runners: list[ModelRunner], stays: list[int]) -> list[int]:
+    """Keep the batch rows `stays` (ascending), live rows from the end filling the others' places, in the cache of
+    each runner (the target's and the drafters' row caches, Drafter.row_caches: one copy each), so that row b of
+    every cache is still the batch's row b. Returns the old row each kept row now holds."""
+    holes, movers, order = fill_holes(stays)
+    for cache in {id(r.cache): r.cache for r in runners if r.cache is not None}.values():
+        if holes and cache.keys is not None:
+            index = torch.tensor([holes, movers], device=cache.keys.device)
+            cache.copy_rows(index[0], index[1])
+    return order
