@@ -1,13 +1,14 @@
 """The one slot cache (specbench.decode.kv.SlotCache): a forward's writes land at the slots its call names
 (`input_pos`) and it reads back its first `key_slots` slots; slot moves and row copies move every layer at once;
 `reserve` grows the storage keeping what is written; a call over cache rows it names (`cache_rows`) writes and reads
-those rows only; the engine's row bookkeeping (fill_holes) moves what it says."""
+those rows only; the engine's row bookkeeping (fill_holes, runner.keep_rows) moves what it says."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from specbench.decode.kv import SlotCache, SlotLayer, fill_holes
+from specbench.decode.runner import ModelRunner, keep_rows
 
 LAYERS, HEADS, KEY_DIM, VALUE_DIM = 3, 2, 4, 3  # values narrower than keys (MLA)
 
@@ -100,3 +101,15 @@ def test_a_call_over_named_cache_rows_writes_and_reads_those_rows_only():
             keys[i, row, :, where[b]], values[i, row, :, where[b]] = k[b], v[b]
             assert torch.equal(read_keys[b], keys[i, row, :, :5]) and torch.equal(read_values[b], values[i, row, :, :5])
     assert torch.equal(cache.keys, keys) and torch.equal(cache.values, values)  # row 1 and every other slot untouched
+
+
+def test_keep_rows_moves_the_rows_of_every_cache_that_holds_them():
+    """The engine's compaction (runner.keep_rows): batch row 3 fills row 0's place in the target's cache and in a
+    drafter's; a drafter cache of its own that never held row 3 is left as it is."""
+    target, shared, own = (ModelRunner(torch.nn.Linear(1, 1), fixed_shapes=False) for _ in range(3))
+    target.cache, shared.cache, own.cache = written(4, 3), written(4, 3, seed=1), written(2, 3, seed=2)
+    before = [r.cache.keys.clone() for r in (target, shared, own)]
+    assert keep_rows([target, shared, own], [1, 3]) == [3, 1]
+    for runner, keys in zip((target, shared), before):
+        assert torch.equal(runner.cache.keys[:, 0], keys[:, 3]) and torch.equal(runner.cache.keys[:, 1], keys[:, 1])
+    assert torch.equal(own.cache.keys, before[2])

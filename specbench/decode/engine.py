@@ -29,7 +29,7 @@ from transformers import PreTrainedModel
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import accept_all, propose_all
-from specbench.decode.inputs import Block, row_block, step_inputs, to_device
+from specbench.decode.inputs import Block, row_blocks, step_inputs, to_device
 from specbench.decode.kv import SlotCache
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runner import BATCH_SIZES, BLOCK_SIZES, ModelRunner, bucket, keep_rows
@@ -210,7 +210,7 @@ def forward(runner: ModelRunner, rows: list[Row], drafts: list[Draft], layout: A
     the logits of each row's last len(draft) + 1 (+ extra branch) positions are kept (of every position of a
     captured shape). Returns the output and each row's left padding."""
     model = runner.model
-    blocks = [row_block(row.ctx.token_ids[row.cache_len:], d, row.cache_len) for row, d in zip(rows, drafts)]
+    blocks = row_blocks([row.ctx.token_ids[row.cache_len:] for row in rows], drafts, [row.cache_len for row in rows])
     starts = [row.cache_len for row in rows]
     shape = runner.fit(len(blocks), max(len(b.tokens) for b in blocks), max(starts))
     inputs = step_inputs(blocks, starts, shape, model.dtype, model.device, layout)

@@ -33,23 +33,35 @@ class Block:
 
 def row_block(pending: list[int], draft: Draft, cache_len: int) -> Block:
     """Row's block: its pending tokens at positions cache_len, ..., then its draft tree under the last of them."""
-    n_pending, n = len(pending), len(draft)
-    extra = draft.extra
-    m = len(extra.tokens) if extra else 0
-    tokens = pending + draft.tokens + (extra.tokens if extra else [])
-    total = n_pending + n + m
-    if draft.is_chain() and not extra:
-        return Block(tokens, np.arange(cache_len, cache_len + total, dtype=np.int64), None)
-    root = cache_len + n_pending - 1
-    positions = np.concatenate([np.arange(cache_len, cache_len + n_pending), root + np.asarray(draft.depths()),
-                                root + np.asarray(extra.offsets if extra else [], dtype=np.int64)])
-    allowed = np.zeros((total, total), dtype=bool)
-    allowed[:n_pending, :n_pending] = np.tri(n_pending, dtype=bool)
-    allowed[n_pending:, :n_pending] = True
-    allowed[n_pending : n_pending + n, n_pending : n_pending + n] = ancestor_mask(draft.parents)
-    if extra:
-        allowed[n_pending + n :, n_pending + n :] = extra.allowed.cpu().numpy()
-    return Block(tokens, positions.astype(np.int64), allowed)
+    return row_blocks([pending], [draft], [cache_len])[0]
+
+
+def row_blocks(pendings: list[list[int]], drafts: list[Draft], cache_lens: list[int]) -> list[Block]:
+    """Every row's block (row_block), the trees' ancestor masks made for all rows at once (ancestor_masks)."""
+    trees = [b for b, draft in enumerate(drafts) if draft.extra or not draft.is_chain()]
+    masks = dict(zip(trees, ancestor_masks([drafts[b].parents for b in trees])))
+    blocks = []
+    for b, (pending, draft, cache_len) in enumerate(zip(pendings, drafts, cache_lens)):
+        n_pending, n = len(pending), len(draft)
+        extra = draft.extra
+        m = len(extra.tokens) if extra else 0
+        tokens = pending + draft.tokens + (extra.tokens if extra else [])
+        total = n_pending + n + m
+        if b not in masks:
+            blocks.append(Block(tokens, np.arange(cache_len, cache_len + total, dtype=np.int64), None))
+            continue
+        ancestor = masks[b]
+        positions = np.arange(cache_len, cache_len + total, dtype=np.int64)
+        root = cache_len + n_pending - 1
+        positions[n_pending : n_pending + n] = root + ancestor.sum(1)  # a node's depth: its ancestors and itself
+        allowed = np.zeros((total, total), dtype=bool)
+        allowed[:, :n_pending] = np.tri(total, n_pending, dtype=bool)  # pending causal; the rest see them all
+        allowed[n_pending : n_pending + n, n_pending : n_pending + n] = ancestor
+        if extra:
+            positions[n_pending + n :] = root + np.asarray(extra.offsets, dtype=np.int64)
+            allowed[n_pending + n :, n_pending + n :] = extra.allowed.cpu().numpy()
+        blocks.append(Block(tokens, positions, allowed))
+    return blocks
 
 
 def ancestors(parents: list[int]) -> torch.Tensor:
@@ -58,16 +70,28 @@ def ancestors(parents: list[int]) -> torch.Tensor:
 
 
 def ancestor_mask(parents: list[int]) -> np.ndarray:
-    """[n, n] bool: node i's row holds i and every ancestor of i. By pointer jumping (each round doubles the levels
-    covered), so a deep tree costs a few array ops rather than one per node."""
-    n = len(parents)
-    jump = np.array([p if p >= 0 else i for i, p in enumerate(parents)], dtype=np.int64)
-    ancestor = np.eye(n, dtype=bool)
+    """[n, n] bool: node i's row holds i and every ancestor of i."""
+    return ancestor_masks([parents])[0]
+
+
+def ancestor_masks(trees: list[list[int]]) -> list[np.ndarray]:
+    """ancestor_mask of every tree (each a list of parents) at once, the trees padded to the longest (a pad node is
+    a root of its own). By pointer jumping (each round doubles the levels covered), so a deep tree and a batch of
+    trees cost a few array ops rather than one per node."""
+    if not trees:
+        return []
+    n = max(map(len, trees))
+    jump = np.tile(np.arange(n, dtype=np.int64), (len(trees), 1))
+    for b, parents in enumerate(trees):
+        jump[b, : len(parents)] = parents
+    jump = np.where(jump < 0, np.arange(n), jump)  # a root jumps to itself
+    ancestor = np.broadcast_to(np.eye(n, dtype=bool), (len(trees), n, n)).copy()
+    rows = np.arange(len(trees))[:, None]
     while True:
-        ancestor |= ancestor[jump]
-        further = jump[jump]
+        ancestor |= ancestor[rows, jump]
+        further = jump[rows, jump]
         if np.array_equal(further, jump):
-            return ancestor
+            return [ancestor[b, : len(parents), : len(parents)] for b, parents in enumerate(trees)]
         jump = further
 
 

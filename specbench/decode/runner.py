@@ -190,10 +190,12 @@ def call_rows(graphs: Graphs | None, run: Callable[[dict[str, torch.Tensor]], to
 def keep_rows(runners: list[ModelRunner], stays: list[int]) -> list[int]:
     """Keep the batch rows `stays` (ascending), live rows from the end filling the others' places, in the cache of
     each runner (the target's and the drafters' row caches, Drafter.row_caches: one copy each), so that row b of
-    every cache is still the batch's row b. Returns the old row each kept row now holds."""
+    every cache is still the batch's row b (a cache without a mover's row, one drafter's of its own, has nothing to
+    move). Returns the old row each kept row now holds."""
     holes, movers, order = fill_holes(stays)
     for cache in {id(r.cache): r.cache for r in runners if r.cache is not None}.values():
-        if holes and cache.keys is not None:
-            index = torch.tensor([holes, movers], device=cache.keys.device)
+        pairs = [(hole, mover) for hole, mover in zip(holes, movers) if mover < cache.rows]  # rows it holds
+        if pairs and cache.keys is not None:
+            index = torch.tensor(pairs, device=cache.keys.device).T
             cache.copy_rows(index[0], index[1])
     return order
