@@ -93,7 +93,8 @@ def test_finish_selects_for_every_row_what_each_row_selects_alone():
             count = k + (level - 1) * k * k
             under = torch.randint(count - (k if level == 1 else k * k), count, (rows, k * k), generator=generator)
             parents.append(under)
-            scores.append(torch.cat(scores, 1).gather(1, under) - torch.randint(0, 3, (rows, k * k), generator=generator) / 2)
+            drops = torch.randint(0, 3, (rows, k * k), generator=generator) / 2
+            scores.append(torch.cat(scores, 1).gather(1, under) - drops)
         depths = [1] * k + [d for d in range(2, levels + 1) for _ in range(k * k)]
         stops = [torch.rand(rows, generator=generator) < 0.3 for _ in range(levels - 1)]
         tokens = [torch.randint(0, 99, p.shape, generator=generator) for p in parents]

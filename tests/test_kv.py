@@ -97,7 +97,8 @@ def test_a_call_over_named_cache_rows_writes_and_reads_those_rows_only():
         read_keys, read_values = cache.update(k, v, i, input_pos=where, key_slots=5, cache_rows=rows)
         assert read_keys.shape == (2, HEADS, 5, KEY_DIM) and read_values.shape == (2, HEADS, 5, VALUE_DIM)
         for b, row in enumerate(rows.tolist()):
-            assert torch.equal(cache.keys[i, row, :, where[b]], k[b]) and torch.equal(cache.values[i, row, :, where[b]], v[b])
+            assert torch.equal(cache.keys[i, row, :, where[b]], k[b])
+            assert torch.equal(cache.values[i, row, :, where[b]], v[b])
             keys[i, row, :, where[b]], values[i, row, :, where[b]] = k[b], v[b]
             assert torch.equal(read_keys[b], keys[i, row, :, :5]) and torch.equal(read_values[b], values[i, row, :, :5])
     assert torch.equal(cache.keys, keys) and torch.equal(cache.values, values)  # row 1 and every other slot untouched

@@ -13,8 +13,8 @@ finished trees to the host.
   bookkeeping (tree_search.frontier_step); at fixed shapes one graph per (rows, tokens, input width, nodes run
   before, k, bookkeeping or not), and one per (rows, k) for the root's top-k (RootStep).
 - Row b of the cache is the batch's row b (DecodeContext.row): the engine moves the head's rows with the target's
-  when rows leave (runner.keep_rows, Drafter.row_caches); a search over a subset of the batch's rows names them (`cache_rows`,
-  uncaptured); a drafter that begins a sequence fills its whole context again.
+  when rows leave (runner.keep_rows, Drafter.row_caches); a search over a subset of the batch's rows names them
+  (`cache_rows`, uncaptured); a drafter that begins a sequence fills its whole context again.
 """
 from __future__ import annotations
 
@@ -44,8 +44,9 @@ class HeadStep(torch.nn.Module):
         """inputs: tokens, features, positions [R, n]; base [R] (a row's context length: slots below it are its
         context, seen by every query); block [R, n, S] (what each query sees of the S slots from base on: the
         nodes run before in this search, then the block's own, written at base + S - n + j); with `then`, state
-        (its tensors); cache_rows [R] where the rows are not the cache's first (kv.SlotLayer). Returns the head's output, the top k under each token (k > 0) and, with `then`,
-        then(output, log-probs, indices of the first `real` tokens, state)."""
+        (its tensors); cache_rows [R] where the rows are not the cache's first (kv.SlotLayer). Returns the head's
+        output, the top k under each token (k > 0) and, with `then`, then(output, log-probs, indices of the first
+        `real` tokens, state)."""
         head = self.adapter
         tokens, base, block = inputs["tokens"], inputs["base"], inputs["block"]
         rows, n = tokens.shape

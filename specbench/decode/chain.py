@@ -7,7 +7,8 @@ a row always holds position s: nothing is ever compacted, a rejected draft is dr
 and the mask is causal from each row's length, built on the device (slot s visible to the query at position p when
 s <= p). A pad token lands past its row's real tokens, where no real query looks and the next forward overwrites
 it. Row b of the cache is the batch's row b (DecodeContext.row): the engine moves the draft's rows with its own
-when rows leave (runner.keep_rows, Drafter.row_caches); a call over a subset of the batch's rows names them (`cache_rows`).
+when rows leave (runner.keep_rows, Drafter.row_caches); a call over a subset of the batch's rows names them
+(`cache_rows`).
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ class DraftChain:
         its first lengths[i] tokens)."""
         return self.last_logits(feeds, lengths, batch_rows, 1)[:, 0]
 
-    def last_logits(self, feeds: list[list[int]], lengths: list[int], batch_rows: list[int], count: int) -> torch.Tensor:
+    def last_logits(self, feeds: list[list[int]], lengths: list[int], batch_rows: list[int], count: int
+                    ) -> torch.Tensor:
         """As logits(), at each row's last `count` fed positions: [rows, count, V] (every feed holds >= count). The
         host's inputs (ids, start slots, the positions read) go to the device in one copy."""
         runner = self.runner

@@ -10,10 +10,10 @@ root of the next step.
 Rows advance by different lengths: in the cache (specbench.decode.kv) slot s of a row holds its position s, and
 each row's block is written from its own context length on (`input_pos`, passed with the forward), left-padded to
 the step's shape (its pad tokens written past its real ones); after verification each row's accepted tree nodes
-move down to follow its context. A finished row
-leaves the batch at once (its cache row is filled by a live row's, in the target's cache and in every drafter's,
-Drafter.row_caches: the engine owns the map from batch rows to cache rows, DecodeContext.row), or, with `feed_last`, after one more forward over
-its last tokens, so that a drafter reading hidden states gets those of every token (distillation records them).
+move down to follow its context. A finished row leaves the batch at once (its cache row is filled by a live row's,
+in the target's cache and in every drafter's, Drafter.row_caches: the engine owns the map from batch rows to cache
+rows, DecodeContext.row), or, with `feed_last`, after one more forward over its last tokens, so that a drafter
+reading hidden states gets those of every token (distillation records them).
 The target's runner (specbench.decode.runner) decides the forward's shape: its own, or a bucketed one replayed
 from a CUDA graph on CUDA; the loop is the same.
 """
