@@ -11,7 +11,7 @@ import torch
 
 from specbench.decode.draft import Branch, Draft
 from specbench.decode.engine import generate_batch
-from specbench.decode.inputs import Block, row_block, step_inputs
+from specbench.decode.inputs import Block, row_blocks, step_inputs
 from specbench.decode.layout import FULL_ONLY, SLIDING, AttentionLayout
 from specbench.decode.runner import ModelRunner, Shape
 from specbench.decode.sampling import Sampling
@@ -34,7 +34,7 @@ def step_blocks(chain: bool = False) -> tuple[list[Block], list[int]]:
     cache_lens = [WIDTH, 7, 3]
     pending = [[5], [7, 8], [9]]
     drafts = [Draft.chain([1, 2, 3, 4]), Draft.chain([2, 3]), Draft()] if chain else [tree, Draft.chain([2, 3]), extra]
-    return [row_block(p, d, n) for p, d, n in zip(pending, drafts, cache_lens)], cache_lens
+    return row_blocks(pending, drafts, cache_lens), cache_lens
 
 
 def host_masks(blocks: list[Block], cache_lens: list[int], layout: AttentionLayout, dtype: torch.dtype,
@@ -120,3 +120,50 @@ def test_sliding_window_families_decode_at_fixed_shapes_as_hf_generate(name):
                               runner=ModelRunner(target, fixed_shapes=True))
     assert [g.token_ids for g in together] == references
     assert max(a for g in together for a in g.accept_lengths) >= 3  # trees accepted deep
+
+
+def plain_block(pending: list[int], draft: Draft, cache_len: int) -> tuple[list[int], list[list[bool]]]:
+    """A row's positions and block mask written plainly, token by token: pending tokens causal at cache_len on; a
+    tree node at the root's position plus its depth, seeing the pending tokens, its ancestors and itself; an extra
+    branch token at the root's position plus its offset, seeing the pending tokens and what its mask allows."""
+    n_pending, nodes = len(pending), len(draft)
+    extra = draft.extra.tokens if draft.extra else []
+    total, root = n_pending + nodes + len(extra), cache_len + n_pending - 1
+    positions = list(range(cache_len, cache_len + n_pending)) + [root + d for d in draft.depths()]
+    positions += [root + o for o in (draft.extra.offsets if draft.extra else [])]
+    allowed = [[j < n_pending and j <= i for j in range(total)] for i in range(total)]
+    for i in range(nodes):
+        node = i
+        while node >= 0:
+            allowed[n_pending + i][n_pending + node] = True
+            node = draft.parents[node]
+    for i in range(len(extra)):
+        for j in range(len(extra)):
+            allowed[n_pending + nodes + i][n_pending + nodes + j] = bool(draft.extra.allowed[i, j])
+    return positions, allowed
+
+
+def test_the_blocks_of_a_batch_are_each_rows_own():
+    """row_blocks makes every tree's positions and mask in one pass over the batch (trees of other sizes, chains,
+    extra branches, different pending counts side by side): each row's block is the one written plainly."""
+    generator = torch.Generator().manual_seed(4)
+    for _ in range(30):
+        pendings, drafts, cache_lens = [], [], []
+        for _ in range(int(torch.randint(1, 6, (1,), generator=generator))):
+            size = int(torch.randint(0, 12, (1,), generator=generator))
+            parents = [int(torch.randint(-1, i, (1,), generator=generator)) for i in range(size)]
+            extra = None
+            if torch.rand(1, generator=generator) < 0.3:
+                m = int(torch.randint(1, 4, (1,), generator=generator))
+                extra = Branch([9] * m, torch.randint(1, 4, (m,), generator=generator).tolist(),
+                               torch.rand(m, m, generator=generator) < 0.5)
+            drafts.append(Draft(list(range(size)), parents, extra=extra))
+            pendings.append([7] * int(torch.randint(1, 4, (1,), generator=generator)))
+            cache_lens.append(int(torch.randint(0, 50, (1,), generator=generator)))
+        for block, pending, draft, cache_len in zip(row_blocks(pendings, drafts, cache_lens), pendings, drafts,
+                                                    cache_lens):
+            positions, allowed = plain_block(pending, draft, cache_len)
+            assert block.tokens == pending + draft.tokens + (draft.extra.tokens if draft.extra else [])
+            assert block.positions.tolist() == positions
+            chain = draft.is_chain() and not draft.extra
+            assert (block.allowed is None) == chain and (chain or block.allowed.tolist() == allowed)

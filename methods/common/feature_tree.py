@@ -29,6 +29,7 @@ from typing import Any, Mapping, Protocol
 
 import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from specbench.decode.cost_model import CostCurve
 from specbench.decode.costs import CONTEXT, measure_cost_model
@@ -237,17 +238,13 @@ def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext], cache_ro
     shift = head.shift
     spans = [(d.filled, d.features.length) for d in drafters]
     n = max(known - filled for filled, known in spans)
-    host = np.zeros((len(drafters), n + 3), dtype=np.int64)  # tokens, then start, context length, root token
-    for b, (ctx, (filled, known)) in enumerate(zip(ctxs, spans)):
-        host[b, : known - filled] = ctx.token_ids[filled + shift : known + shift]
-        host[b, n :] = filled, known, ctx.token_ids[-1]
-    staged = to_device(host, head.device)
+    host = np.array([ctx.token_ids[filled + shift : known + shift] + [0] * (n - known + filled)  # right-padded
+                     + [filled, known, ctx.token_ids[-1]] for ctx, (filled, known) in zip(ctxs, spans)], dtype=np.int64)
+    staged = to_device(host, head.device)  # tokens, then start, context length, root token
     start, length, root_tokens = staged[:, n], staged[:, n + 1], staged[:, n + 2]
     if n > 0:
-        features = torch.zeros(len(drafters), n, drafters[0].features.buffer.shape[1], dtype=head.dtype,
-                               device=head.device)
-        for b, (d, (filled, known)) in enumerate(zip(drafters, spans)):
-            features[b, : known - filled] = d.features.span(filled, known)
+        features = pad_sequence([d.features.span(filled, known) for d, (filled, known) in zip(drafters, spans)],
+                                batch_first=True)
         out = drafters[0].cache.fill(staged[:, :n], features, start, max(filled for filled, _ in spans), cache_rows)
         last = (length - start - 1).clamp(min=0)
         fresh = out.gather(1, last[:, None, None].expand(-1, 1, out.shape[-1]))[:, 0]
@@ -258,8 +255,8 @@ def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext], cache_ro
                                 for b, (d, (filled, known)) in enumerate(zip(drafters, spans))])
     else:
         root = torch.stack([d.root_feature for d in drafters])
-    for b, (d, (_, known)) in enumerate(zip(drafters, spans)):
-        d.root_feature = root[b]
+    for d, (_, known), feature in zip(drafters, spans, root.unbind()):
+        d.root_feature = feature
         d.filled = known
     return root, root_tokens, length
 

@@ -152,16 +152,16 @@ def generate_batch(
     for b, row in enumerate(active):
         row.ctx.row = b
         row.drafting(lambda: row.drafter.begin(row.ctx))
-    layout = AttentionLayout.of(model.config)
+    layout, dtype = AttentionLayout.of(model.config), model.dtype
     runner = runner or ModelRunner(model, fixed_shapes=False)
     row_caches = [cache for drafter in drafters for cache in drafter.row_caches]
     runner.reserve(len(rows), max(map(len, prompts)) + max_new_tokens)
     while active:
         drafts = propose_all(active)
         t1 = time.perf_counter()
-        out, pads = forward(runner, active, drafts, layout)
+        out, pads = forward(runner, active, drafts, layout, dtype)
         scores = [row_logits(out, b, draft) for b, draft in enumerate(drafts)]
-        verdicts = verify_rows(verify, active, drafts, [logits for logits, _ in scores], model.device)
+        verdicts = verify_rows(verify, active, drafts, [logits for logits, _ in scores], out.logits.device)
         hidden = keep_accepted(runner.cache, out, active, verdicts, pads)
         steps = [settle(row, draft, verdicts[b], scores[b], hidden[b], stop_ids)
                  for b, (row, draft) in enumerate(zip(active, drafts))]
@@ -204,16 +204,16 @@ def start_rows(prompts: list[list[int]], drafters: list[Drafter], generators: li
     return rows
 
 
-def forward(runner: ModelRunner, rows: list[Row], drafts: list[Draft], layout: AttentionLayout
+def forward(runner: ModelRunner, rows: list[Row], drafts: list[Draft], layout: AttentionLayout, dtype: torch.dtype
             ) -> tuple[Any, list[int]]:
     """ONE target forward over every row's uncached tokens and draft tree, row b's written from slot cache_len[b];
     the logits of each row's last len(draft) + 1 (+ extra branch) positions are kept (of every position of a
-    captured shape). Returns the output and each row's left padding."""
-    model = runner.model
+    captured shape). Returns the output and each row's left padding. dtype: the model's (read once per
+    generation: transformers finds it by walking the model's parameters)."""
     blocks = row_blocks([row.ctx.token_ids[row.cache_len:] for row in rows], drafts, [row.cache_len for row in rows])
     starts = [row.cache_len for row in rows]
     shape = runner.fit(len(blocks), max(len(b.tokens) for b in blocks), max(starts))
-    inputs = step_inputs(blocks, starts, shape, model.dtype, model.device, layout)
+    inputs = step_inputs(blocks, starts, shape, dtype, runner.device, layout)
     keep = shape.tokens if shape.captured else max(scored(d) for d in drafts)
     hidden = any(row.drafter.hidden_layers for row in rows)
     return runner.forward(inputs.named(), shape, keep, hidden), inputs.pads

@@ -37,31 +37,36 @@ def row_block(pending: list[int], draft: Draft, cache_len: int) -> Block:
 
 
 def row_blocks(pendings: list[list[int]], drafts: list[Draft], cache_lens: list[int]) -> list[Block]:
-    """Every row's block (row_block), the trees' ancestor masks made for all rows at once (ancestor_masks)."""
-    trees = [b for b, draft in enumerate(drafts) if draft.extra or not draft.is_chain()]
-    masks = dict(zip(trees, ancestor_masks([drafts[b].parents for b in trees])))
-    blocks = []
+    """Every row's block (row_block); the trees' positions and masks made for all their rows at once, in one array
+    each (a row's block holds views of them)."""
+    blocks: list[Block | None] = [None] * len(drafts)
     for b, (pending, draft, cache_len) in enumerate(zip(pendings, drafts, cache_lens)):
-        n_pending, n = len(pending), len(draft)
-        extra = draft.extra
-        m = len(extra.tokens) if extra else 0
-        tokens = pending + draft.tokens + (extra.tokens if extra else [])
-        total = n_pending + n + m
-        if b not in masks:
-            blocks.append(Block(tokens, np.arange(cache_len, cache_len + total, dtype=np.int64), None))
-            continue
-        ancestor = masks[b]
-        positions = np.arange(cache_len, cache_len + total, dtype=np.int64)
-        root = cache_len + n_pending - 1
-        positions[n_pending : n_pending + n] = root + ancestor.sum(1)  # a node's depth: its ancestors and itself
-        allowed = np.zeros((total, total), dtype=bool)
-        allowed[:, :n_pending] = np.tri(total, n_pending, dtype=bool)  # pending causal; the rest see them all
-        allowed[n_pending : n_pending + n, n_pending : n_pending + n] = ancestor
-        if extra:
-            positions[n_pending + n :] = root + np.asarray(extra.offsets, dtype=np.int64)
-            allowed[n_pending + n :, n_pending + n :] = extra.allowed.cpu().numpy()
-        blocks.append(Block(tokens, positions, allowed))
-    return blocks
+        if not draft.extra and draft.is_chain():
+            tokens = pending + draft.tokens
+            blocks[b] = Block(tokens, np.arange(cache_len, cache_len + len(tokens), dtype=np.int64), None)
+    trees = [b for b, block in enumerate(blocks) if block is None]
+    if trees:
+        ancestor = tree_ancestors([drafts[b].parents for b in trees])  # [T, n, n]
+        pending = np.array([len(pendings[b]) for b in trees])
+        root = np.array([cache_lens[b] for b in trees]) + pending - 1
+        nodes = np.arange(ancestor.shape[1])
+        width = pending.max() + len(nodes) + max(len(drafts[b].extra.tokens) if drafts[b].extra else 0 for b in trees)
+        column = np.arange(width)
+        positions = root[:, None] + 1 - pending[:, None] + column
+        # Pending tokens causal; everything after them sees them all.
+        allowed = (column < pending[:, None, None]) & (column <= column[:, None])
+        at, node_at = np.arange(len(trees))[:, None], pending[:, None] + nodes  # [T, n]: a node's block column
+        positions[at, node_at] = root[:, None] + ancestor.sum(2)  # a node's depth: its ancestors and itself
+        allowed[at[:, :, None], node_at[:, :, None], node_at[:, None, :]] = ancestor
+        for t, b in enumerate(trees):
+            draft, first = drafts[b], pending[t] + len(drafts[b])
+            extra = draft.extra.tokens if draft.extra else []
+            if extra:  # the branch's own positions and mask (written over what the padding of the trees put there)
+                positions[t, first : first + len(extra)] = root[t] + np.asarray(draft.extra.offsets, dtype=np.int64)
+                allowed[t, first : first + len(extra), first : first + len(extra)] = draft.extra.allowed.cpu().numpy()
+            total = first + len(extra)
+            blocks[b] = Block(pendings[b] + draft.tokens + extra, positions[t, :total], allowed[t, :total, :total])
+    return blocks  # type: ignore[return-value]
 
 
 def ancestors(parents: list[int]) -> torch.Tensor:
@@ -71,15 +76,13 @@ def ancestors(parents: list[int]) -> torch.Tensor:
 
 def ancestor_mask(parents: list[int]) -> np.ndarray:
     """[n, n] bool: node i's row holds i and every ancestor of i."""
-    return ancestor_masks([parents])[0]
+    return tree_ancestors([parents])[0]
 
 
-def ancestor_masks(trees: list[list[int]]) -> list[np.ndarray]:
-    """ancestor_mask of every tree (each a list of parents) at once, the trees padded to the longest (a pad node is
-    a root of its own). By pointer jumping (each round doubles the levels covered), so a deep tree and a batch of
-    trees cost a few array ops rather than one per node."""
-    if not trees:
-        return []
+def tree_ancestors(trees: list[list[int]]) -> np.ndarray:
+    """ancestor_mask of every tree (each a list of parents) at once, [trees, n, n] for the longest n (a tree's pad
+    nodes are roots of their own). By pointer jumping (each round doubles the levels covered), so a deep tree and a
+    batch of trees cost a few array ops rather than one per node."""
     n = max(map(len, trees))
     jump = np.tile(np.arange(n, dtype=np.int64), (len(trees), 1))
     for b, parents in enumerate(trees):
@@ -91,7 +94,7 @@ def ancestor_masks(trees: list[list[int]]) -> list[np.ndarray]:
         ancestor |= ancestor[rows, jump]
         further = jump[rows, jump]
         if np.array_equal(further, jump):
-            return [ancestor[b, : len(parents), : len(parents)] for b, parents in enumerate(trees)]
+            return ancestor
         jump = further
 
 

@@ -67,9 +67,14 @@ class ModelRunner:
         self.graphs = Graphs(self.capture)
 
     @property
+    def device(self) -> torch.device:
+        """The model's device (its first parameter's)."""
+        return next(self.model.parameters()).device
+
+    @property
     def capture(self) -> bool:
         """CUDA graphs were asked for (fixed shapes on CUDA)."""
-        return self.fixed_shapes and next(self.model.parameters()).device.type == "cuda"
+        return self.fixed_shapes and self.device.type == "cuda"
 
     def fit(self, rows: int, tokens: int, start: int, gathered: bool = False) -> Shape:
         """The shape of a forward of `rows` rows of up to `tokens` tokens written from slot `start` at most, the
@@ -93,7 +98,7 @@ class ModelRunner:
         self.reserve(max(rows) + 1, 0)
         if rows == list(range(len(rows))):
             return None
-        return torch.tensor(rows, device=next(self.model.parameters()).device)
+        return torch.tensor(rows, device=self.device)
 
     def reserve(self, rows: int, slots: int) -> SlotCache:
         """Room for at least `rows` rows of `slots` slots each (what is written stays). Fixed shapes: the rows
