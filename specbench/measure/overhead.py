@@ -227,7 +227,7 @@ def added_per_row(rows: list[Overhead]) -> list[str]:
     lines = []
     for (method, runtime), ms in slope.items():
         base = slope.get(("vanilla", runtime))
-        versus = f" ({ms / base:.1f}x vanilla's)" if base and method != "vanilla" else ""
+        versus = f" ({ms / base:.2f}x vanilla's)" if base and method != "vanilla" else ""
         lines.append(f"{method} on {runtime}: {ms:.2f} host ms per added row from B={low} to B={high}{versus}")
     return lines
 
