@@ -41,11 +41,10 @@ class SlotLayer(DynamicLayer):
         keys, values = self.cache.layer(self.index, key_states, value_states)
         span, rows = call["key_slots"], call.get("cache_rows")
         if rows is not None:  # the call's rows are these cache rows (a subset of a batch's, in any order)
-            where = (rows[:, None, None], torch.arange(key_states.shape[1], device=rows.device)[None, :, None],
-                     call["input_pos"][:, None, :])
-            keys.index_put_(where, key_states)
-            values.index_put_((*where[:1], torch.arange(value_states.shape[1], device=rows.device)[None, :, None],
-                               where[2]), value_states)
+            slots = call["input_pos"][:, None, :]
+            for storage, states in ((keys, key_states), (values, value_states)):
+                heads = torch.arange(states.shape[1], device=rows.device)[None, :, None]
+                storage.index_put_((rows[:, None, None], heads, slots), states)
             return keys[:, :, :span].index_select(0, rows), values[:, :, :span].index_select(0, rows)
         rows = key_states.shape[0]
         key_index, value_index = self.cache.write_index(call["input_pos"], key_states, value_states)
