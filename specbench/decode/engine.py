@@ -154,7 +154,8 @@ def generate_batch(
         row.drafting(lambda: row.drafter.begin(row.ctx))
     layout, dtype = AttentionLayout.of(model.config), model.dtype
     runner = runner or ModelRunner(model, fixed_shapes=False)
-    row_caches = [cache for drafter in drafters for cache in drafter.row_caches]
+    # The drafters' row caches, each once (a drafter's forks share theirs).
+    row_caches = list({id(cache): cache for drafter in drafters for cache in drafter.row_caches}.values())
     runner.reserve(len(rows), max(map(len, prompts)) + max_new_tokens)
     while active:
         drafts = propose_all(active)
@@ -166,9 +167,11 @@ def generate_batch(
         steps = [settle(row, draft, verdicts[b], scores[b], hidden[b], stop_ids)
                  for b, (row, draft) in enumerate(zip(active, drafts))]
         stays = [b for b, row in enumerate(active) if row.live or (feed_last and not row.flushing)]
-        order = keep_rows([runner, *row_caches], stays) if len(stays) < len(active) else stays
-        for b, old in enumerate(order):  # where each kept row now is, in every cache (a left row's is gone)
-            active[old].ctx.row = b
+        order = stays
+        if len(stays) < len(active):
+            order = keep_rows([runner, *row_caches], stays)
+            for b, old in enumerate(order):  # where each kept row now is, in every cache (a left row's is gone)
+                active[old].ctx.row = b
         verify_seconds = time.perf_counter() - t1
         told = [b for b, row in enumerate(active) if row.result.stop_reason != "eos" or feed_last]
         accept_all([active[b] for b in told], [steps[b] for b in told])

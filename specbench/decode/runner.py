@@ -198,7 +198,7 @@ def keep_rows(runners: list[ModelRunner], stays: list[int]) -> list[int]:
     every cache is still the batch's row b (a cache without a mover's row, one drafter's of its own, has nothing to
     move). Returns the old row each kept row now holds."""
     holes, movers, order = fill_holes(stays)
-    for cache in {id(r.cache): r.cache for r in runners if r.cache is not None}.values():
+    for cache in (r.cache for r in runners if r.cache is not None):
         pairs = [(hole, mover) for hole, mover in zip(holes, movers) if mover < cache.rows]  # rows it holds
         if pairs and cache.keys is not None:
             index = torch.tensor(pairs, device=cache.keys.device).T
