@@ -35,6 +35,7 @@ from specbench.decode.verify import (
     RowProbs,
     Uniforms,
     Verdict,
+    best_token,
     gathered_values,
     gathered_walk,
     rejection_walk,
@@ -440,3 +441,13 @@ def test_batch_greedy_equals_row_by_row():
     assert sum(len(v.path) for v in expected) >= 4
     assert verify_greedy_batch(drafts, logits, all_rows=True) == expected
     assert verify_greedy_batch(drafts, logits, all_rows=False) == expected
+
+
+def test_best_token_is_torchs_argmax():
+    """best_token (numpy's argmax on the CPU) picks torch's argmax: the first of equal maxima, in float32 and in
+    bf16 (widened first), on rows with many ties."""
+    g = torch.Generator().manual_seed(8)
+    for trial in range(200):
+        row = torch.randint(0, 4, (V,), generator=g).float() if trial % 2 else torch.randn(V, generator=g)
+        for dtype in (torch.float32, torch.bfloat16):
+            assert best_token(row.to(dtype)) == int(row.to(dtype).argmax()), (trial, dtype)

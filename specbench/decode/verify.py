@@ -47,11 +47,20 @@ def greedy_walk(draft: Draft, best: Callable[[int], int]) -> Verdict:
         row = nxt + 1
 
 
+def best_token(logits: torch.Tensor) -> int:
+    """The argmax of one row of logits, the first of equal maxima (as torch's). On the CPU through numpy, whose
+    vectorised argmax over a 49,152-token row takes 4 us where torch's takes 43 (torch 2.13, one thread); bf16 and
+    other dtypes numpy lacks are widened to float32 first, which keeps every value and so the argmax."""
+    if logits.device.type != "cpu":
+        return int(logits.argmax())
+    return int(logits.detach().float().numpy().argmax())
+
+
 def verify_greedy(draft: Draft, logits: torch.Tensor) -> Verdict:
     """T=0 for one row, the argmax taken at the rows the walk visits only (one per accepted level, plus the
     bonus's): over a 64-node tree's [65, V] logits the whole argmax cost 2 ms a step on a 2-core CPU, the walk's
     rows 0.1 ms."""
-    return greedy_walk(draft, lambda row: int(logits[row].argmax()))
+    return greedy_walk(draft, lambda row: best_token(logits[row]))
 
 
 def verify_greedy_batch(drafts: list[Draft], logits: list[torch.Tensor], all_rows: bool) -> list[Verdict]:
