@@ -42,9 +42,10 @@ def host_masks(blocks: list[Block], cache_lens: list[int], layout: AttentionLayo
     """The reference: what each query sees, set on the host over every key slot, query by query, and the position
     each slot holds; then the layout's additive masks. Row b's block is left-padded to the shape's tokens; its real
     tokens go at slots cache_lens[b], ... and its pad tokens after them, each pad at the slot of its own position
-    seeing only itself (in a chain step: every slot up to it); a pad row is all pads from slot 0."""
+    seeing only itself (in a chain step of its own shape: every slot up to it; a captured shape's chain step takes a
+    tree step's masks); a pad row is all pads from slot 0."""
     rows, size, slots = shape.rows, shape.tokens, shape.key_slots
-    chain = all(block.allowed is None for block in blocks)
+    chain = all(block.allowed is None for block in blocks) and not shape.captured
     seen = torch.zeros(rows, size, slots, dtype=torch.bool)
     positions = torch.zeros(rows, size, dtype=torch.long)
     keys = torch.arange(slots).repeat(rows, 1)

@@ -12,7 +12,7 @@ from transformers import PreTrainedModel
 from specbench.decode.cost_model import CostCurve, CostModel
 from specbench.decode.cost_rounds import CostPlan, CostRounds, CostWatch, measure_curve
 from specbench.decode.draft import Draft
-from specbench.decode.inputs import Block, row_block, step_inputs
+from specbench.decode.inputs import Block, row_block, stage_inputs, staged_forward
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runner import ModelRunner
 from specbench.decode.runtime import fastest_seconds
@@ -64,8 +64,9 @@ def forward_timer(runner: ModelRunner, tree: bool, repeats: int, context: int = 
 
     def forward(block: Block, start: int, keep: int) -> Callable[[], object]:
         shape = runner.fit(1, len(block.tokens), start)
-        named = step_inputs([block], [start], shape, model.dtype, device, layout).named()
-        return lambda: runner.forward(named, shape, shape.tokens if shape.captured else keep, False)
+        staged = stage_inputs([block], [start], shape, device)
+        return lambda: staged_forward(runner, staged, shape.tokens if shape.captured else keep, False, model.dtype,
+                                      layout)
 
     prompt = torch.randint(0, model.config.vocab_size, (context,), generator=gen).tolist()
     with torch.inference_mode():

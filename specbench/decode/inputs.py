@@ -5,8 +5,9 @@ ancestors.
 
 The host builds only what it must (numpy: small torch ops cost several microseconds each, and this runs every
 step): the token ids, positions, write and start slots (int64) and, for a tree, each block's own [tokens, tokens]
-mask (a byte each), staged in ONE byte buffer and sent to the device in one copy (non-blocking from pinned memory on CUDA); the mask over the cache's key
-slots is made on the device from those, so a step's host work does not grow with the context. Blocks are
+mask (a byte each), staged in ONE byte buffer and sent to the device in one copy (non-blocking from pinned memory on
+CUDA); the mask over the cache's key slots is made on the device from those, inside the forward's call (inside its
+CUDA graph on a captured shape), so a step's host work does not grow with the context. Blocks are
 left-padded to the step's shape (every row's scored tokens end at the forward's last column); a pad token is written
 past its row's real tokens (where no real query looks and the next step overwrites it) and sees only its own slot
 (or, in a chain step, its row's earlier slots).
@@ -14,13 +15,15 @@ past its row's real tokens (where no real query looks and the next step overwrit
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
 
 from specbench.decode.draft import Draft
 from specbench.decode.layout import FULL_ONLY, AttentionLayout
-from specbench.decode.runner import Shape
+from specbench.decode.runner import ModelRunner, Shape
 
 
 @dataclass
@@ -121,16 +124,28 @@ def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return staged.to(device)
 
 
-def step_inputs(blocks: list[Block], starts: list[int], shape: Shape, dtype: torch.dtype, device: torch.device,
-                layout: AttentionLayout = FULL_ONLY) -> TreeInputs:
-    """Inputs for one forward over every row's block, LEFT-padded to `shape` (so every row's last tokens, whose
-    logits a step needs, share the forward's last columns; pad rows: empty blocks). Row b's real tokens are written
-    from slot starts[b] (where its context ends) on, its pad tokens after them: column c of the row's block is slot
-    starts[b] + (c - pad) mod tokens."""
-    rows, size, slots = shape.rows, shape.tokens, shape.key_slots
-    chain = all(block.allowed is None for block in blocks)
+@dataclass
+class Staged:
+    """One target forward's host inputs in ONE byte buffer on the device: per row the int64 token ids, positions,
+    write slots, start slot and left padding, then (a tree step, and every step of a captured shape) each block's
+    own [tokens, tokens] mask, a byte each. What a captured graph takes as its input (device_inputs makes the rest
+    inside it)."""
+    raw: torch.Tensor  # [R, bytes] uint8 on the device
+    shape: Shape
+    tree: bool  # the blocks' own masks are staged (else every block is causal)
+    pads: list[int]  # left padding of each real row's block
+
+
+def stage_inputs(blocks: list[Block], starts: list[int], shape: Shape, device: torch.device) -> Staged:
+    """The host's part of a step's inputs: every row's block LEFT-padded to `shape` (so every row's last tokens,
+    whose logits a step needs, share the forward's last columns; pad rows: empty blocks), staged and sent in one
+    copy. Row b's real tokens are written from slot starts[b] (where its context ends) on, its pad tokens after
+    them: column c of the row's block is slot starts[b] + (c - pad) mod tokens. A captured shape always stages the
+    blocks' masks (a chain's is causal), so that one graph serves chains and trees."""
+    rows, size = shape.rows, shape.tokens
+    tree = shape.captured or any(block.allowed is not None for block in blocks)
     numbers = 8 * (3 * size + 2)  # bytes of the int64 part: ids, positions, write slots, start slot, padding
-    local_bytes = 0 if chain else -(-size * size // 8) * 8  # a tree step's own masks, one byte each (8-aligned)
+    local_bytes = -(-size * size // 8) * 8 if tree else 0  # the blocks' own masks, one byte each (8-aligned)
     buffer = np.zeros((rows, numbers + local_bytes), dtype=np.uint8)  # ONE buffer, ONE copy
     host = buffer[:, :numbers].view(np.int64)
     ids, positions, slots_written = host[:, :size], host[:, size : 2 * size], host[:, 2 * size : 3 * size]
@@ -145,18 +160,28 @@ def step_inputs(blocks: list[Block], starts: list[int], shape: Shape, dtype: tor
         positions[b, :pad] += first + n
         start[b], pads[b] = first, pad
     slots_written[:] = start[:, None] + (np.arange(size) - pads[:, None]) % size
-    if not chain:
+    if tree:
         local = buffer[:, numbers : numbers + size * size].reshape(rows, size, size)
         local[:, range(size), range(size)] = 1  # a pad query sees its own slot
         for b, block in enumerate(blocks):
             n = len(block.tokens)
             local[b, size - n :, size - n :] = block.allowed if block.allowed is not None else np.tri(n, dtype=bool)
-    raw = to_device(buffer, device)
+    return Staged(to_device(buffer, device), shape, tree, [size - len(b.tokens) for b in blocks])
+
+
+def device_inputs(raw: torch.Tensor, shape: Shape, tree: bool, dtype: torch.dtype,
+                  layout: AttentionLayout = FULL_ONLY) -> dict[str, torch.Tensor | dict[str, torch.Tensor]]:
+    """The model's keyword arguments from a staged buffer (stage_inputs), made on the device: the token ids, the
+    positions, the write slots (`input_pos`) and the additive masks over the cache's key slots (a row's context,
+    then its block's own mask at the slots its block is written to), so that a step's host work does not grow with
+    the context; inside the captured graph on a captured shape."""
+    rows, size, slots = shape.rows, shape.tokens, shape.key_slots
+    numbers = 8 * (3 * size + 2)
     staged = raw[:, :numbers].view(torch.int64)
     position_ids, input_pos = staged[:, size : 2 * size], staged[:, 2 * size : 3 * size]
     start_slots, pad = staged[:, 3 * size, None], staged[:, 3 * size + 1, None]
-    key = torch.arange(slots, device=device)
-    if chain:  # slot s holds position s: a query at position p sees the slots up to p
+    key = torch.arange(slots, device=raw.device)
+    if not tree:  # slot s holds position s: a query at position p sees the slots up to p
         allowed = key[None, None, :] <= position_ids[:, :, None]
         key_positions = key.expand(rows, -1)
     else:
@@ -164,9 +189,33 @@ def step_inputs(blocks: list[Block], starts: list[int], shape: Shape, dtype: tor
         in_block = (relative >= 0) & (relative < size)
         column = (relative + pad).remainder(size)  # the block column written at that slot
         local = raw[:, numbers : numbers + size * size].reshape(rows, size, size).bool()
-        real = torch.arange(size, device=device)[None, :] >= pad  # [R, N]: the queries that are not pads
+        real = torch.arange(size, device=raw.device)[None, :] >= pad  # [R, N]: the queries that are not pads
         allowed = ((relative < 0)[:, None, :] & real[:, :, None]) | (
             local.gather(2, column[:, None, :].expand(rows, size, slots)) & in_block[:, None, :])
         key_positions = torch.where(in_block, position_ids.gather(1, column), key[None, :])
     masks = layout.masks(allowed, position_ids, key_positions if layout.windows else None, dtype)
-    return TreeInputs(staged[:, :size], position_ids, input_pos, masks, [size - len(b.tokens) for b in blocks])
+    return {"input_ids": staged[:, :size], "position_ids": position_ids, "input_pos": input_pos,
+            "attention_mask": masks}
+
+
+def step_inputs(blocks: list[Block], starts: list[int], shape: Shape, dtype: torch.dtype, device: torch.device,
+                layout: AttentionLayout = FULL_ONLY) -> TreeInputs:
+    """Inputs for one forward over every row's block (stage_inputs, then device_inputs), as tensors."""
+    staged = stage_inputs(blocks, starts, shape, device)
+    return TreeInputs(**device_inputs(staged.raw, shape, staged.tree, dtype, layout), pads=staged.pads)
+
+
+def target_forward(runner: ModelRunner, blocks: list[Block], starts: list[int], shape: Shape, keep: int,
+                   hidden: bool, dtype: torch.dtype, layout: AttentionLayout = FULL_ONLY) -> tuple[Any, list[int]]:
+    """The target's forward over the rows' blocks at `shape` (ModelRunner.fit). Returns the output and each row's
+    left padding."""
+    staged = stage_inputs(blocks, starts, shape, runner.device)
+    return staged_forward(runner, staged, keep, hidden, dtype, layout), staged.pads
+
+
+def staged_forward(runner: ModelRunner, staged: Staged, keep: int, hidden: bool, dtype: torch.dtype,
+                   layout: AttentionLayout = FULL_ONLY) -> Any:
+    """The target's forward with the staged buffer as its one input: the device-side inputs are made inside the
+    call (inside the captured graph on a captured shape)."""
+    build = partial(device_inputs, shape=staged.shape, tree=staged.tree, dtype=dtype, layout=layout)
+    return runner.forward({"staged": staged.raw}, staged.shape, keep, hidden, lambda given: build(given["staged"]))

@@ -52,6 +52,19 @@ class Shape:
     captured: bool
 
 
+class BuiltForward(torch.nn.Module):
+    """A model's forward from inputs that `build` turns into its keyword arguments on the device (a step's masks
+    and positions from its staged buffer), in one module call: the unit a graph captures, and one forward wherever
+    forwards are counted (bench --overhead), as a feature head's HeadStep is."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, build: Callable[[dict[str, Any]], dict[str, Any]], inputs: dict[str, Any], **named: Any) -> Any:
+        return self.model(**build(inputs), **named)
+
+
 @dataclass
 class ModelRunner:
     """One model's cache and forwards, kept for the run (a later generation reuses the cache)."""
@@ -61,10 +74,12 @@ class ModelRunner:
     beside: "ModelRunner | None" = None  # a drafter's: the target's, whose reserved size its cache takes (fixed shapes)
     cache: SlotCache | None = None
     graphs: Graphs = field(init=False)
+    built: BuiltForward = field(init=False)
     drafting: list[Graphs] = field(default_factory=list)  # the graphs of the drafters beside it (a target's)
 
     def __post_init__(self) -> None:
         self.graphs = Graphs(self.capture)
+        self.built = BuiltForward(self.model)
 
     @property
     def device(self) -> torch.device:
@@ -121,25 +136,30 @@ class ModelRunner:
     def capacity(self) -> int:
         return self.cache.capacity if self.cache is not None else 0
 
-    def forward(self, inputs: dict[str, Any], shape: Shape, keep: int | torch.Tensor | None, hidden: bool) -> Any:
+    def forward(self, inputs: dict[str, Any], shape: Shape, keep: int | torch.Tensor | None, hidden: bool,
+                build: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Any:
         """The model's outputs for one forward of `shape` (inputs padded to it, `input_pos` among them): replayed
-        from a captured graph where the shape allows, else run directly. keep: logits_to_keep."""
+        from a captured graph where the shape allows, else run directly. keep: logits_to_keep. build: makes the
+        model's keyword arguments from `inputs` on the device, inside the call (captured with it)."""
         assert self.cache is not None, "reserve() first"
         key = (shape.rows, shape.tokens, keep, hidden) if shape.captured else None
-        return self.graphs.call(key, lambda given: self.run(given, shape.key_slots, keep, hidden), inputs)
+        return self.graphs.call(key, lambda given: self.run(given, shape.key_slots, keep, hidden, build), inputs)
 
-    def run(self, inputs: dict[str, Any], key_slots: int, keep: int | torch.Tensor | None, hidden: bool) -> Any:
+    def run(self, inputs: dict[str, Any], key_slots: int, keep: int | torch.Tensor | None, hidden: bool,
+            build: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Any:
         """keep None: a model without an lm_head (a decoder), whose last hidden state is the output."""
         extra = {} if keep is None else {"logits_to_keep": keep}
-        return self.model(**inputs, cache=self.cache, use_cache=True, output_hidden_states=hidden,
-                          key_slots=key_slots, **extra)
+        named = dict(cache=self.cache, use_cache=True, output_hidden_states=hidden, key_slots=key_slots, **extra)
+        if build is not None:
+            return self.built(build, inputs, **named)
+        return self.model(**inputs, **named)
 
-    def prepare(self, rows: int, tokens: int, hidden: bool, inputs: Callable[[Shape], dict[str, Any]]) -> None:
-        """A shape met before timing (rows and tokens bucketed, every position's logits kept): on CUDA captured now,
-        its forward run on inputs(shape) at slot 0; elsewhere only counted."""
+    def prepare(self, rows: int, tokens: int, hidden: bool, forward: Callable[[Shape], object]) -> None:
+        """A shape met before timing (rows and tokens bucketed, every position's logits kept): on CUDA captured now
+        by forward(shape), which runs it at slot 0; elsewhere only counted."""
         shape = self.shape(rows, tokens, tokens)
         if self.graphs.capture:
-            self.forward(inputs(shape), shape, shape.tokens, hidden)
+            forward(shape)
         else:
             self.graphs.note((shape.rows, shape.tokens, shape.tokens, hidden))
 
