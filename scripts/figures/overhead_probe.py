@@ -6,9 +6,11 @@ Per runtime, method and batch size, on --target (the driver's: `shape:smollm2-13
 layers at tiny width, random weights), one thread, T=0, B prompts of equal token length (row i's own tokens), a
 fixed token budget:
 - host ms: process CPU time outside every outermost module call (torch's global module hooks: the target's
-  forwards, a drafter's heads and draft models), from the end of the target's first forward (the prefill) to the end
-  of its last, per step (target forwards - 1; the target's forwards are counted by the hooks and must equal the
-  rows' longest accept_lengths); the fastest of --rounds generations after a warm-up. Freed memory stays in the
+  forwards, or a module wrapping the target as its child, with the input building inside it; a drafter's heads and
+  draft models), from the end of the target's first forward (the prefill) to the end of its last, per step (target
+  forwards - 1; the target's forwards are counted by the hooks and must equal the rows' longest accept_lengths); the
+  fastest of --rounds generations after a warm-up of the same budget (a shorter one left eagle's first timed
+  generation at twice the host time of later ones). Freed memory stays in the
   process (glibc's mallopt, as `bench --overhead` sets it, specbench.measure.overhead.keep_freed_memory; set here
   so that a revision without that function is measured alike).
 - waits (--waits, one more generation): host-blocking points per step outside forwards, counted by a
@@ -108,7 +110,7 @@ class Clock:
             cpu, wall = time.process_time(), time.perf_counter()
             self.cpu += cpu - self.started[0]
             self.wall += wall - self.started[1]
-            if module is self.target:
+            if module is self.target or any(child is self.target for child in module.children()):  # or a wrapper
                 self.marks.append(Mark(cpu - self.cpu, wall - self.wall, self.cpu, Counter(self.waits)))
 
 
@@ -237,7 +239,7 @@ def probe(args: argparse.Namespace) -> dict:
                 continue
             for batch in map(int, args.batches.split(",")):
                 prompts = prompts_of(batch, args.prompt_tokens, target.model.config.vocab_size)
-                api.generate(target, drafter, prompts, max_new_tokens=min(args.max_new_tokens, 4))  # warm-up
+                api.generate(target, drafter, prompts, max_new_tokens=args.max_new_tokens)  # warm-up: the whole budget
                 timed = [measured(api, target, drafter, prompts, args.max_new_tokens, False)
                          for _ in range(args.rounds)]
                 best = min(timed, key=lambda g: g.host_ms)

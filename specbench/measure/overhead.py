@@ -145,10 +145,11 @@ def marked_generation(target: LoadedModel, drafters: list[Drafter], prompt: list
 
 def measure_cell(target: LoadedModel, info: MethodInfo, drafter: Drafter, prompt: list[int], batch: int, tokens: int,
                  rounds: int) -> Overhead:
-    """A method at one batch size: a warm-up, `rounds` timed generations (the fastest kept), one counted."""
+    """A method at one batch size: a warm-up of the whole budget (a shorter one leaves the caches' growth to the
+    first timed generation), `rounds` timed generations (the fastest kept), one counted."""
     drafters = [drafter] + [drafter.fork() for _ in range(batch - 1)]
     with ForwardClock(target.model.device) as clock:
-        generate_batch(target.model, [prompt] * batch, drafters, Sampling(), min(tokens, 4), set(),
+        generate_batch(target.model, [prompt] * batch, drafters, Sampling(), tokens, set(),
                        runner=target.runner)  # warm-up
         timed = [marked_generation(target, drafters, prompt, tokens, clock, info.name) for _ in range(rounds)]
         with SyncCounter(target.model.device, clock) as counter:
