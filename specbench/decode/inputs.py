@@ -10,7 +10,7 @@ CUDA); the mask over the cache's key slots is made on the device from those, ins
 CUDA graph on a captured shape), so a step's host work does not grow with the context. Blocks are
 left-padded to the step's shape (every row's scored tokens end at the forward's last column); a pad token is written
 past its row's real tokens (where no real query looks and the next step overwrites it) and sees only its own slot
-(or, in a chain step, its row's earlier slots).
+(or, in a chain step at its own shape, its row's earlier slots).
 """
 from __future__ import annotations
 
