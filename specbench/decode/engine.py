@@ -154,13 +154,14 @@ def generate_batch(
         row.drafting(lambda: row.drafter.begin(row.ctx))
     layout, dtype = AttentionLayout.of(model.config), model.dtype
     runner = runner or ModelRunner(model, fixed_shapes=False)
+    device = runner.device
     # The drafters' row caches, each once (a drafter's forks share theirs).
     row_caches = list({id(cache): cache for drafter in drafters for cache in drafter.row_caches}.values())
     runner.reserve(len(rows), max(map(len, prompts)) + max_new_tokens)
     while active:
         drafts = propose_all(active)
         t1 = time.perf_counter()
-        out, pads = forward(runner, active, drafts, layout, dtype)
+        out, pads = forward(runner, active, drafts, layout, dtype, device)
         scores = [row_logits(out, b, draft) for b, draft in enumerate(drafts)]
         verdicts = verify_rows(verify, active, drafts, [logits for logits, _ in scores], out.logits.device)
         hidden = keep_accepted(runner.cache, out, active, verdicts, pads)
@@ -207,18 +208,18 @@ def start_rows(prompts: list[list[int]], drafters: list[Drafter], generators: li
     return rows
 
 
-def forward(runner: ModelRunner, rows: list[Row], drafts: list[Draft], layout: AttentionLayout, dtype: torch.dtype
-            ) -> tuple[Any, list[int]]:
+def forward(runner: ModelRunner, rows: list[Row], drafts: list[Draft], layout: AttentionLayout, dtype: torch.dtype,
+            device: torch.device) -> tuple[Any, list[int]]:
     """ONE target forward over every row's uncached tokens and draft tree, row b's written from slot cache_len[b];
     the logits of each row's last len(draft) + 1 (+ extra branch) positions are kept (of every position of a
-    captured shape). Returns the output and each row's left padding. dtype: the model's (read once per
-    generation: transformers finds it by walking the model's parameters)."""
+    captured shape). Returns the output and each row's left padding. dtype and device: the model's (read once per
+    generation: finding them walks the model's parameters)."""
     blocks = row_blocks([row.ctx.token_ids[row.cache_len:] for row in rows], drafts, [row.cache_len for row in rows])
     starts = [row.cache_len for row in rows]
     shape = runner.fit(len(blocks), max(len(b.tokens) for b in blocks), max(starts))
     keep = shape.tokens if shape.captured else max(scored(d) for d in drafts)
     hidden = any(row.drafter.hidden_layers for row in rows)
-    return target_forward(runner, blocks, starts, shape, keep, hidden, dtype, layout)
+    return target_forward(runner, blocks, starts, shape, keep, hidden, dtype, device, layout)
 
 
 @torch.inference_mode()
@@ -233,7 +234,7 @@ def prepare_shapes(runner: ModelRunner, rows: int, hidden: bool) -> None:
             block = Block([0] * size, np.arange(size, dtype=np.int64), None)
             for with_hidden in sorted({False, hidden}):
                 runner.prepare(size_rows, size, with_hidden, lambda shape: target_forward(
-                    runner, [block], [0], shape, shape.tokens, with_hidden, model.dtype, layout))
+                    runner, [block], [0], shape, shape.tokens, with_hidden, model.dtype, model.device, layout))
 
 
 def scored(draft: Draft) -> int:

@@ -15,7 +15,6 @@ past its row's real tokens (where no real query looks and the next step overwrit
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -206,10 +205,12 @@ def step_inputs(blocks: list[Block], starts: list[int], shape: Shape, dtype: tor
 
 
 def target_forward(runner: ModelRunner, blocks: list[Block], starts: list[int], shape: Shape, keep: int,
-                   hidden: bool, dtype: torch.dtype, layout: AttentionLayout = FULL_ONLY) -> tuple[Any, list[int]]:
-    """The target's forward over the rows' blocks at `shape` (ModelRunner.fit). Returns the output and each row's
-    left padding."""
-    staged = stage_inputs(blocks, starts, shape, runner.device)
+                   hidden: bool, dtype: torch.dtype, device: torch.device, layout: AttentionLayout = FULL_ONLY
+                   ) -> tuple[Any, list[int]]:
+    """The target's forward over the rows' blocks at `shape` (ModelRunner.fit). dtype and device: the model's (read
+    once per generation: finding them walks the model's parameters). Returns the output and each row's left
+    padding."""
+    staged = stage_inputs(blocks, starts, shape, device)
     return staged_forward(runner, staged, keep, hidden, dtype, layout), staged.pads
 
 
@@ -217,5 +218,5 @@ def staged_forward(runner: ModelRunner, staged: Staged, keep: int, hidden: bool,
                    layout: AttentionLayout = FULL_ONLY) -> Any:
     """The target's forward with the staged buffer as its one input: the device-side inputs are made inside the
     call (inside the captured graph on a captured shape)."""
-    build = partial(device_inputs, shape=staged.shape, tree=staged.tree, dtype=dtype, layout=layout)
-    return runner.forward({"staged": staged.raw}, staged.shape, keep, hidden, lambda given: build(given["staged"]))
+    return runner.forward({"staged": staged.raw}, staged.shape, keep, hidden,
+                          lambda given: device_inputs(given["staged"], staged.shape, staged.tree, dtype, layout))
