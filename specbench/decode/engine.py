@@ -152,9 +152,8 @@ def generate_batch(
     for b, row in enumerate(active):
         row.ctx.row = b
         row.drafting(lambda: row.drafter.begin(row.ctx))
-    layout, dtype = AttentionLayout.of(model.config), model.dtype
     runner = runner or ModelRunner(model, fixed_shapes=False)
-    device = runner.device
+    layout, dtype, device = AttentionLayout.of(model.config), model.dtype, runner.device
     # The drafters' row caches, each once (a drafter's forks share theirs).
     row_caches = list({id(cache): cache for drafter in drafters for cache in drafter.row_caches}.values())
     runner.reserve(len(rows), max(map(len, prompts)) + max_new_tokens)
