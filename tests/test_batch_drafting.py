@@ -116,16 +116,16 @@ def test_rows_regrouped_in_any_order_keep_their_own_state(target, prompt, head):
 
     proto = recording(target, head, static_tree=False)
 
-    def started(p: list[int]) -> Recording:
+    def started(p: list[int], ctx: DecodeContext) -> Recording:
         drafter = proto.fork()  # forks share the head: they draft together
-        drafter.begin(None)
+        drafter.begin(ctx)
         with torch.no_grad():
             hidden = target(torch.tensor([p[:-1]]), output_hidden_states=True).hidden_states[-1][0]
-        drafter.accepted(None, StepResult([], [], hidden))
+        drafter.accepted(ctx, StepResult([], [], hidden))  # written at the context's batch row
         return drafter
 
-    alone = [started(p).propose(c) for p, c in zip(prompts, contexts)]
-    a, b, c = (started(p) for p in prompts)
+    alone = [started(p, c).propose(c) for p, c in zip(prompts, contexts)]
+    a, b, c = (started(p, ctx) for p, ctx in zip(prompts, contexts))
     for group in ([0, 1], [1, 2], [2, 0], [0, 1, 2], [2], [1, 0]):
         drafters = [(a, b, c)[i] for i in group]
         drafts = type(a).propose_batch(drafters, [contexts[i] for i in group])

@@ -98,7 +98,7 @@ def test_drafter_receives_the_fused_layers(target):
     with torch.no_grad():
         states = target(torch.tensor([sequence[:-1]]), output_hidden_states=True).hidden_states
     expected = torch.cat([states[i][0] for i in (2, 3, 3)], dim=-1)
-    features = spy.features.span(0, spy.features.length)  # every cached position's, in order
+    features = spy.rows.features[0, : spy.known]  # every cached position's, in order (batch row 0)
     assert features.shape == expected.shape
     torch.testing.assert_close(features, expected, atol=1e-5, rtol=1e-4)
 

@@ -29,7 +29,6 @@ from typing import Any, Mapping, Protocol
 
 import numpy as np
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
 from specbench.decode.cost_model import CostCurve
 from specbench.decode.costs import CONTEXT, measure_cost_model
@@ -101,25 +100,56 @@ def tree_slots(tree: TreeSpec) -> int:
     return (tree.depth - 1) * tree.top_k
 
 
-class FeatureHistory:
-    """The target features of a row's cached positions [n, F], appended in place in a buffer that doubles."""
+class RowFeatures:
+    """Every batch row's target features at its cached positions [rows, slots, F] and its tree root, the head's
+    prediction after the last position in the head's cache [rows, W]: row b is the batch's row b (DecodeContext.row),
+    shared by a head's drafters (one write and one gather a step for the whole batch) and moved with the batch's
+    rows (a row store of Drafter.row_caches). Both grow by doubling; slots past a row's known positions hold stale
+    values that no query reads."""
 
-    def __init__(self, first: torch.Tensor) -> None:
-        self.buffer = first.new_empty(max(64, 2 * first.shape[0]), first.shape[1])
-        self.length = 0
-        self.append(first)
+    def __init__(self) -> None:
+        self.features: torch.Tensor | None = None
+        self.roots: torch.Tensor | None = None
 
-    def append(self, new: torch.Tensor) -> None:
-        end = self.length + new.shape[0]
-        if end > self.buffer.shape[0]:
-            grown = self.buffer.new_empty(2 * end, self.buffer.shape[1])
-            grown[: self.length] = self.buffer[: self.length]
-            self.buffer = grown
-        self.buffer[self.length : end] = new
-        self.length = end
+    def write(self, rows: list[int], starts: list[int], new: list[torch.Tensor], dtype: torch.dtype) -> None:
+        """new[i] [n_i, F] at row rows[i]'s positions starts[i], starts[i] + 1, ...: one copy for every row."""
+        values = (torch.cat(new) if len(new) > 1 else new[0]).to(dtype)
+        counts = np.array([t.shape[0] for t in new])
+        self.features = grown(self.features, (max(rows) + 1, int(max(np.array(starts) + counts))), values)
+        offsets = np.array(starts) - (np.cumsum(counts) - counts)  # a row's slot minus its values' first index
+        index = to_device(np.stack([np.repeat(rows, counts), np.arange(len(values)) + np.repeat(offsets, counts)]),
+                          values.device)
+        self.features[index[0], index[1]] = values
 
-    def span(self, start: int, end: int) -> torch.Tensor:
-        return self.buffer[start:end]
+    def context(self, rows: torch.Tensor, start: torch.Tensor, n: int) -> torch.Tensor:
+        """Rows' features at positions start[r], ..., start[r] + n - 1 [R, n, F] (past the buffer: its last slot's)."""
+        slots = (start[:, None] + torch.arange(n, device=start.device)).clamp(max=self.features.shape[1] - 1)
+        return self.features[rows[:, None], slots]
+
+    def keep_roots(self, rows: torch.Tensor, count: int, roots: torch.Tensor) -> None:
+        """roots [R, W] as rows' (count: the batch rows the store must hold, known on the host)."""
+        self.roots = grown(self.roots, (count,), roots)
+        self.roots[rows] = roots
+
+    def copy_rows(self, holes: list[int], movers: list[int]) -> None:
+        """Rows `movers` into rows `holes` (specbench.decode.runner.keep_rows), those the store holds."""
+        for store in (self.features, self.roots):
+            pairs = [(hole, mover) for hole, mover in zip(holes, movers) if store is not None and mover < len(store)]
+            if pairs:
+                hole, mover = zip(*pairs)
+                store[list(hole)] = store[list(mover)]
+
+
+def grown(store: torch.Tensor | None, need: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """`store` with room for `need` in its leading dimensions (the last is like's), each doubled where it must
+    grow, what it holds kept."""
+    have = store.shape[:-1] if store is not None else (0,) * len(need)
+    if all(h >= n for h, n in zip(have, need)):
+        return store
+    new = like.new_zeros(*(max(n, 2 * h) if n > h else h for h, n in zip(have, need)), like.shape[-1])
+    if store is not None:
+        new[tuple(slice(n) for n in store.shape)] = store
+    return new
 
 
 class FeatureTreeDrafter(Drafter):
@@ -130,13 +160,13 @@ class FeatureTreeDrafter(Drafter):
         self.tree = tree
         self.target_ids = torch.tensor(head.target_ids, device=head.device)
         self.cache = HeadCache.of(head, target, tree_slots(tree))
-        self.row_caches = (self.cache.runner,)
+        self.rows = RowFeatures()  # shared by the forks, as the cache is
+        self.row_caches = (self.cache.runner, self.rows)
         self._reset()
 
     def _reset(self) -> None:
-        self.features: FeatureHistory | None = None  # target features of every cached target position
+        self.known = 0  # target positions whose features this row's drafter was told (in self.rows)
         self.filled = 0  # context positions in the head's cache (built from true target features)
-        self.root_feature: torch.Tensor | None = None  # the head's prediction after the last of them
         # The last search's (roots, (node indices, outputs) per head run, this row's index, the search's node
         # behind each draft node): tree_features
         self.last_search: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], int, list[int]] | None = None
@@ -161,11 +191,15 @@ class FeatureTreeDrafter(Drafter):
         return twin
 
     def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
-        new = step.hidden.to(self.head.dtype)
-        if self.features is None:
-            self.features = FeatureHistory(new)
-        else:
-            self.features.append(new)
+        keep_features([self], [ctx], [step])
+
+    @classmethod
+    def accepted_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext], steps: list[StepResult]) -> None:
+        """Every row's new target features in one write (rows of one head: their drafters share its store); row by
+        row where a subclass has an accepted of its own."""
+        if any(d.rows is not drafters[0].rows or type(d).accepted is not FeatureTreeDrafter.accepted for d in drafters):
+            return super().accepted_batch(drafters, ctxs, steps)
+        keep_features(drafters, ctxs, steps)
 
     @torch.inference_mode()
     def propose(self, ctx: DecodeContext) -> Draft:
@@ -198,11 +232,20 @@ class FeatureTreeDrafter(Drafter):
         return mass * self.tree.costs.at(rows) < self.tree.level_seconds
 
 
+@torch.inference_mode()
+def keep_features(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext], steps: list[StepResult]) -> None:
+    """The target features of the positions each row's step added to its cache, into the rows' store in one write."""
+    drafters[0].rows.write([ctx.row for ctx in ctxs], [d.known for d in drafters], [s.hidden for s in steps],
+                           drafters[0].head.dtype)
+    for d, step in zip(drafters, steps):
+        d.known += step.hidden.shape[0]
+
+
 def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
     """Every row's tree in one pass (the same head and tree for all): the first step of a row, the prefill, has no
     features yet and drafts nothing."""
     drafts = [Draft() for _ in drafters]
-    ready = [b for b, d in enumerate(drafters) if d.features is not None]
+    ready = [b for b, d in enumerate(drafters) if d.known]
     if not ready:
         return drafts
     first = drafters[ready[0]]
@@ -234,29 +277,26 @@ def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext], cache_ro
     features [R, n, F], right-padded to the longest), its host inputs sent in one copy. Returns each row's predicted
     next feature, the root of its tree [R, W], its root token [R] and where its tree starts (its context length,
     [R]), on the head's device."""
-    head = drafters[0].head
+    head, store = drafters[0].head, drafters[0].rows
     shift = head.shift
-    spans = [(d.filled, d.features.length) for d in drafters]
+    spans = [(d.filled, d.known) for d in drafters]
     n = max(known - filled for filled, known in spans)
     host = np.array([ctx.token_ids[filled + shift : known + shift] + [0] * (n - known + filled)  # right-padded
-                     + [filled, known, ctx.token_ids[-1]] for ctx, (filled, known) in zip(ctxs, spans)], dtype=np.int64)
-    staged = to_device(host, head.device)  # tokens, then start, context length, root token
-    start, length, root_tokens = staged[:, n], staged[:, n + 1], staged[:, n + 2]
+                     + [filled, known, ctx.token_ids[-1], ctx.row] for ctx, (filled, known) in zip(ctxs, spans)],
+                    dtype=np.int64)
+    staged = to_device(host, head.device)  # tokens, then start, context length, root token, batch row
+    start, length, root_tokens, rows = staged[:, n], staged[:, n + 1], staged[:, n + 2], staged[:, n + 3]
     if n > 0:
-        features = pad_sequence([d.features.span(filled, known) for d, (filled, known) in zip(drafters, spans)],
-                                batch_first=True)
-        out = drafters[0].cache.fill(staged[:, :n], features, start, max(filled for filled, _ in spans), cache_rows)
+        out = drafters[0].cache.fill(staged[:, :n], store.context(rows, start, n), start,
+                                     max(filled for filled, _ in spans), cache_rows)
         last = (length - start - 1).clamp(min=0)
-        fresh = out.gather(1, last[:, None, None].expand(-1, 1, out.shape[-1]))[:, 0]
-        if all(known > filled for filled, known in spans):
-            root = fresh
-        else:  # a row with nothing new keeps its root
-            root = torch.stack([fresh[b] if known > filled else d.root_feature
-                                for b, (d, (filled, known)) in enumerate(zip(drafters, spans))])
+        root = out.gather(1, last[:, None, None].expand(-1, 1, out.shape[-1]))[:, 0]
+        if not all(known > filled for filled, known in spans):  # a row with nothing new keeps its root
+            root = torch.where((length > start)[:, None], root, store.roots[rows])
+        store.keep_roots(rows, max(ctx.row for ctx in ctxs) + 1, root)
     else:
-        root = torch.stack([d.root_feature for d in drafters])
-    for d, (_, known), feature in zip(drafters, spans, root.unbind()):
-        d.root_feature = feature
+        root = store.roots[rows]
+    for d, (_, known) in zip(drafters, spans):
         d.filled = known
     return root, root_tokens, length
 

@@ -24,15 +24,17 @@ QUESTIONS = ["What is 7 * 8?", "Write a haiku about rain.", "Name three prime nu
 
 
 def started(target, drafters, prompts: list[list[int]]) -> list[DecodeContext]:
-    """Decode 8 tokens for the prompts with these drafters; their contexts afterwards."""
-    for drafter, prompt in zip(drafters, prompts):
-        generate_batch(target.model, [prompt], [drafter], Sampling(), 8, set())
-    return [DecodeContext(list(p), len(p), Sampling(), None) for p in prompts]
+    """Decode 8 tokens for the prompts together (row b: prompts[b]) with these drafters (forks of one, sharing its
+    head's cache); their contexts afterwards, each its batch row."""
+    generate_batch(target.model, prompts, drafters, Sampling(), 8, set())
+    return [DecodeContext(list(p), len(p), Sampling(), None, row=b) for b, p in enumerate(prompts)]
 
 
 def tell_one_more(drafters, ctxs: list[DecodeContext]) -> None:
+    """Each row told its last position's features once more (a step that accepted nothing)."""
     for drafter, ctx in zip(drafters, ctxs):
-        drafter.accepted(ctx, StepResult([], [], drafter.features[-1:].clone()))
+        last = drafter.rows.features[ctx.row, drafter.known - 1 : drafter.known].clone()
+        drafter.accepted(ctx, StepResult([], [], last))
         ctx.token_ids.append(ctx.token_ids[-1])
 
 
@@ -43,14 +45,14 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     target = specbench.load_target("smollm2-135m-instruct")
-    proto = specbench.load_method("eagle", target, total_tokens=16)
+    protos = [specbench.load_method("eagle", target, total_tokens=16) for _ in range(2)]  # a head cache each
     prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS[: args.rows]]
-    alone = [proto.fork() for _ in prompts]  # one per row, each drafted by itself
-    together = [proto.fork() for _ in prompts]  # drafted in one call
+    alone = [protos[0].fork() for _ in prompts]  # one per row, each drafted by itself
+    together = [protos[1].fork() for _ in prompts]  # drafted in one call
     ctx_alone, ctx_together = started(target, alone, prompts), started(target, together, prompts)
     for d, c in zip(alone + together, ctx_alone + ctx_together):  # the contexts decoded above
-        c.token_ids = list(c.token_ids) + [0] * (d.features.shape[0] + 1 - len(c.token_ids))
-    batched = hasattr(type(proto), "propose_batch")
+        c.token_ids = list(c.token_ids) + [0] * (d.known + 1 - len(c.token_ids))
+    batched = hasattr(type(protos[0]), "propose_batch")
     best = {"alone": float("inf"), "together": float("inf")}
     for _ in range(args.repeats):
         tell_one_more(alone, ctx_alone)
@@ -60,7 +62,7 @@ def main() -> None:
         if batched:
             tell_one_more(together, ctx_together)
             t0 = time.perf_counter()
-            drafts_together = type(proto).propose_batch(together, ctx_together)
+            drafts_together = type(protos[1]).propose_batch(together, ctx_together)
             best["together"] = min(best["together"], time.perf_counter() - t0)
             assert [(d.tokens, d.parents) for d in drafts_alone] == [(d.tokens, d.parents) for d in drafts_together]
     print(f"rows {args.rows}: {args.rows} propose calls {1000 * best['alone']:.1f} ms", end="")

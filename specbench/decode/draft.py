@@ -145,9 +145,9 @@ class Drafter:
     state_scope: str = "generation"
     # A verification rule other than the engine's lossless one (e.g. Medusa typical acceptance); None = lossless.
     verifier: Callable | None = None
-    # The caches it keeps a row of for each batch row (their specbench.decode.runner.ModelRunner's: a head's, a draft
-    # model's), row b for the batch's row b (DecodeContext.row); the engine moves their rows with the target's when
-    # rows leave a batch. Empty: none.
+    # What it keeps a row of for each batch row, row b for the batch's row b (DecodeContext.row), shared by its forks:
+    # caches (specbench.decode.runner.ModelRunner's: a head's, a draft model's) and any store with a
+    # `copy_rows(holes, movers)`; the engine moves their rows with the target's when rows leave a batch. Empty: none.
     row_caches: tuple = ()
     # Where the drafter's trained weights came from (a folder or model id), for the report's budget table; None for
     # training-free methods.

@@ -115,6 +115,14 @@ class ModelRunner:
             return None
         return torch.tensor(rows, device=self.device)
 
+    def copy_rows(self, holes: list[int], movers: list[int]) -> None:
+        """Rows `movers` into rows `holes` of the cache (keep_rows), those it holds (a cache of a drafter's own may
+        never have held a mover's row)."""
+        pairs = [(hole, mover) for hole, mover in zip(holes, movers) if self.cache is not None and mover < self.cache.rows]
+        if pairs and self.cache.keys is not None:
+            index = torch.tensor(pairs, device=self.cache.keys.device).T
+            self.cache.copy_rows(index[0], index[1])
+
     def reserve(self, rows: int, slots: int) -> SlotCache:
         """Room for at least `rows` rows of `slots` slots each (what is written stays). Fixed shapes: the rows
         bucketed and slots + HEADROOM rounded up to CAPACITY_STEP (a run reserves once, before its warm-up; growing
@@ -212,15 +220,13 @@ def call_rows(graphs: Graphs | None, run: Callable[[dict[str, torch.Tensor]], to
     return graphs.call((size,), run, padded)[:rows].clone()
 
 
-def keep_rows(runners: list[ModelRunner], stays: list[int]) -> list[int]:
-    """Keep the batch rows `stays` (ascending), live rows from the end filling the others' places, in the cache of
-    each runner (the target's and the drafters' row caches, Drafter.row_caches: one copy each), so that row b of
-    every cache is still the batch's row b (a cache without a mover's row, one drafter's of its own, has nothing to
-    move). Returns the old row each kept row now holds."""
+def keep_rows(stores: list[Any], stays: list[int]) -> list[int]:
+    """Keep the batch rows `stays` (ascending), live rows from the end filling the others' places, in each store of
+    rows (the target's runner and the drafters' row stores, Drafter.row_caches: one call each, `copy_rows(holes,
+    movers)`), so that row b of every store is still the batch's row b. Returns the old row each kept row now
+    holds."""
     holes, movers, order = fill_holes(stays)
-    for cache in (r.cache for r in runners if r.cache is not None):
-        pairs = [(hole, mover) for hole, mover in zip(holes, movers) if mover < cache.rows]  # rows it holds
-        if pairs and cache.keys is not None:
-            index = torch.tensor(pairs, device=cache.keys.device).T
-            cache.copy_rows(index[0], index[1])
+    if holes:
+        for store in stores:
+            store.copy_rows(holes, movers)
     return order
