@@ -244,8 +244,8 @@ def keep_features(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext],
 def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
     """Every row's tree in one pass (the same head and tree for all): the first step of a row, the prefill, has no
     features yet and drafts nothing."""
-    drafts = [Draft() for _ in drafters]
     ready = [b for b, d in enumerate(drafters) if d.known]
+    drafts = [Draft() for _ in drafters] if len(ready) < len(drafters) else [None] * len(drafters)
     if not ready:
         return drafts
     first = drafters[ready[0]]

@@ -76,6 +76,8 @@ class Draft:
         """The same tree without nodes deeper than max_depth (no point drafting past the token budget)."""
         if max_depth <= 0:
             return Draft(extra=self.extra)
+        if max_depth >= len(self.tokens):  # no node is deeper than the tree's size
+            return self
         depth = self.depths()
         keep = [i for i in range(len(self.tokens)) if depth[i] <= max_depth]
         if len(keep) == len(self.tokens):

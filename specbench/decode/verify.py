@@ -34,13 +34,13 @@ VerifyFn = Callable[[Draft, torch.Tensor, Sampling, "torch.Generator | None"], V
 
 def greedy_walk(draft: Draft, best: Callable[[int], int]) -> Verdict:
     """T=0: follow the child equal to the target's argmax at each row (best(row)); the bonus is the argmax after the
-    last accepted node."""
-    children = draft.children()
+    last accepted node (a node's children come after it: the first child after it carrying the token)."""
+    tokens, parents = draft.tokens, draft.parents
     path: list[int] = []
     row = 0
     while True:
         token = best(row)
-        nxt = next((c for c in children[row] if draft.tokens[c] == token), None)
+        nxt = next((c for c in range(row, len(tokens)) if tokens[c] == token and parents[c] == row - 1), None)
         if nxt is None:
             return Verdict(path, token)
         path.append(nxt)
