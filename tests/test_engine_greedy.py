@@ -8,7 +8,7 @@ import torch
 
 from specbench.decode.draft import Draft
 from specbench.decode.engine import generate
-from specbench.decode.inputs import Block, ancestors, row_block, step_inputs
+from specbench.decode.inputs import Block, row_block, target_forward, tree_ancestors
 from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling
 from specbench.methods.pld import PromptLookupDrafter
@@ -91,9 +91,8 @@ def step_logits(runner: ModelRunner, block: Block, start: int) -> torch.Tensor:
     step at the runner's shape (its pad tokens' logits dropped)."""
     model = runner.model
     shape = runner.fit(1, len(block.tokens), start)
-    inputs = step_inputs([block], [start], shape, model.dtype, model.device)
-    logits = runner.forward(inputs.named(), shape, shape.tokens, False).logits[0]
-    return logits[inputs.pads[0]:]
+    out, pads = target_forward(runner, [block], [start], shape, shape.tokens, False, model.dtype, model.device)
+    return out.logits[0, pads[0]:]
 
 
 @pytest.mark.parametrize("fixed_shapes", [False, True])
@@ -161,5 +160,6 @@ def test_ancestors_by_pointer_jumping_equal_the_walk_up_each_path():
         for i, parent in enumerate(parents):
             if parent >= 0:
                 reference[i] |= reference[parent]
-        assert torch.equal(ancestors(parents), reference), parents
-    assert torch.equal(ancestors(list(range(-1, 9))), torch.ones(10, 10, dtype=torch.bool).tril())  # a chain
+        assert torch.equal(torch.from_numpy(tree_ancestors([parents])[0]), reference), parents
+    chain = torch.from_numpy(tree_ancestors([list(range(-1, 9))])[0])
+    assert torch.equal(chain, torch.ones(10, 10, dtype=torch.bool).tril())

@@ -1,9 +1,9 @@
-"""A step's inputs (specbench.decode.inputs.step_inputs): the attention masks, built on the device over the key slots
-a forward reads from each row's small block part, are bit for bit the masks a host builds query by query (the
-reference below, from the cache's convention: slot s of a row holds its position s, row b's block written from
-its context length on, pad tokens after its real ones): a batch with different context lengths, pad tokens, a pad
-row, a tree, a chain and an extra branch, under full attention and both kinds of sliding window, at fixed shapes and
-at own shapes. Sliding-window families decode at fixed shapes as HF's generate does."""
+"""A step's inputs (specbench.decode.inputs: stage_inputs, then device_inputs): the attention masks, built on the
+device over the key slots a forward reads from each row's small block part, are bit for bit the masks a host builds
+query by query (the reference below, from the cache's convention: slot s of a row holds its position s, row b's
+block written from its context length on, pad tokens after its real ones): a batch with different context lengths,
+pad tokens, a pad row, a tree, a chain and an extra branch, under full attention and both kinds of sliding window,
+at fixed shapes and at own shapes. Sliding-window families decode at fixed shapes as HF's generate does."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +11,7 @@ import torch
 
 from specbench.decode.draft import Branch, Draft
 from specbench.decode.engine import generate_batch
-from specbench.decode.inputs import Block, row_blocks, step_inputs
+from specbench.decode.inputs import Block, device_inputs, row_blocks, stage_inputs
 from specbench.decode.layout import FULL_ONLY, SLIDING, AttentionLayout
 from specbench.decode.runner import ModelRunner, Shape
 from specbench.decode.sampling import Sampling
@@ -81,13 +81,14 @@ def same_bits(a: torch.Tensor | dict[str, torch.Tensor], b: torch.Tensor | dict[
 
 def assert_host_built(blocks: list[Block], cache_lens: list[int], layout: str, dtype: torch.dtype, device: str,
                       shape: Shape) -> None:
-    inputs = step_inputs(blocks, cache_lens, shape, dtype, torch.device(device), LAYOUTS[layout])
+    staged = stage_inputs(blocks, cache_lens, shape, torch.device(device))
+    inputs = device_inputs(staged.raw, shape, staged.tree, dtype, LAYOUTS[layout])
     expected, positions = host_masks(blocks, cache_lens, LAYOUTS[layout], dtype, shape)
-    masks = inputs.attention_mask
+    masks = inputs["attention_mask"]
     assert all(m.device.type == device for m in (masks.values() if isinstance(masks, dict) else [masks]))
     assert same_bits(masks, expected)
-    assert torch.equal(inputs.position_ids.cpu(), positions)
-    assert inputs.pads == [shape.tokens - len(b.tokens) for b in blocks]
+    assert torch.equal(inputs["position_ids"].cpu(), positions)
+    assert staged.pads == [shape.tokens - len(b.tokens) for b in blocks]
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -71,18 +71,8 @@ def row_blocks(pendings: list[list[int]], drafts: list[Draft], cache_lens: list[
     return blocks  # type: ignore[return-value]
 
 
-def ancestors(parents: list[int]) -> torch.Tensor:
-    """ancestor_mask as a tensor."""
-    return torch.from_numpy(ancestor_mask(parents))
-
-
-def ancestor_mask(parents: list[int]) -> np.ndarray:
-    """[n, n] bool: node i's row holds i and every ancestor of i."""
-    return tree_ancestors([parents])[0]
-
-
 def tree_ancestors(trees: list[list[int]]) -> np.ndarray:
-    """ancestor_mask of every tree (each a list of parents) at once, [trees, n, n] for the longest n (a tree's pad
+    """[trees, n, n] bool for the longest n: row i of a tree holds node i and its every ancestor (a tree's pad
     nodes are roots of their own). By pointer jumping (each round doubles the levels covered), so a deep tree and a
     batch of trees cost a few array ops rather than one per node."""
     n = max(map(len, trees))
@@ -98,21 +88,6 @@ def tree_ancestors(trees: list[list[int]]) -> np.ndarray:
         if np.array_equal(further, jump):
             return ancestor
         jump = further
-
-
-@dataclass
-class TreeInputs:
-    input_ids: torch.Tensor  # [R, N]
-    position_ids: torch.Tensor  # [R, N]
-    input_pos: torch.Tensor  # [R, N] the cache slot each token is written at
-    # [R, 1, N, key slots] additive (one per layer kind for sliding-window models)
-    attention_mask: torch.Tensor | dict[str, torch.Tensor]
-    pads: list[int]  # left padding of each real row's block
-
-    def named(self) -> dict[str, torch.Tensor | dict[str, torch.Tensor]]:
-        """The model's keyword arguments (a captured graph copies them into its own)."""
-        return {"input_ids": self.input_ids, "position_ids": self.position_ids, "input_pos": self.input_pos,
-                "attention_mask": self.attention_mask}
 
 
 def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -195,13 +170,6 @@ def device_inputs(raw: torch.Tensor, shape: Shape, tree: bool, dtype: torch.dtyp
     masks = layout.masks(allowed, position_ids, key_positions if layout.windows else None, dtype)
     return {"input_ids": staged[:, :size], "position_ids": position_ids, "input_pos": input_pos,
             "attention_mask": masks}
-
-
-def step_inputs(blocks: list[Block], starts: list[int], shape: Shape, dtype: torch.dtype, device: torch.device,
-                layout: AttentionLayout = FULL_ONLY) -> TreeInputs:
-    """Inputs for one forward over every row's block (stage_inputs, then device_inputs), as tensors."""
-    staged = stage_inputs(blocks, starts, shape, device)
-    return TreeInputs(**device_inputs(staged.raw, shape, staged.tree, dtype, layout), pads=staged.pads)
 
 
 def target_forward(runner: ModelRunner, blocks: list[Block], starts: list[int], shape: Shape, keep: int,
