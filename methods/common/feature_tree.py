@@ -113,18 +113,21 @@ class RowFeatures:
 
     def write(self, rows: list[int], starts: list[int], new: list[torch.Tensor], dtype: torch.dtype) -> None:
         """new[i] [n_i, F] at row rows[i]'s positions starts[i], starts[i] + 1, ...: one copy for every row."""
-        values = (torch.cat(new) if len(new) > 1 else new[0]).to(dtype)
-        counts = np.array([t.shape[0] for t in new])
-        self.features = grown(self.features, (max(rows) + 1, int(max(np.array(starts) + counts))), values)
+        values = torch.cat(new) if len(new) > 1 else new[0]
+        values = values if values.dtype == dtype else values.to(dtype)
+        counts = [t.shape[0] for t in new]
+        self.features = grown(self.features, (max(rows) + 1, max(map(sum, zip(starts, counts)))), values)
+        if len(new) == 1:
+            self.features[rows[0], starts[0] : starts[0] + counts[0]] = values
+            return
         offsets = np.array(starts) - (np.cumsum(counts) - counts)  # a row's slot minus its values' first index
         index = to_device(np.stack([np.repeat(rows, counts), np.arange(len(values)) + np.repeat(offsets, counts)]),
                           values.device)
         self.features[index[0], index[1]] = values
 
-    def context(self, rows: torch.Tensor, start: torch.Tensor, n: int) -> torch.Tensor:
-        """Rows' features at positions start[r], ..., start[r] + n - 1 [R, n, F] (past the buffer: its last slot's)."""
-        slots = (start[:, None] + torch.arange(n, device=start.device)).clamp(max=self.features.shape[1] - 1)
-        return self.features[rows[:, None], slots]
+    def slots(self, start: int, n: int) -> list[int]:
+        """The slots of positions start, ..., start + n - 1 to read (past the buffer: its last, a pad's)."""
+        return [min(start + j, self.features.shape[1] - 1) for j in range(n)]
 
     def keep_roots(self, rows: torch.Tensor, count: int, roots: torch.Tensor) -> None:
         """roots [R, W] as rows' (count: the batch rows the store must hold, known on the host)."""
@@ -282,12 +285,12 @@ def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext], cache_ro
     spans = [(d.filled, d.known) for d in drafters]
     n = max(known - filled for filled, known in spans)
     host = np.array([ctx.token_ids[filled + shift : known + shift] + [0] * (n - known + filled)  # right-padded
-                     + [filled, known, ctx.token_ids[-1], ctx.row] for ctx, (filled, known) in zip(ctxs, spans)],
-                    dtype=np.int64)
-    staged = to_device(host, head.device)  # tokens, then start, context length, root token, batch row
+                     + [filled, known, ctx.token_ids[-1], ctx.row] + store.slots(filled, n)
+                     for ctx, (filled, known) in zip(ctxs, spans)], dtype=np.int64)
+    staged = to_device(host, head.device)  # tokens, start, context length, root token, batch row, feature slots
     start, length, root_tokens, rows = staged[:, n], staged[:, n + 1], staged[:, n + 2], staged[:, n + 3]
     if n > 0:
-        out = drafters[0].cache.fill(staged[:, :n], store.context(rows, start, n), start,
+        out = drafters[0].cache.fill(staged[:, :n], store.features[rows[:, None], staged[:, n + 4 :]], start,
                                      max(filled for filled, _ in spans), cache_rows)
         last = (length - start - 1).clamp(min=0)
         root = out.gather(1, last[:, None, None].expand(-1, 1, out.shape[-1]))[:, 0]
