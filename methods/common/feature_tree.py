@@ -35,7 +35,7 @@ from specbench.decode.costs import CONTEXT, measure_cost_model
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
 from specbench.decode.inputs import to_device
-from specbench.decode.runner import ModelRunner
+from specbench.decode.runner import ModelRunner, held_pairs
 from specbench.decode.runtime import fastest_seconds
 from specbench.method import BuildContext, Option
 from specbench.methods.common.head_cache import HeadCache, HeadRows
@@ -136,11 +136,11 @@ class RowFeatures:
 
     def copy_rows(self, holes: list[int], movers: list[int]) -> None:
         """Rows `movers` into rows `holes` (specbench.decode.runner.keep_rows), those the store holds."""
-        for store in (self.features, self.roots):
-            pairs = [(hole, mover) for hole, mover in zip(holes, movers) if store is not None and mover < len(store)]
+        for store in (s for s in (self.features, self.roots) if s is not None):
+            pairs = held_pairs(holes, movers, len(store))
             if pairs:
-                hole, mover = zip(*pairs)
-                store[list(hole)] = store[list(mover)]
+                into, out_of = zip(*pairs)
+                store[list(into)] = store[list(out_of)]
 
 
 def grown(store: torch.Tensor | None, need: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
@@ -248,9 +248,8 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
     """Every row's tree in one pass (the same head and tree for all): the first step of a row, the prefill, has no
     features yet and drafts nothing."""
     ready = [b for b, d in enumerate(drafters) if d.known]
-    drafts = [Draft() for _ in drafters] if len(ready) < len(drafters) else [None] * len(drafters)
     if not ready:
-        return drafts
+        return [Draft() for _ in drafters]
     first = drafters[ready[0]]
     head, tree = first.head, first.tree
     members, contexts = [drafters[b] for b in ready], [ctxs[b] for b in ready]
@@ -268,10 +267,11 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
         rows.drop_levels()
     best_size = partial(first._best_size, rows=len(members)) if tree.costs is not None else None
     trees = finish(nodes, tree.static_paths is None, tree.total_tokens, best_size)
+    drafted = {}
     for row, (b, d, (draft, kept)) in enumerate(zip(ready, members, trees)):
-        drafts[b] = draft
+        drafted[b] = draft
         d.last_search = (root, nodes.expanded, row, kept)
-    return drafts
+    return [drafted[b] if b in drafted else Draft() for b in range(len(drafters))]
 
 
 def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext], cache_rows: torch.Tensor | None

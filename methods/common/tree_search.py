@@ -223,8 +223,8 @@ def finish(nodes: Nodes, dynamic_tree: bool, total: int,
     np.put_along_axis(new_index, keep, np.arange(keep.shape[1])[None].repeat(rows, 0), 1)
     kept_parents = np.take_along_axis(par, keep, 1)
     renumbered = np.where(kept_parents == ROOT, ROOT, np.take_along_axis(new_index, kept_parents.clip(0), 1))
-    kept_tokens, renumbered, keep = np.take_along_axis(tok, keep, 1).tolist(), renumbered.tolist(), keep.tolist()
-    return [(Draft(kept_tokens[r][:n], renumbered[r][:n]), keep[r][:n]) for r, n in enumerate(sizes)]
+    tokens_of, parents_of, nodes_of = np.take_along_axis(tok, keep, 1).tolist(), renumbered.tolist(), keep.tolist()
+    return [(Draft(tokens_of[r][:n], parents_of[r][:n]), nodes_of[r][:n]) for r, n in enumerate(sizes)]
 
 
 def best_nodes(scores: np.ndarray, order: np.ndarray, stops: np.ndarray, depths: np.ndarray, total: int,

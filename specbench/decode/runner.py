@@ -118,8 +118,10 @@ class ModelRunner:
     def copy_rows(self, holes: list[int], movers: list[int]) -> None:
         """Rows `movers` into rows `holes` of the cache (keep_rows), those it holds (a cache of a drafter's own may
         never have held a mover's row)."""
-        pairs = [(hole, mover) for hole, mover in zip(holes, movers) if self.cache is not None and mover < self.cache.rows]
-        if pairs and self.cache.keys is not None:
+        if self.cache is None or self.cache.keys is None:
+            return
+        pairs = held_pairs(holes, movers, self.cache.rows)
+        if pairs:
             index = torch.tensor(pairs, device=self.cache.keys.device).T
             self.cache.copy_rows(index[0], index[1])
 
@@ -218,6 +220,11 @@ def call_rows(graphs: Graphs | None, run: Callable[[dict[str, torch.Tensor]], to
     size = bucket(rows, BATCH_SIZES)
     padded = {name: torch.cat([x, x.new_zeros(size - rows, *x.shape[1:])]) for name, x in inputs.items()}
     return graphs.call((size,), run, padded)[:rows].clone()
+
+
+def held_pairs(holes: list[int], movers: list[int], rows: int) -> list[tuple[int, int]]:
+    """The (hole, mover) pairs of a keep_rows whose mover a store of `rows` rows holds."""
+    return [(hole, mover) for hole, mover in zip(holes, movers) if mover < rows]
 
 
 def keep_rows(stores: list[Any], stays: list[int]) -> list[int]:
