@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
 from specbench.decode.draft import Draft
 from specbench.decode.engine import generate
-from specbench.decode.inputs import Block, row_block, target_forward, tree_ancestors
+from specbench.decode.inputs import ancestors, row_blocks, target_forward
 from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling
 from specbench.methods.pld import PromptLookupDrafter
@@ -86,12 +87,13 @@ def test_stop_token_ends_every_method_alike(target, prompts):
         assert result.token_ids == expected and result.stop_reason == "eos"
 
 
-def step_logits(runner: ModelRunner, block: Block, start: int) -> torch.Tensor:
-    """The logits of each of the block's tokens [n, V], written from slot `start` of row 0, as the engine runs a
-    step at the runner's shape (its pad tokens' logits dropped)."""
+def step_logits(runner: ModelRunner, pending: list[int], draft: Draft, start: int) -> torch.Tensor:
+    """The logits of the pending tokens and the draft's nodes [n, V], written from slot `start` of row 0, as the
+    engine runs a step at the runner's shape (its pad tokens' logits dropped)."""
     model = runner.model
-    shape = runner.fit(1, len(block.tokens), start)
-    out, pads = target_forward(runner, [block], [start], shape, shape.tokens, False, model.dtype, model.device)
+    blocks = row_blocks([pending], [draft], [start])
+    shape = runner.fit(1, int(blocks.lengths[0]), start)
+    out, pads = target_forward(runner, blocks, [start], shape, shape.tokens, False, model.dtype, model.device)
     return out.logits[0, pads[0]:]
 
 
@@ -101,8 +103,8 @@ def test_tree_mask_gives_each_node_its_path_logits(target, fixed_shapes):
     draft = Draft(tokens=[5, 6, 7, 8, 9, 10], parents=[-1, -1, 0, 0, 1, 3])
     runner = ModelRunner(target, fixed_shapes=fixed_shapes)
     with torch.inference_mode():
-        step_logits(runner, row_block(context[:-1], Draft(), 0), 0)
-        tree_logits = step_logits(runner, row_block(context[-1:], draft, len(context) - 1), len(context) - 1)
+        step_logits(runner, context[:-1], Draft(), 0)
+        tree_logits = step_logits(runner, context[-1:], draft, len(context) - 1)
         for node in range(len(draft)):
             path, p = [], node
             while p != -1:
@@ -118,10 +120,10 @@ def test_compaction_keeps_the_accepted_path_only(target, fixed_shapes):
     draft = Draft(tokens=[7, 8, 9, 10], parents=[-1, -1, 1, 2])  # accept nodes 1, 2, 3: a path with a gap
     runner = ModelRunner(target, fixed_shapes=fixed_shapes)
     with torch.inference_mode():
-        step_logits(runner, row_block(context, draft, 0), 0)
+        step_logits(runner, context, draft, 0)
         base = len(context)  # the tree's first slot: node i at base + i, moved down to follow the context
         runner.cache.move_slots(torch.tensor([[base + 1, base + 2, base + 3]]), torch.tensor([[base, base + 1, base + 2]]))
-        continued = step_logits(runner, row_block([11], Draft(), base + 3), base + 3)[-1]
+        continued = step_logits(runner, [11], Draft(), base + 3)[-1]
         fresh = target(torch.tensor([context + [8, 9, 10, 11]])).logits[0, -1]
     torch.testing.assert_close(continued, fresh, atol=1e-5, rtol=1e-5)
 
@@ -160,6 +162,7 @@ def test_ancestors_by_pointer_jumping_equal_the_walk_up_each_path():
         for i, parent in enumerate(parents):
             if parent >= 0:
                 reference[i] |= reference[parent]
-        assert torch.equal(torch.from_numpy(tree_ancestors([parents])[0]), reference), parents
-    chain = torch.from_numpy(tree_ancestors([list(range(-1, 9))])[0])
+        own_parent = np.array([[i if parent < 0 else parent for i, parent in enumerate(parents)]])
+        assert torch.equal(torch.from_numpy(ancestors(own_parent)[0]), reference), parents
+    chain = torch.from_numpy(ancestors(np.array([[0, *range(9)]]))[0])
     assert torch.equal(chain, torch.ones(10, 10, dtype=torch.bool).tril())

@@ -11,7 +11,7 @@ import torch
 
 from specbench.decode.draft import Branch, Draft
 from specbench.decode.engine import generate_batch
-from specbench.decode.inputs import Block, device_inputs, row_blocks, stage_inputs
+from specbench.decode.inputs import Blocks, device_inputs, row_blocks, stage_inputs
 from specbench.decode.layout import FULL_ONLY, SLIDING, AttentionLayout
 from specbench.decode.runner import ModelRunner, Shape
 from specbench.decode.sampling import Sampling
@@ -26,7 +26,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.i
 WIDTH = 10  # the longest context of a row
 
 
-def step_blocks(chain: bool = False) -> tuple[list[Block], list[int]]:
+def step_blocks(chain: bool = False) -> tuple[Blocks, list[int]]:
     """Three rows of one step: a tree (the longest context), a chain after two pending tokens, and a one-node draft
     with an extra branch (short contexts); chain: every row a chain (the causal case)."""
     tree = Draft([1, 2, 3, 4, 6], [-1, -1, 0, 0, 2])
@@ -37,7 +37,7 @@ def step_blocks(chain: bool = False) -> tuple[list[Block], list[int]]:
     return row_blocks(pending, drafts, cache_lens), cache_lens
 
 
-def host_masks(blocks: list[Block], cache_lens: list[int], layout: AttentionLayout, dtype: torch.dtype,
+def host_masks(blocks: Blocks, cache_lens: list[int], layout: AttentionLayout, dtype: torch.dtype,
                shape: Shape) -> tuple[torch.Tensor | dict[str, torch.Tensor], torch.Tensor]:
     """The reference: what each query sees, set on the host over every key slot, query by query, and the position
     each slot holds; then the layout's additive masks. Row b's block is left-padded to the shape's tokens; its real
@@ -45,14 +45,14 @@ def host_masks(blocks: list[Block], cache_lens: list[int], layout: AttentionLayo
     seeing only itself (in a chain step of its own shape: every slot up to it; a captured shape's chain step takes a
     tree step's masks); a pad row is all pads from slot 0."""
     rows, size, slots = shape.rows, shape.tokens, shape.key_slots
-    chain = all(block.allowed is None for block in blocks) and not shape.captured
+    chain = blocks.allowed is None and not shape.captured
     seen = torch.zeros(rows, size, slots, dtype=torch.bool)
     positions = torch.zeros(rows, size, dtype=torch.long)
     keys = torch.arange(slots).repeat(rows, 1)
     for row in range(rows):
-        block = blocks[row] if row < len(blocks) else None
-        n = len(block.tokens) if block else 0
-        pad, length = size - n, cache_lens[row] if block else 0
+        real = row < len(blocks.lengths)
+        n = int(blocks.lengths[row]) if real else 0
+        pad, length = size - n, cache_lens[row] if real else 0
         for query in range(size):
             slot = length + (query - pad) % size
             if query < pad:
@@ -62,11 +62,11 @@ def host_masks(blocks: list[Block], cache_lens: list[int], layout: AttentionLayo
                 else:
                     seen[row, query, slot] = True
                 continue
-            positions[row, query] = int(block.positions[query - pad])
+            positions[row, query] = int(blocks.positions[row, query - size])
             keys[row, slot] = positions[row, query]
             seen[row, query, :length] = True
-            allowed = (torch.ones(n, n, dtype=torch.bool).tril() if block.allowed is None
-                       else torch.from_numpy(block.allowed))
+            allowed = (torch.ones(n, n, dtype=torch.bool).tril() if blocks.allowed is None
+                       else torch.from_numpy(blocks.allowed[row, -n:, -n:]))
             seen[row, query, length : length + n] = allowed[query - pad]
     return layout.masks(seen, positions, keys, dtype), positions
 
@@ -79,7 +79,7 @@ def same_bits(a: torch.Tensor | dict[str, torch.Tensor], b: torch.Tensor | dict[
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
-def assert_host_built(blocks: list[Block], cache_lens: list[int], layout: str, dtype: torch.dtype, device: str,
+def assert_host_built(blocks: Blocks, cache_lens: list[int], layout: str, dtype: torch.dtype, device: str,
                       shape: Shape) -> None:
     staged = stage_inputs(blocks, cache_lens, shape, torch.device(device))
     inputs = device_inputs(staged.raw, shape, staged.tree, dtype, LAYOUTS[layout])
@@ -88,7 +88,7 @@ def assert_host_built(blocks: list[Block], cache_lens: list[int], layout: str, d
     assert all(m.device.type == device for m in (masks.values() if isinstance(masks, dict) else [masks]))
     assert same_bits(masks, expected)
     assert torch.equal(inputs["position_ids"].cpu(), positions)
-    assert staged.pads == [shape.tokens - len(b.tokens) for b in blocks]
+    assert staged.pads == (shape.tokens - blocks.lengths).tolist()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -108,7 +108,7 @@ def test_mask_of_the_shape_a_runner_fits_equals_the_host_built_one(fixed_shapes,
     bucketed over the whole capacity)."""
     blocks, cache_lens = step_blocks()
     runner = ModelRunner(tiny_llama(64, seed=3, layers=1, hidden=16), fixed_shapes=fixed_shapes)
-    shape = runner.fit(len(blocks), max(len(b.tokens) for b in blocks), max(cache_lens))
+    shape = runner.fit(len(blocks.lengths), int(blocks.lengths.max()), max(cache_lens))
     assert (shape.rows, shape.tokens) == ((4, 8) if fixed_shapes else (3, 6))
     assert_host_built(blocks, cache_lens, layout, torch.float32, "cpu", shape)
 
@@ -146,8 +146,9 @@ def plain_block(pending: list[int], draft: Draft, cache_len: int) -> tuple[list[
 
 
 def test_the_blocks_of_a_batch_are_each_rows_own():
-    """row_blocks makes every tree's positions and mask in one pass over the batch (trees of other sizes, chains,
-    extra branches, different pending counts side by side): each row's block is the one written plainly."""
+    """row_blocks makes every row's positions and mask in one pass over the batch (trees of other sizes, chains,
+    extra branches, different pending counts side by side): each row's block is the one written plainly; a batch of
+    chains only has no masks (causal)."""
     generator = torch.Generator().manual_seed(4)
     for _ in range(30):
         pendings, drafts, cache_lens = [], [], []
@@ -162,10 +163,13 @@ def test_the_blocks_of_a_batch_are_each_rows_own():
             drafts.append(Draft(list(range(size)), parents, extra=extra))
             pendings.append([7] * int(torch.randint(1, 4, (1,), generator=generator)))
             cache_lens.append(int(torch.randint(0, 50, (1,), generator=generator)))
-        for block, pending, draft, cache_len in zip(row_blocks(pendings, drafts, cache_lens), pendings, drafts,
-                                                    cache_lens):
+        blocks = row_blocks(pendings, drafts, cache_lens)
+        chains = all(draft.is_chain() and not draft.extra for draft in drafts)
+        assert (blocks.allowed is None) == chains
+        for b, (pending, draft, cache_len) in enumerate(zip(pendings, drafts, cache_lens)):
             positions, allowed = plain_block(pending, draft, cache_len)
-            assert block.tokens == pending + draft.tokens + (draft.extra.tokens if draft.extra else [])
-            assert block.positions.tolist() == positions
-            chain = draft.is_chain() and not draft.extra
-            assert (block.allowed is None) == chain and (chain or block.allowed.tolist() == allowed)
+            n = len(positions)
+            assert blocks.ids[b, -n:].tolist() == pending + draft.tokens + (draft.extra.tokens if draft.extra else [])
+            assert blocks.lengths[b] == n and blocks.positions[b, -n:].tolist() == positions
+            assert chains or blocks.allowed[b, -n:, -n:].tolist() == allowed  # a chain beside trees: causal
+            assert chains or not blocks.allowed[b, -n:, :-n].any()  # nothing sees the padding

@@ -12,7 +12,7 @@ from transformers import PreTrainedModel
 from specbench.decode.cost_model import CostCurve, CostModel
 from specbench.decode.cost_rounds import CostPlan, CostRounds, CostWatch, measure_curve
 from specbench.decode.draft import Draft
-from specbench.decode.inputs import Block, row_block, stage_inputs, staged_forward
+from specbench.decode.inputs import Blocks, row_blocks, stage_inputs, staged_forward
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runner import ModelRunner
 from specbench.decode.runtime import fastest_seconds
@@ -62,20 +62,20 @@ def forward_timer(runner: ModelRunner, tree: bool, repeats: int, context: int = 
     device, layout = model.device, AttentionLayout.of(model.config)
     gen = torch.Generator().manual_seed(0)
 
-    def forward(block: Block, start: int, keep: int) -> Callable[[], object]:
-        shape = runner.fit(1, len(block.tokens), start)
-        staged = stage_inputs([block], [start], shape, device)
+    def forward(block: Blocks, start: int, keep: int) -> Callable[[], object]:
+        shape = runner.fit(1, int(block.lengths[0]), start)
+        staged = stage_inputs(block, [start], shape, device)
         return lambda: staged_forward(runner, staged, shape.tokens if shape.captured else keep, False, model.dtype,
                                       layout)
 
     prompt = torch.randint(0, model.config.vocab_size, (context,), generator=gen).tolist()
     with torch.inference_mode():
-        forward(row_block(prompt, Draft(), 0), 0, 1)()
+        forward(Blocks.chains([prompt], [0]), 0, 1)()
 
     @torch.inference_mode()
     def timed(n: int) -> float:
         tokens = torch.randint(0, model.config.vocab_size, (n,), generator=gen).tolist()
-        block = row_block(tokens[:1], bushy_tree(tokens[1:]), context) if tree else row_block(tokens, Draft(), context)
+        block = row_blocks([tokens[:1]], [bushy_tree(tokens[1:])], [context]) if tree else Blocks.chains([tokens], [context])
         return fastest_seconds(forward(block, context, n), device, repeats)
 
     return timed

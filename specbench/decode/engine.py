@@ -29,7 +29,7 @@ from transformers import PreTrainedModel
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import accept_all, propose_all
-from specbench.decode.inputs import Block, row_blocks, target_forward, to_device
+from specbench.decode.inputs import Blocks, row_blocks, target_forward, to_device
 from specbench.decode.kv import SlotCache
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runner import BATCH_SIZES, BLOCK_SIZES, ModelRunner, bucket, keep_rows
@@ -215,7 +215,7 @@ def forward(runner: ModelRunner, rows: list[Row], drafts: list[Draft], layout: A
     generation: finding them walks the model's parameters)."""
     blocks = row_blocks([row.ctx.token_ids[row.cache_len:] for row in rows], drafts, [row.cache_len for row in rows])
     starts = [row.cache_len for row in rows]
-    shape = runner.fit(len(blocks), max(len(b.tokens) for b in blocks), max(starts))
+    shape = runner.fit(len(starts), int(blocks.lengths.max()), max(starts))
     keep = shape.tokens if shape.captured else max(scored(d) for d in drafts)
     hidden = any(row.drafter.hidden_layers for row in rows)
     return target_forward(runner, blocks, starts, shape, keep, hidden, dtype, device, layout)
@@ -230,10 +230,10 @@ def prepare_shapes(runner: ModelRunner, rows: int, hidden: bool) -> None:
     layout = AttentionLayout.of(model.config)
     for size_rows in [b for b in BATCH_SIZES if b <= bucket(rows, BATCH_SIZES)]:
         for size in BLOCK_SIZES:
-            block = Block([0] * size, np.arange(size, dtype=np.int64), None)
+            block = Blocks.chains([[0] * size], [0])
             for with_hidden in sorted({False, hidden}):
                 runner.prepare(size_rows, size, with_hidden, lambda shape: target_forward(
-                    runner, [block], [0], shape, shape.tokens, with_hidden, model.dtype, model.device, layout))
+                    runner, block, [0], shape, shape.tokens, with_hidden, model.dtype, model.device, layout))
 
 
 def scored(draft: Draft) -> int:

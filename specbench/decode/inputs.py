@@ -14,6 +14,7 @@ past its row's real tokens (where no real query looks and the next step overwrit
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,68 +27,66 @@ from specbench.decode.runner import ModelRunner, Shape
 
 
 @dataclass
-class Block:
-    """One row's new tokens in a step: pending (causal), its draft tree, then the draft's extra branch."""
-    tokens: list[int]
-    positions: np.ndarray  # [n] int64 absolute positions
-    allowed: np.ndarray | None  # [n, n] bool: which of the block's tokens each one attends to; None: causal (a chain)
+class Blocks:
+    """Every row's new tokens in a step, as arrays for the whole batch, each row LEFT-padded to the longest (as the
+    forward takes them): row b's block (its pending tokens, causal; then its draft tree; then the draft's extra
+    branch) is the last lengths[b] columns of its row; what the pad columns hold means nothing."""
+    ids: np.ndarray  # [R, width] int64 token ids
+    lengths: np.ndarray  # [R] int64
+    positions: np.ndarray  # [R, width] int64 absolute positions
+    allowed: np.ndarray | None  # [R, width, width] bool: which of its block's tokens each one sees; None: all causal
+
+    @staticmethod
+    def chains(tokens: list[list[int]], cache_lens: list[int]) -> "Blocks":
+        """Blocks of causal tokens only, row b's at positions cache_lens[b], cache_lens[b] + 1, ..."""
+        return row_blocks(tokens, [Draft()] * len(tokens), cache_lens)
 
 
-def row_block(pending: list[int], draft: Draft, cache_len: int) -> Block:
-    """Row's block: its pending tokens at positions cache_len, ..., then its draft tree under the last of them."""
-    return row_blocks([pending], [draft], [cache_len])[0]
+def row_blocks(pendings: list[list[int]], drafts: list[Draft], cache_lens: list[int]) -> Blocks:
+    """Every row's block: its pending tokens at positions cache_lens[b], ..., then its draft tree under the last of
+    them (a node at its depth after it, seeing its ancestors), then its extra branch; the tokens, positions and
+    masks of every row made at once, in one array each."""
+    tokens = [pending + draft.tokens + (draft.extra.tokens if draft.extra else [])
+              for pending, draft in zip(pendings, drafts)]
+    lengths = np.array(list(map(len, tokens)), dtype=np.int64)
+    rows, width, column = len(tokens), int(lengths.max()), np.arange(lengths.max())
+    pad = width - lengths
+    real = column >= pad[:, None]
+    ids = np.zeros((rows, width), dtype=np.int64)
+    ids[real] = np.fromiter(itertools.chain.from_iterable(tokens), np.int64, lengths.sum())
+    if not any(draft.extra or not draft.is_chain() for draft in drafts):
+        return Blocks(ids, lengths, np.array(cache_lens)[:, None] + column - pad[:, None], None)
+    # Each column's parent column: a pending token's the one before it (the first's, and a pad's: itself), a tree
+    # node's its parent's (ROOT, -1: the last pending token's), a branch token's the last pending token's.
+    first = pad + np.array(list(map(len, pendings)))  # the column of each row's first node
+    sizes = np.array(list(map(len, drafts)))
+    parent = np.where(column > pad[:, None], column - 1, column)
+    parent = np.where(column >= (first + sizes)[:, None], (first - 1)[:, None], parent)
+    parent[(column >= first[:, None]) & (column < (first + sizes)[:, None])] = np.repeat(first, sizes) + np.fromiter(
+        itertools.chain.from_iterable(draft.parents for draft in drafts), np.int64, sizes.sum())
+    allowed = ancestors(parent)  # each token sees itself and its ancestors: the row's pending tokens are all of them
+    positions = np.array(cache_lens)[:, None] + allowed.sum(2) - 1  # for a node: the root's, plus its depth
+    for b, draft in enumerate(drafts):
+        if draft.extra and draft.extra.tokens:  # the branch's own positions and mask
+            begin, last = first[b] + sizes[b], width
+            positions[b, begin:last] = positions[b, first[b] - 1] + np.asarray(draft.extra.offsets, dtype=np.int64)
+            allowed[b, begin:last, begin:last] = draft.extra.allowed.cpu().numpy()
+    return Blocks(ids, lengths, positions, allowed)
 
 
-def row_blocks(pendings: list[list[int]], drafts: list[Draft], cache_lens: list[int]) -> list[Block]:
-    """Every row's block (row_block); the trees' positions and masks made for all their rows at once, in one array
-    each (a row's block holds views of them)."""
-    blocks: list[Block | None] = [None] * len(drafts)
-    for b, (pending, draft, cache_len) in enumerate(zip(pendings, drafts, cache_lens)):
-        if not draft.extra and draft.is_chain():
-            tokens = pending + draft.tokens
-            blocks[b] = Block(tokens, np.arange(cache_len, cache_len + len(tokens), dtype=np.int64), None)
-    trees = [b for b, block in enumerate(blocks) if block is None]
-    if trees:
-        ancestor = tree_ancestors([drafts[b].parents for b in trees])  # [T, n, n]
-        pending = np.array([len(pendings[b]) for b in trees])
-        root = np.array([cache_lens[b] for b in trees]) + pending - 1
-        nodes = np.arange(ancestor.shape[1])
-        width = pending.max() + len(nodes) + max(len(drafts[b].extra.tokens) if drafts[b].extra else 0 for b in trees)
-        column = np.arange(width)
-        positions = root[:, None] + 1 - pending[:, None] + column
-        # Pending tokens causal; everything after them sees them all.
-        allowed = (column < pending[:, None, None]) & (column <= column[:, None])
-        at, node_at = np.arange(len(trees))[:, None], pending[:, None] + nodes  # [T, n]: a node's block column
-        positions[at, node_at] = root[:, None] + ancestor.sum(2)  # a node's depth: its ancestors and itself
-        allowed[at[:, :, None], node_at[:, :, None], node_at[:, None, :]] = ancestor
-        for t, b in enumerate(trees):
-            draft, first = drafts[b], pending[t] + len(drafts[b])
-            extra = draft.extra.tokens if draft.extra else []
-            if extra:  # the branch's own positions and mask (written over what the padding of the trees put there)
-                positions[t, first : first + len(extra)] = root[t] + np.asarray(draft.extra.offsets, dtype=np.int64)
-                allowed[t, first : first + len(extra), first : first + len(extra)] = draft.extra.allowed.cpu().numpy()
-            total = first + len(extra)
-            blocks[b] = Block(pendings[b] + draft.tokens + extra, positions[t, :total], allowed[t, :total, :total])
-    return blocks  # type: ignore[return-value]
-
-
-def tree_ancestors(trees: list[list[int]]) -> np.ndarray:
-    """[trees, n, n] bool for the longest n: row i of a tree holds node i and its every ancestor (a tree's pad
-    nodes are roots of their own). By pointer jumping (each round doubles the levels covered), so a deep tree and a
-    batch of trees cost a few array ops rather than one per node."""
-    n = max(map(len, trees))
-    jump = np.tile(np.arange(n, dtype=np.int64), (len(trees), 1))
-    for b, parents in enumerate(trees):
-        jump[b, : len(parents)] = parents
-    jump = np.where(jump < 0, np.arange(n), jump)  # a root jumps to itself
-    ancestor = np.broadcast_to(np.eye(n, dtype=bool), (len(trees), n, n)).copy()
-    rows = np.arange(len(trees))[:, None]
+def ancestors(parent: np.ndarray) -> np.ndarray:
+    """[R, n, n] bool from each row's parent index of every node [R, n] (a root is its own parent): row i of a
+    row's matrix holds node i and its every ancestor. By pointer jumping (each round doubles the levels covered)
+    over each node's ancestors as bits, so a deep tree and a batch of trees cost a few array ops."""
+    rows, n = parent.shape
+    at = np.arange(rows)[:, None]
+    seen = np.broadcast_to(np.packbits(np.eye(n, dtype=bool), axis=1, bitorder="little"), (rows, n, -(-n // 8))).copy()
     while True:
-        ancestor |= ancestor[rows, jump]
-        further = jump[rows, jump]
-        if np.array_equal(further, jump):
-            return ancestor
-        jump = further
+        seen |= seen[at, parent]
+        further = parent[at, parent]
+        if np.array_equal(further, parent):
+            return np.unpackbits(seen, axis=2, count=n, bitorder="little").view(bool)
+        parent = further
 
 
 def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -110,37 +109,38 @@ class Staged:
     pads: list[int]  # left padding of each real row's block
 
 
-def stage_inputs(blocks: list[Block], starts: list[int], shape: Shape, device: torch.device) -> Staged:
+def stage_inputs(blocks: Blocks, starts: list[int], shape: Shape, device: torch.device) -> Staged:
     """The host's part of a step's inputs: every row's block LEFT-padded to `shape` (so every row's last tokens,
     whose logits a step needs, share the forward's last columns; pad rows: empty blocks), staged and sent in one
     copy. Row b's real tokens are written from slot starts[b] (where its context ends) on, its pad tokens after
     them: column c of the row's block is slot starts[b] + (c - pad) mod tokens. A captured shape always stages the
     blocks' masks (a chain's is causal), so that one graph serves chains and trees."""
-    rows, size = shape.rows, shape.tokens
-    tree = shape.captured or any(block.allowed is not None for block in blocks)
+    rows, size, real_rows = shape.rows, shape.tokens, len(blocks.lengths)
+    width, lengths = blocks.ids.shape[1], blocks.lengths
+    tree = shape.captured or blocks.allowed is not None
     numbers = 8 * (3 * size + 2)  # bytes of the int64 part: ids, positions, write slots, start slot, padding
     local_bytes = -(-size * size // 8) * 8 if tree else 0  # the blocks' own masks, one byte each (8-aligned)
     buffer = np.zeros((rows, numbers + local_bytes), dtype=np.uint8)  # ONE buffer, ONE copy
     host = buffer[:, :numbers].view(np.int64)
     ids, positions, slots_written = host[:, :size], host[:, size : 2 * size], host[:, 2 * size : 3 * size]
     start, pads = host[:, 3 * size], host[:, 3 * size + 1]
-    positions[:] = np.arange(size)  # a pad token's position is its slot (a pad row's: its column)
-    pads[:] = size
-    for b, (block, first) in enumerate(zip(blocks, starts)):
-        n = len(block.tokens)
-        pad = size - n
-        ids[b, pad:] = block.tokens
-        positions[b, pad:] = block.positions
-        positions[b, :pad] += first + n
-        start[b], pads[b] = first, pad
-    slots_written[:] = start[:, None] + (np.arange(size) - pads[:, None]) % size
+    start[:real_rows], pads[:real_rows], pads[real_rows:] = starts, size - lengths, size
+    column = np.arange(size)
+    ids[:real_rows, size - width :] = blocks.ids
+    positions[:] = column  # a pad token's position is its slot (a pad row's: its column)
+    positions[:real_rows, size - width :] = blocks.positions
+    pad = column < pads[:real_rows, None]
+    positions[:real_rows][pad] = (column + (start[:real_rows] + lengths)[:, None])[pad]
+    slots_written[:] = start[:, None] + (column - pads[:, None]) % size
     if tree:
         local = buffer[:, numbers : numbers + size * size].reshape(rows, size, size)
-        local[:, range(size), range(size)] = 1  # a pad query sees its own slot
-        for b, block in enumerate(blocks):
-            n = len(block.tokens)
-            local[b, size - n :, size - n :] = block.allowed if block.allowed is not None else np.tri(n, dtype=bool)
-    return Staged(to_device(buffer, device), shape, tree, [size - len(b.tokens) for b in blocks])
+        own = blocks.allowed
+        if own is None:  # a chain step at a captured shape: causal over each row's real tokens
+            real = np.arange(width) >= width - lengths[:, None]
+            own = np.tri(width, dtype=bool) & real[:, None, :]
+        local[:real_rows, size - width :, size - width :] = own
+        local[:, column, column] = 1  # a pad query sees its own slot (a real one sees itself already)
+    return Staged(to_device(buffer, device), shape, tree, (size - lengths).tolist())
 
 
 def device_inputs(raw: torch.Tensor, shape: Shape, tree: bool, dtype: torch.dtype,
@@ -172,7 +172,7 @@ def device_inputs(raw: torch.Tensor, shape: Shape, tree: bool, dtype: torch.dtyp
             "attention_mask": masks}
 
 
-def target_forward(runner: ModelRunner, blocks: list[Block], starts: list[int], shape: Shape, keep: int,
+def target_forward(runner: ModelRunner, blocks: Blocks, starts: list[int], shape: Shape, keep: int,
                    hidden: bool, dtype: torch.dtype, device: torch.device, layout: AttentionLayout = FULL_ONLY
                    ) -> tuple[Any, list[int]]:
     """The target's forward over the rows' blocks at `shape` (ModelRunner.fit). dtype and device: the model's (read
