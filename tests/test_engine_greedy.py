@@ -136,8 +136,12 @@ def test_draft_limited_drops_deep_nodes():
 
 
 def test_bad_tree_is_rejected():
-    with pytest.raises(ValueError):
-        Draft(tokens=[1, 2], parents=[1, -1])
+    for parents, node in (([1, -1], 0), ([-1, 0, 2], 2), ([-1, -2], 1), ([-1, 0, 1, 3, 1], 3)):
+        with pytest.raises(ValueError, match=f"draft node {node} has parent {parents[node]}"):
+            Draft(tokens=list(range(len(parents))), parents=parents)
+    with pytest.raises(ValueError, match="one parent per token"):
+        Draft(tokens=[1, 2], parents=[-1])
+    assert Draft(tokens=[1, 2, 3], parents=[-1, 0, -1]).parents == [-1, 0, -1]
 
 
 @pytest.mark.parametrize("shape", [(5, 7, 7), (3, 4, 2), (2, 1, 0)])

@@ -6,7 +6,9 @@ drafter what was accepted. A drafter never touches the target's KV cache, the ve
 from __future__ import annotations
 
 import copy
+import itertools
 import json
+import operator
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -44,9 +46,9 @@ class Draft:
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.parents):
             raise ValueError("a draft needs one parent per token")
-        for i, parent in enumerate(self.parents):
-            if not ROOT <= parent < i:
-                raise ValueError(f"draft node {i} has parent {parent}: parents must precede their children")
+        if self.parents and (min(self.parents) < ROOT or not all(map(operator.lt, self.parents, itertools.count()))):
+            i, parent = next((i, p) for i, p in enumerate(self.parents) if not ROOT <= p < i)
+            raise ValueError(f"draft node {i} has parent {parent}: parents must precede their children")
 
     @staticmethod
     def chain(tokens: list[int], q: torch.Tensor | None = None) -> "Draft":

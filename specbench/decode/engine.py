@@ -269,37 +269,40 @@ def keep_accepted(cache: SlotCache, out: Any, rows: list[Row], verdicts: list[Ve
     """After verification: each row's accepted tree nodes move down in the cache to follow its pending tokens
     (written from its context length on), and each row's drafter gets the hidden states it asked for
     (Drafter.hidden_layers, concatenated) at the positions the step adds to its cache, in order (None for a row
-    that asks for none). The indices of both go to the device in ONE copy; one gather for every row's hidden states
-    (the rows' drafters read the same layers: one class per batch), one for every row's and layer's moves."""
+    that asks for none). Made for every row at once: the indices of both go to the device in ONE copy; one gather
+    for every row's hidden states (the rows' drafters read the same layers: one class per batch), one for every
+    row's and layer's moves, and one split of the rows' states into their views."""
     layers = next((row.drafter.hidden_layers for row in rows if row.drafter.hidden_layers), ())
     if any(row.drafter.hidden_layers not in ((), layers) for row in rows):
         raise ValueError("the drafters of one batch must read the same hidden states")
-    moves, columns = [], []
-    for row, verdict, pad in zip(rows, verdicts, pads):
+    width = out.hidden_states[0].shape[1] if layers else 0  # the forward's columns
+    longest = max(len(verdict.path) for verdict in verdicts)
+    sources: list[int] = []  # by row: the slots the accepted nodes move from, then to (padded: slot 0 onto itself)
+    targets: list[int] = []
+    columns: list[int] = []  # by row: the output columns of the positions the step adds to its cache, flattened
+    counts = []
+    for b, (row, verdict, pad) in enumerate(zip(rows, verdicts, pads)):
         n_pending = len(row.ctx.token_ids) - row.cache_len
         base = row.cache_len + n_pending  # the slot of the tree's first node, and of the first accepted one after
-        moves.append([(base + node, base + k) for k, node in enumerate(verdict.path) if node != k])
-        columns.append([pad + j for j in range(n_pending)] + [pad + n_pending + i for i in verdict.path])
-    moving = any(moves) and cache.keys is not None
+        if longest:
+            sources += [base + node for node in verdict.path] + [0] * (longest - len(verdict.path))
+            targets += [*range(base, base + len(verdict.path))] + [0] * (longest - len(verdict.path))
+        if layers:
+            first = b * width + pad
+            columns += [*range(first, first + n_pending), *(first + n_pending + node for node in verdict.path)]
+            counts.append(n_pending + len(verdict.path))
+    moving = sources != targets and cache.keys is not None
     if not layers and not moving:
         return [None] * len(rows)
-    longest, width = max(map(len, moves)), max(map(len, columns)) if layers else 0
-    host = np.zeros((len(rows), width + 2 * longest), dtype=np.int64)
-    for b, (m, c) in enumerate(zip(moves, columns)):
-        if layers:
-            host[b, : len(c)] = c
-        if moving:  # a row with fewer moves repeats its last one (or slot 0 onto itself): one value written twice
-            padded = m + [m[-1] if m else (0, 0)] * (longest - len(m))
-            host[b, width : width + longest], host[b, width + longest :] = zip(*padded)
-    staged = to_device(host, out.logits.device)
+    staged = to_device(np.array((sources + targets if moving else []) + (columns if layers else []), dtype=np.int64),
+                       out.logits.device)
     if moving:
-        cache.move_slots(staged[:, width : width + longest], staged[:, width + longest :])
+        cache.move_slots(*staged[: 2 * len(sources)].view(2, len(rows), longest))
     if not layers:
         return [None] * len(rows)
-    states = torch.cat([out.hidden_states[i][: len(rows)] for i in layers], dim=-1)
-    picked = states.gather(1, staged[:, :width, None].expand(-1, -1, states.shape[-1]))
-    return [picked[b, : len(c)] if row.drafter.hidden_layers else None
-            for b, (row, c) in enumerate(zip(rows, columns))]
+    states = torch.cat([out.hidden_states[i][: len(rows)] for i in layers], dim=-1).flatten(0, 1)
+    picked = states.index_select(0, staged[2 * len(sources) if moving else 0 :]).split(counts)
+    return [hidden if row.drafter.hidden_layers else None for row, hidden in zip(rows, picked)]
 
 
 def settle(row: Row, draft: Draft, verdict: Verdict, scores: tuple[torch.Tensor, torch.Tensor | None],

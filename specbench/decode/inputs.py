@@ -48,14 +48,16 @@ def row_blocks(pendings: list[list[int]], drafts: list[Draft], cache_lens: list[
     masks of every row made at once, in one array each."""
     tokens = [pending + draft.tokens + (draft.extra.tokens if draft.extra else [])
               for pending, draft in zip(pendings, drafts)]
-    lengths = np.array(list(map(len, tokens)), dtype=np.int64)
-    rows, width, column = len(tokens), int(lengths.max()), np.arange(lengths.max())
-    pad = width - lengths
-    real = column >= pad[:, None]
-    ids = np.zeros((rows, width), dtype=np.int64)
-    ids[real] = np.fromiter(itertools.chain.from_iterable(tokens), np.int64, lengths.sum())
+    lengths = np.fromiter(map(len, tokens), np.int64, len(tokens))
+    rows, width = len(tokens), int(lengths.max())
+    column, pad = np.arange(width), width - lengths
+    if lengths.min() == width:  # no padding
+        ids = np.array(tokens, dtype=np.int64)
+    else:
+        ids = np.zeros((rows, width), dtype=np.int64)
+        ids[column >= pad[:, None]] = np.fromiter(itertools.chain.from_iterable(tokens), np.int64, lengths.sum())
     if not any(draft.extra or not draft.is_chain() for draft in drafts):
-        return Blocks(ids, lengths, np.array(cache_lens)[:, None] + column - pad[:, None], None)
+        return Blocks(ids, lengths, (np.array(cache_lens) - pad)[:, None] + column, None)
     # Each column's parent column: a pending token's the one before it (the first's, and a pad's: itself), a tree
     # node's its parent's (ROOT, -1: the last pending token's), a branch token's the last pending token's.
     first = pad + np.array(list(map(len, pendings)))  # the column of each row's first node
@@ -129,8 +131,9 @@ def stage_inputs(blocks: Blocks, starts: list[int], shape: Shape, device: torch.
     ids[:real_rows, size - width :] = blocks.ids
     positions[:] = column  # a pad token's position is its slot (a pad row's: its column)
     positions[:real_rows, size - width :] = blocks.positions
-    pad = column < pads[:real_rows, None]
-    positions[:real_rows][pad] = (column + (start[:real_rows] + lengths)[:, None])[pad]
+    if lengths.min() < size:
+        pad = column < pads[:real_rows, None]
+        positions[:real_rows][pad] = (column + (start[:real_rows] + lengths)[:, None])[pad]
     slots_written[:] = start[:, None] + (column - pads[:, None]) % size
     if tree:
         local = buffer[:, numbers : numbers + size * size].reshape(rows, size, size)
