@@ -92,7 +92,7 @@ def step_logits(runner: ModelRunner, pending: list[int], draft: Draft, start: in
     engine runs a step at the runner's shape (its pad tokens' logits dropped)."""
     model = runner.model
     blocks = row_blocks([pending], [draft], [start])
-    shape = runner.fit(1, int(blocks.lengths[0]), start)
+    shape = runner.fit(1, blocks.lengths[0], start)
     out, pads = target_forward(runner, blocks, [start], shape, shape.tokens, False, model.dtype, model.device)
     return out.logits[0, pads[0]:]
 

@@ -51,7 +51,7 @@ def host_masks(blocks: Blocks, cache_lens: list[int], layout: AttentionLayout, d
     keys = torch.arange(slots).repeat(rows, 1)
     for row in range(rows):
         real = row < len(blocks.lengths)
-        n = int(blocks.lengths[row]) if real else 0
+        n = blocks.lengths[row] if real else 0
         pad, length = size - n, cache_lens[row] if real else 0
         for query in range(size):
             slot = length + (query - pad) % size
@@ -88,7 +88,7 @@ def assert_host_built(blocks: Blocks, cache_lens: list[int], layout: str, dtype:
     assert all(m.device.type == device for m in (masks.values() if isinstance(masks, dict) else [masks]))
     assert same_bits(masks, expected)
     assert torch.equal(inputs["position_ids"].cpu(), positions)
-    assert staged.pads == (shape.tokens - blocks.lengths).tolist()
+    assert staged.pads == [shape.tokens - n for n in blocks.lengths]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -108,7 +108,7 @@ def test_mask_of_the_shape_a_runner_fits_equals_the_host_built_one(fixed_shapes,
     bucketed over the whole capacity)."""
     blocks, cache_lens = step_blocks()
     runner = ModelRunner(tiny_llama(64, seed=3, layers=1, hidden=16), fixed_shapes=fixed_shapes)
-    shape = runner.fit(len(blocks.lengths), int(blocks.lengths.max()), max(cache_lens))
+    shape = runner.fit(len(blocks.lengths), max(blocks.lengths), max(cache_lens))
     assert (shape.rows, shape.tokens) == ((4, 8) if fixed_shapes else (3, 6))
     assert_host_built(blocks, cache_lens, layout, torch.float32, "cpu", shape)
 

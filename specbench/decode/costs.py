@@ -63,7 +63,7 @@ def forward_timer(runner: ModelRunner, tree: bool, repeats: int, context: int = 
     gen = torch.Generator().manual_seed(0)
 
     def forward(block: Blocks, start: int, keep: int) -> Callable[[], object]:
-        shape = runner.fit(1, int(block.lengths[0]), start)
+        shape = runner.fit(1, block.lengths[0], start)
         staged = stage_inputs(block, [start], shape, device)
         return lambda: staged_forward(runner, staged, shape.tokens if shape.captured else keep, False, model.dtype,
                                       layout)

@@ -215,7 +215,7 @@ def forward(runner: ModelRunner, rows: list[Row], drafts: list[Draft], layout: A
     generation: finding them walks the model's parameters)."""
     blocks = row_blocks([row.ctx.token_ids[row.cache_len:] for row in rows], drafts, [row.cache_len for row in rows])
     starts = [row.cache_len for row in rows]
-    shape = runner.fit(len(starts), int(blocks.lengths.max()), max(starts))
+    shape = runner.fit(len(starts), max(blocks.lengths), max(starts))
     keep = shape.tokens if shape.captured else max(scored(d) for d in drafts)
     hidden = any(row.drafter.hidden_layers for row in rows)
     return target_forward(runner, blocks, starts, shape, keep, hidden, dtype, device, layout)

@@ -4,8 +4,8 @@ slot starts[b], its context length) and the 4D mask under which each tree node s
 ancestors.
 
 The host builds only what it must (numpy: small torch ops cost several microseconds each, and this runs every
-step): the token ids, positions, write and start slots (int64) and, for a tree, each block's own [tokens, tokens]
-mask (a byte each), staged in ONE byte buffer and sent to the device in one copy (non-blocking from pinned memory on
+step), for every row at once in [rows, ...] arrays (no array op per row): the token ids, positions, write and start
+slots (int64) and, for a tree, each block's own [tokens, tokens] mask (a byte each), staged in ONE byte buffer and sent to the device in one copy (non-blocking from pinned memory on
 CUDA); the mask over the cache's key slots is made on the device from those, inside the forward's call (inside its
 CUDA graph on a captured shape), so a step's host work does not grow with the context. Blocks are
 left-padded to the step's shape (every row's scored tokens end at the forward's last column); a pad token is written
@@ -32,7 +32,7 @@ class Blocks:
     forward takes them): row b's block (its pending tokens, causal; then its draft tree; then the draft's extra
     branch) is the last lengths[b] columns of its row; what the pad columns hold means nothing."""
     ids: np.ndarray  # [R, width] int64 token ids
-    lengths: np.ndarray  # [R] int64
+    lengths: list[int]  # each row's block's
     positions: np.ndarray  # [R, width] int64 absolute positions
     allowed: np.ndarray | None  # [R, width, width] bool: which of its block's tokens each one sees; None: all causal
 
@@ -48,16 +48,18 @@ def row_blocks(pendings: list[list[int]], drafts: list[Draft], cache_lens: list[
     masks of every row made at once, in one array each."""
     tokens = [pending + draft.tokens + (draft.extra.tokens if draft.extra else [])
               for pending, draft in zip(pendings, drafts)]
-    lengths = np.fromiter(map(len, tokens), np.int64, len(tokens))
-    rows, width = len(tokens), int(lengths.max())
-    column, pad = np.arange(width), width - lengths
-    if lengths.min() == width:  # no padding
+    lengths = list(map(len, tokens))
+    rows, width = len(tokens), max(lengths)
+    if min(lengths) == width:  # no padding
         ids = np.array(tokens, dtype=np.int64)
     else:
         ids = np.zeros((rows, width), dtype=np.int64)
-        ids[column >= pad[:, None]] = np.fromiter(itertools.chain.from_iterable(tokens), np.int64, lengths.sum())
+        ids[np.arange(width) >= width - np.array(lengths)[:, None]] = np.fromiter(
+            itertools.chain.from_iterable(tokens), np.int64, sum(lengths))
     if not any(draft.extra or not draft.is_chain() for draft in drafts):
-        return Blocks(ids, lengths, (np.array(cache_lens) - pad)[:, None] + column, None)
+        positions = [range(start + n - width, start + n) for start, n in zip(cache_lens, lengths)]
+        return Blocks(ids, lengths, np.array(positions, dtype=np.int64), None)
+    column, pad = np.arange(width), width - np.array(lengths)
     # Each column's parent column: a pending token's the one before it (the first's, and a pad's: itself), a tree
     # node's its parent's (ROOT, -1: the last pending token's), a branch token's the last pending token's.
     first = pad + np.array(list(map(len, pendings)))  # the column of each row's first node
@@ -126,24 +128,26 @@ def stage_inputs(blocks: Blocks, starts: list[int], shape: Shape, device: torch.
     host = buffer[:, :numbers].view(np.int64)
     ids, positions, slots_written = host[:, :size], host[:, size : 2 * size], host[:, 2 * size : 3 * size]
     start, pads = host[:, 3 * size], host[:, 3 * size + 1]
-    start[:real_rows], pads[:real_rows], pads[real_rows:] = starts, size - lengths, size
+    pad_counts = [size - n for n in lengths]
+    start[:real_rows], pads[:real_rows], pads[real_rows:] = starts, pad_counts, size
     column = np.arange(size)
     ids[:real_rows, size - width :] = blocks.ids
     positions[:] = column  # a pad token's position is its slot (a pad row's: its column)
     positions[:real_rows, size - width :] = blocks.positions
-    if lengths.min() < size:
+    if min(lengths) < size:
         pad = column < pads[:real_rows, None]
-        positions[:real_rows][pad] = (column + (start[:real_rows] + lengths)[:, None])[pad]
+        positions[:real_rows][pad] = (column + (start + size - pads)[:real_rows, None])[pad]
     slots_written[:] = start[:, None] + (column - pads[:, None]) % size
     if tree:
         local = buffer[:, numbers : numbers + size * size].reshape(rows, size, size)
         own = blocks.allowed
         if own is None:  # a chain step at a captured shape: causal over each row's real tokens
-            real = np.arange(width) >= width - lengths[:, None]
-            own = np.tri(width, dtype=bool) & real[:, None, :]
+            own = np.tri(width, dtype=bool)
+            if min(lengths) < width:
+                own = own & (np.arange(width) >= width - np.array(lengths)[:, None])[:, None, :]
         local[:real_rows, size - width :, size - width :] = own
         local[:, column, column] = 1  # a pad query sees its own slot (a real one sees itself already)
-    return Staged(to_device(buffer, device), shape, tree, (size - lengths).tolist())
+    return Staged(to_device(buffer, device), shape, tree, pad_counts)
 
 
 def device_inputs(raw: torch.Tensor, shape: Shape, tree: bool, dtype: torch.dtype,
