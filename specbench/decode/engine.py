@@ -277,7 +277,8 @@ def keep_accepted(cache: SlotCache, out: Any, rows: list[Row], verdicts: list[Ve
         raise ValueError("the drafters of one batch must read the same hidden states")
     width = out.hidden_states[0].shape[1] if layers else 0  # the forward's columns
     longest = max(len(verdict.path) for verdict in verdicts)
-    sources: list[int] = []  # by row: the slots the accepted nodes move from, then to (padded: slot 0 onto itself)
+    # By row, each padded to the longest path (slot 0 onto itself): the slots the accepted nodes move from, and to.
+    sources: list[int] = []
     targets: list[int] = []
     columns: list[int] = []  # by row: the output columns of the positions the step adds to its cache, flattened
     counts = []

@@ -5,12 +5,13 @@ ancestors.
 
 The host builds only what it must (numpy: small torch ops cost several microseconds each, and this runs every
 step), for every row at once in [rows, ...] arrays (no array op per row): the token ids, positions, write and start
-slots (int64) and, for a tree, each block's own [tokens, tokens] mask (a byte each), staged in ONE byte buffer and sent to the device in one copy (non-blocking from pinned memory on
-CUDA); the mask over the cache's key slots is made on the device from those, inside the forward's call (inside its
-CUDA graph on a captured shape), so a step's host work does not grow with the context. Blocks are
-left-padded to the step's shape (every row's scored tokens end at the forward's last column); a pad token is written
-past its row's real tokens (where no real query looks and the next step overwrites it) and sees only its own slot
-(or, in a chain step at its own shape, its row's earlier slots).
+slots (int64) and, for a tree, each block's own [tokens, tokens] mask (a byte each), staged in ONE byte buffer and
+sent to the device in one copy (non-blocking from pinned memory on CUDA); the mask over the cache's key slots is
+made on the device from those, inside the forward's call (inside its CUDA graph on a captured shape), so a step's
+host work does not grow with the context. Blocks are left-padded to the step's shape (every row's scored tokens
+end at the forward's last column); a pad token is written past its row's real tokens (where no real query looks
+and the next step overwrites it) and sees only its own slot (or, in a chain step at its own shape, its row's
+earlier slots).
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def row_blocks(pendings: list[list[int]], drafts: list[Draft], cache_lens: list[
     parent[(column >= first[:, None]) & (column < (first + sizes)[:, None])] = np.repeat(first, sizes) + np.fromiter(
         itertools.chain.from_iterable(draft.parents for draft in drafts), np.int64, sizes.sum())
     allowed = ancestors(parent)  # each token sees itself and its ancestors: the row's pending tokens are all of them
-    positions = np.array(cache_lens)[:, None] + allowed.sum(2) - 1  # for a node: the root's, plus its depth
+    positions = np.array(cache_lens)[:, None] + allowed.sum(2) - 1  # a node's: its root's plus its depth
     for b, draft in enumerate(drafts):
         if draft.extra and draft.extra.tokens:  # the branch's own positions and mask
             begin, last = first[b] + sizes[b], width
