@@ -281,7 +281,7 @@ def keep_accepted(cache: SlotCache, out: Any, rows: list[Row], verdicts: list[Ve
     sources: list[int] = []
     targets: list[int] = []
     columns: list[int] = []  # by row: the output columns of the positions the step adds to its cache, flattened
-    counts = []
+    counts: list[int] = []
     for b, (row, verdict, pad) in enumerate(zip(rows, verdicts, pads)):
         n_pending = len(row.ctx.token_ids) - row.cache_len
         base = row.cache_len + n_pending  # the slot of the tree's first node, and of the first accepted one after
@@ -295,14 +295,14 @@ def keep_accepted(cache: SlotCache, out: Any, rows: list[Row], verdicts: list[Ve
     moving = sources != targets and cache.keys is not None
     if not layers and not moving:
         return [None] * len(rows)
-    staged = to_device(np.array((sources + targets if moving else []) + (columns if layers else []), dtype=np.int64),
-                       out.logits.device)
+    moves = sources + targets if moving else []
+    staged = to_device(np.array(moves + columns, dtype=np.int64), out.logits.device)  # columns: empty without layers
     if moving:
-        cache.move_slots(*staged[: 2 * len(sources)].view(2, len(rows), longest))
+        cache.move_slots(*staged[: len(moves)].view(2, len(rows), longest))
     if not layers:
         return [None] * len(rows)
     states = torch.cat([out.hidden_states[i][: len(rows)] for i in layers], dim=-1).flatten(0, 1)
-    picked = states.index_select(0, staged[2 * len(sources) if moving else 0 :]).split(counts)
+    picked = states.index_select(0, staged[len(moves) :]).split(counts)
     return [hidden if row.drafter.hidden_layers else None for row, hidden in zip(rows, picked)]
 
 
