@@ -99,9 +99,10 @@ def test_finish_selects_for_every_row_what_each_row_selects_alone():
         stops = [torch.rand(rows, generator=generator) < 0.3 for _ in range(levels - 1)]
         tokens = [torch.randint(0, 99, p.shape, generator=generator) for p in parents]
         total = int(torch.randint(1, 30, (1,), generator=generator))
-        trees = finish(Nodes(tokens, parents, scores, depths, [], stops), True, total)
+        trees, nodes = finish(Nodes(tokens, parents, scores, depths, [], stops), True, total)
         every = torch.cat(scores, 1).tolist()
-        for r, (draft, kept) in enumerate(trees):
+        for r, draft in enumerate(trees):
+            kept = nodes[r, : len(draft)].tolist()
             cap = next((level + 1 for level, stop in enumerate(stops) if stop[r]), levels)
             assert kept == kept_alone(every[r], depths, cap, total)
             assert draft.tokens == torch.cat(tokens, 1)[r, kept].tolist()  # parents renumbered (Draft checks order)

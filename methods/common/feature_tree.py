@@ -33,7 +33,7 @@ import torch
 from specbench.decode.cost_model import CostCurve
 from specbench.decode.costs import CONTEXT, measure_cost_model
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
-from specbench.decode.drafting import propose_together
+from specbench.decode.drafting import alike, propose_together
 from specbench.decode.inputs import to_device
 from specbench.decode.runner import ModelRunner, held_pairs
 from specbench.decode.runtime import fastest_seconds
@@ -125,9 +125,11 @@ class RowFeatures:
                           values.device)
         self.features[index[0], index[1]] = values
 
-    def slots(self, start: int, n: int) -> list[int]:
-        """The slots of positions start, ..., start + n - 1 to read (past the buffer: its last, a pad's)."""
-        return [min(start + j, self.features.shape[1] - 1) for j in range(n)]
+    def read(self, rows: torch.Tensor, start: torch.Tensor, n: int) -> torch.Tensor:
+        """Each row's features [R, n, F] at positions start[r], ..., start[r] + n - 1 (past the buffer: its last
+        slot's, a pad's), rows and start [R] on the device."""
+        slots = (start[:, None] + torch.arange(n, device=start.device)).clamp(max=self.features.shape[1] - 1)
+        return self.features[rows[:, None], slots]
 
     def keep_roots(self, rows: torch.Tensor, count: int, roots: torch.Tensor) -> None:
         """roots [R, W] as rows' (count: the batch rows the store must hold, known on the host)."""
@@ -171,8 +173,8 @@ class FeatureTreeDrafter(Drafter):
         self.known = 0  # target positions whose features this row's drafter was told (in self.rows)
         self.filled = 0  # context positions in the head's cache (built from true target features)
         # The last search's (roots, (node indices, outputs) per head run, this row's index, the search's node
-        # behind each draft node): tree_features
-        self.last_search: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], int, list[int]] | None = None
+        # behind each draft node of each row (finish), this row's draft's size): tree_features
+        self.last_search: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], int, np.ndarray, int] | None = None
 
     @property
     def tree_features(self) -> dict[int, torch.Tensor]:
@@ -180,8 +182,8 @@ class FeatureTreeDrafter(Drafter):
         back from the device when asked: only tests and inspection ask)."""
         if self.last_search is None:
             return {}
-        root, expanded, row, kept = self.last_search
-        new_index = {node: i for i, node in enumerate(kept)}
+        root, expanded, row, kept, size = self.last_search
+        new_index = {node: i for i, node in enumerate(kept[row, :size].tolist())}
         return {ROOT: root[row], **{new_index[node]: out[row, column] for index, out in expanded
                                     for column, node in enumerate(index[row].tolist()) if node in new_index}}
 
@@ -200,7 +202,7 @@ class FeatureTreeDrafter(Drafter):
     def accepted_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext], steps: list[StepResult]) -> None:
         """Every row's new target features in one write (rows of one head: their drafters share its store); row by
         row where a subclass has an accepted of its own."""
-        if any(d.rows is not drafters[0].rows or type(d).accepted is not FeatureTreeDrafter.accepted for d in drafters):
+        if not alike(drafters, FeatureTreeDrafter, "accepted", ("rows",)):
             return super().accepted_batch(drafters, ctxs, steps)
         keep_features(drafters, ctxs, steps)
 
@@ -266,12 +268,13 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
     finally:
         rows.drop_levels()
     best_size = partial(first._best_size, rows=len(members)) if tree.costs is not None else None
-    trees = finish(nodes, tree.static_paths is None, tree.total_tokens, best_size)
-    drafted = {}
-    for row, (b, d, (draft, kept)) in enumerate(zip(ready, members, trees)):
-        drafted[b] = draft
-        d.last_search = (root, nodes.expanded, row, kept)
-    return [drafted[b] if b in drafted else Draft() for b in range(len(drafters))]
+    trees, kept = finish(nodes, tree.static_paths is None, tree.total_tokens, best_size)
+    for row, (d, draft) in enumerate(zip(members, trees)):
+        d.last_search = (root, nodes.expanded, row, kept, len(draft))
+    if len(ready) == len(drafters):
+        return trees
+    drafted = dict(zip(ready, trees))
+    return [drafted.get(b, Draft()) for b in range(len(drafters))]
 
 
 def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext], cache_rows: torch.Tensor | None
@@ -285,12 +288,12 @@ def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext], cache_ro
     spans = [(d.filled, d.known) for d in drafters]
     n = max(known - filled for filled, known in spans)
     host = np.array([ctx.token_ids[filled + shift : known + shift] + [0] * (n - known + filled)  # right-padded
-                     + [filled, known, ctx.token_ids[-1], ctx.row] + store.slots(filled, n)
-                     for ctx, (filled, known) in zip(ctxs, spans)], dtype=np.int64)
-    staged = to_device(host, head.device)  # tokens, start, context length, root token, batch row, feature slots
-    start, length, root_tokens, rows = staged[:, n], staged[:, n + 1], staged[:, n + 2], staged[:, n + 3]
+                     + [filled, known, ctx.token_ids[-1], ctx.row] for ctx, (filled, known) in zip(ctxs, spans)],
+                    dtype=np.int64)
+    staged = to_device(host, head.device)  # tokens, start, context length, root token, batch row
+    start, length, root_tokens, rows = staged[:, n:].unbind(1)
     if n > 0:
-        out = drafters[0].cache.fill(staged[:, :n], store.features[rows[:, None], staged[:, n + 4 :]], start,
+        out = drafters[0].cache.fill(staged[:, :n], store.read(rows, start, n), start,
                                      max(filled for filled, _ in spans), cache_rows)
         last = (length - start - 1).clamp(min=0)
         root = out.gather(1, last[:, None, None].expand(-1, 1, out.shape[-1]))[:, 0]

@@ -202,9 +202,9 @@ def is_ancestor(node: int, of: int, parents: list[int]) -> bool:
 
 
 def finish(nodes: Nodes, dynamic_tree: bool, total: int,
-           best_size: Callable[[list[float]], int] | None = None) -> list[tuple[Draft, list[int]]]:
-    """Each row's draft and, for each of its nodes, the node of `nodes` it is, from ONE copy of every row's nodes to
-    the host, the selection made for every row at once in numpy. A dynamic tree keeps the best nodes by cumulative
+           best_size: Callable[[list[float]], int] | None = None) -> tuple[list[Draft], np.ndarray]:
+    """Each row's draft and, for each of its nodes, the node of `nodes` it is (row r's draft's node j is node
+    kept[r, j]), from ONE copy of every row's nodes to the host, the selection made for every row at once in numpy. A dynamic tree keeps the best nodes by cumulative
     log-prob (ties: the earlier node), at most `total` (auto sizing: as many as best_size(their scores, best
     first, at most `total`) says), ordered by depth then score; nodes past the level where the row's tree would
     have stopped (auto sizing) are not there. A static tree keeps every node."""
@@ -223,8 +223,9 @@ def finish(nodes: Nodes, dynamic_tree: bool, total: int,
     np.put_along_axis(new_index, keep, np.arange(keep.shape[1])[None].repeat(rows, 0), 1)
     kept_parents = np.take_along_axis(par, keep, 1)
     renumbered = np.where(kept_parents == ROOT, ROOT, np.take_along_axis(new_index, kept_parents.clip(0), 1))
-    tokens_of, parents_of, nodes_of = np.take_along_axis(tok, keep, 1).tolist(), renumbered.tolist(), keep.tolist()
-    return [(Draft(tokens_of[r][:n], parents_of[r][:n]), nodes_of[r][:n]) for r, n in enumerate(sizes)]
+    tokens_of, parents_of, width = np.take_along_axis(tok, keep, 1).tolist(), renumbered.tolist(), keep.shape[1]
+    return [Draft(tokens_of[r], parents_of[r]) if n == width else Draft(tokens_of[r][:n], parents_of[r][:n])
+            for r, n in enumerate(sizes)], keep
 
 
 def best_nodes(scores: np.ndarray, order: np.ndarray, stops: np.ndarray, depths: np.ndarray, total: int,

@@ -81,9 +81,9 @@ class Draft:
         if max_depth >= len(self.tokens):  # no node is deeper than the tree's size
             return self
         depth = self.depths()
-        keep = [i for i in range(len(self.tokens)) if depth[i] <= max_depth]
-        if len(keep) == len(self.tokens):
+        if max(depth) <= max_depth:
             return self
+        keep = [i for i in range(len(self.tokens)) if depth[i] <= max_depth]
         new_index = {old: new for new, old in enumerate(keep)}
         return Draft(
             tokens=[self.tokens[i] for i in keep],

@@ -6,6 +6,8 @@ batch did. Each row's draft is cut to its own token budget, as it is alone.
 """
 from __future__ import annotations
 
+import itertools
+import operator
 import time
 from typing import Callable, Protocol, Sequence
 
@@ -73,9 +75,16 @@ def propose_together(owner: type[Drafter], drafters: list[Drafter], ctxs: list[D
     """A propose_batch override's body: draft_all(drafters, ctxs) in inference mode when every drafter's propose is
     owner's own and they share the attributes `shared` (the same objects: heads, tree); otherwise (a subclass with
     a propose of its own, or rows with other heads) row by row."""
-    first = drafters[0]
-    if any(type(d).propose is not owner.propose or any(getattr(d, a) is not getattr(first, a) for a in shared)
-           for d in drafters):
+    if not alike(drafters, owner, "propose", shared):
         return [drafter.propose(ctx) for drafter, ctx in zip(drafters, ctxs)]
     with torch.inference_mode():
         return draft_all(drafters, ctxs)
+
+
+def alike(drafters: Sequence[Drafter], owner: type[Drafter], method: str, shared: tuple[str, ...]) -> bool:
+    """Whether every drafter runs owner's own `method` (no subclass overrides it) and holds the same objects as the
+    first in the attributes `shared`: then a batched call may treat them as one (each check one pass in C)."""
+    if any(getattr(kind, method) is not getattr(owner, method) for kind in set(map(type, drafters))):
+        return False
+    return all(all(map(operator.is_, map(operator.attrgetter(a), drafters), itertools.repeat(getattr(drafters[0], a))))
+               for a in shared)

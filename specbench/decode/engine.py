@@ -301,7 +301,8 @@ def keep_accepted(cache: SlotCache, out: Any, rows: list[Row], verdicts: list[Ve
         cache.move_slots(*staged[: len(moves)].view(2, len(rows), longest))
     if not layers:
         return [None] * len(rows)
-    states = torch.cat([out.hidden_states[i][: len(rows)] for i in layers], dim=-1).flatten(0, 1)
+    states = (torch.cat([out.hidden_states[i][: len(rows)] for i in layers], dim=-1) if len(layers) > 1
+              else out.hidden_states[layers[0]][: len(rows)]).flatten(0, 1)
     picked = states.index_select(0, staged[len(moves) :]).split(counts)
     return [hidden if row.drafter.hidden_layers else None for row, hidden in zip(rows, picked)]
 

@@ -35,16 +35,30 @@ VerifyFn = Callable[[Draft, torch.Tensor, Sampling, "torch.Generator | None"], V
 def greedy_walk(draft: Draft, best: Callable[[int], int]) -> Verdict:
     """T=0: follow the child equal to the target's argmax at each row (best(row)); the bonus is the argmax after the
     last accepted node (a node's children come after it: the first child after it carrying the token)."""
-    tokens, parents = draft.tokens, draft.parents
     path: list[int] = []
     row = 0
     while True:
         token = best(row)
-        nxt = next((c for c in range(row, len(tokens)) if tokens[c] == token and parents[c] == row - 1), None)
+        nxt = child_with(draft, row - 1, token)
         if nxt is None:
             return Verdict(path, token)
         path.append(nxt)
         row = nxt + 1
+
+
+def child_with(draft: Draft, node: int, token: int) -> int | None:
+    """The first child of `node` (ROOT: the root) carrying `token`, or None; children come after their parent, so
+    the search starts past it, in C (list.index) from one node carrying the token to the next."""
+    tokens, parents = draft.tokens, draft.parents
+    at = node + 1
+    while True:
+        try:
+            at = tokens.index(token, at)
+        except ValueError:
+            return None
+        if parents[at] == node:
+            return at
+        at += 1
 
 
 def best_token(logits: torch.Tensor) -> int:
