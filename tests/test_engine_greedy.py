@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from specbench.decode.draft import Draft
+from specbench.decode.draft import Draft, Drafter
+from specbench.decode.drafting import alike
 from specbench.decode.engine import generate
 from specbench.decode.inputs import ancestors, row_blocks, target_forward
 from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling
+from specbench.decode.verify import child_with
 from specbench.methods.pld import PromptLookupDrafter
 from specbench.methods.sps import DraftModelDrafter
 from specbench.methods.vanilla import VanillaDrafter
@@ -133,6 +135,37 @@ def test_draft_limited_drops_deep_nodes():
     cut = draft.limited(2)
     assert cut.tokens == [1, 2, 3] and cut.parents == [-1, 0, -1]
     assert len(draft.limited(0)) == 0
+    assert draft.limited(3) is draft  # nothing deeper than 3: the draft as it is
+
+
+def test_a_child_is_found_by_its_parent_and_token():
+    """The greedy walk's search: a node carrying the token under another parent is passed over."""
+    draft = Draft(tokens=[5, 7, 5, 9, 7], parents=[-1, -1, 1, 0, 1])
+    assert [child_with(draft, node, token) for node, token in ((-1, 5), (1, 5), (0, 5), (1, 7), (0, 9), (-1, 9))] \
+        == [0, 2, None, 4, 3, None]
+
+
+def test_a_batched_call_treats_drafters_as_one_only_when_alike():
+    class Own(Drafter):
+        def propose(self, ctx):
+            return Draft()
+
+    class Inherits(Own):
+        pass
+
+    class Overrides(Own):
+        def propose(self, ctx):
+            return Draft()
+
+    head = object()
+    a, b, c, d = Own(), Own(), Inherits(), Overrides()
+    for drafter in (a, b, c, d):
+        drafter.head = head
+    assert alike([a, b, c], Own, "propose", ("head",))
+    assert not alike([a, d], Own, "propose", ("head",))  # a propose of its own: row by row
+    b.head = object()
+    assert not alike([a, b], Own, "propose", ("head",))  # another head
+    assert alike([a, b], Own, "propose", ())
 
 
 def test_bad_tree_is_rejected():
