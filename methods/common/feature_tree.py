@@ -157,6 +157,10 @@ def grown(store: torch.Tensor | None, need: tuple[int, ...], like: torch.Tensor)
     return new
 
 
+# A row's last search: roots, (node indices, outputs) per head run, its row, every row's kept nodes (finish), its size
+LastSearch = tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], int, np.ndarray, int]
+
+
 class FeatureTreeDrafter(Drafter):
     def __init__(self, head: FeatureHead, tree: TreeSpec, target: ModelRunner | None = None) -> None:
         """target: the target's runner; the head's cache and forwards go beside it (its shapes, its graphs)."""
@@ -172,9 +176,7 @@ class FeatureTreeDrafter(Drafter):
     def _reset(self) -> None:
         self.known = 0  # target positions whose features this row's drafter was told (in self.rows)
         self.filled = 0  # context positions in the head's cache (built from true target features)
-        # The last search's (roots, (node indices, outputs) per head run, this row's index, the search's node
-        # behind each draft node of each row (finish), this row's draft's size): tree_features
-        self.last_search: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], int, np.ndarray, int] | None = None
+        self.last_search: LastSearch | None = None  # tree_features
 
     @property
     def tree_features(self) -> dict[int, torch.Tensor]:

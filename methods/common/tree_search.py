@@ -204,10 +204,11 @@ def is_ancestor(node: int, of: int, parents: list[int]) -> bool:
 def finish(nodes: Nodes, dynamic_tree: bool, total: int,
            best_size: Callable[[list[float]], int] | None = None) -> tuple[list[Draft], np.ndarray]:
     """Each row's draft and, for each of its nodes, the node of `nodes` it is (row r's draft's node j is node
-    kept[r, j]), from ONE copy of every row's nodes to the host, the selection made for every row at once in numpy. A dynamic tree keeps the best nodes by cumulative
-    log-prob (ties: the earlier node), at most `total` (auto sizing: as many as best_size(their scores, best
-    first, at most `total`) says), ordered by depth then score; nodes past the level where the row's tree would
-    have stopped (auto sizing) are not there. A static tree keeps every node."""
+    kept[r, j], kept the second value), from ONE copy of every row's nodes to the host, the selection made for every
+    row at once in numpy. A dynamic tree keeps the best nodes by cumulative log-prob (ties: the earlier node), at
+    most `total` (auto sizing: as many as best_size(their scores, best first, at most `total`) says), ordered by
+    depth then score; nodes past the level where the row's tree would have stopped (auto sizing) are not there. A
+    static tree keeps every node."""
     tokens, parents, scores = (torch.cat(part, dim=1) for part in (nodes.tokens, nodes.parents, nodes.scores))
     rows, count = tokens.shape
     order = scores.sort(dim=1, descending=True, stable=True).indices
