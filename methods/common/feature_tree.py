@@ -273,8 +273,6 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
     trees, kept = finish(nodes, tree.static_paths is None, tree.total_tokens, best_size)
     for row, (d, draft) in enumerate(zip(members, trees)):
         d.last_search = (root, nodes.expanded, row, kept, len(draft))
-    if len(ready) == len(drafters):
-        return trees
     drafted = dict(zip(ready, trees))
     return [drafted.get(b, Draft()) for b in range(len(drafters))]
 

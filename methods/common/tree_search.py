@@ -224,9 +224,8 @@ def finish(nodes: Nodes, dynamic_tree: bool, total: int,
     np.put_along_axis(new_index, keep, np.arange(keep.shape[1])[None].repeat(rows, 0), 1)
     kept_parents = np.take_along_axis(par, keep, 1)
     renumbered = np.where(kept_parents == ROOT, ROOT, np.take_along_axis(new_index, kept_parents.clip(0), 1))
-    tokens_of, parents_of, width = np.take_along_axis(tok, keep, 1).tolist(), renumbered.tolist(), keep.shape[1]
-    return [Draft(tokens_of[r], parents_of[r]) if n == width else Draft(tokens_of[r][:n], parents_of[r][:n])
-            for r, n in enumerate(sizes)], keep
+    tokens_of, parents_of = np.take_along_axis(tok, keep, 1).tolist(), renumbered.tolist()
+    return [Draft(tokens_of[r][:n], parents_of[r][:n]) for r, n in enumerate(sizes)], keep
 
 
 def best_nodes(scores: np.ndarray, order: np.ndarray, stops: np.ndarray, depths: np.ndarray, total: int,
