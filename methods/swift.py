@@ -1,7 +1,14 @@
 """Layer-skip self-speculation (SWIFT: Xia et al. 2024, "SWIFT: On-the-Fly Self-Speculative Decoding for LLM
 Inference Acceleration"; the same idea as Draft & Verify, Zhang et al. 2024): the target drafts for itself with some
-of its decoder layers skipped (specbench.decode.self_draft: shared weights, a cache of the drafter's own), a chain of
-gamma tokens verified with the layer-skipped model's distribution q, so it is lossless at every temperature.
+of its decoder layers skipped, a chain of gamma tokens verified with the layer-skipped model's distribution q, so it
+is lossless at every temperature.
+
+The draft model is a view of the target (`layer_skip_view`) that shares every weight with it but runs only the kept
+decoder layers: a shallow copy of the target and of its decoder, each with its own module registry (the target's is
+never touched), the decoder's layer list cut to the kept layers and its config to their layer types. The view runs
+with a cache of its own (the drafter's runner), never the target's. Each kept layer keeps its index into that cache,
+so the skipped layers' slots stay empty; transformers sizes its masks from the first layer of each attention kind,
+which is therefore always kept, as are the last layer and layer 0.
 
 Which layers: skip=I,J,... explicitly, else ratio=R of them spread evenly over the middle (layer 0, the last layer and
 the first layer of each attention kind are kept). SWIFT chooses its layer set by an on-the-fly Bayesian search
@@ -10,11 +17,61 @@ like every other method's settings: nothing that decides what is drafted reads t
 """
 from __future__ import annotations
 
+import copy
+
+from torch import nn
+from transformers import PreTrainedModel
+
 from specbench.decode.draft import Drafter
-from specbench.decode.self_draft import evenly_skipped, layer_skip_view
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo, Option
 from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
+
+
+def always_kept(config) -> set[int]:
+    """Layers a view may not skip: 0, the last, and the first of each attention kind."""
+    n = config.num_hidden_layers
+    kinds = list(getattr(config, "layer_types", None) or [])
+    firsts = {kinds.index(kind) for kind in set(kinds)}
+    return {0, n - 1} | firsts
+
+
+def evenly_skipped(config, ratio: float) -> list[int]:
+    """round(ratio x layers) layers to skip, spread evenly over the layers a view may skip."""
+    if not 0 <= ratio < 1:
+        raise SpecbenchError(f"ratio={ratio}: the share of layers to skip must be in [0, 1)")
+    candidates = [i for i in range(config.num_hidden_layers) if i not in always_kept(config)]
+    count = min(len(candidates), round(ratio * config.num_hidden_layers))
+    if count == 0:
+        return []
+    step = len(candidates) / count
+    return sorted({candidates[int(j * step + step / 2)] for j in range(count)})
+
+
+def layer_skip_view(model: PreTrainedModel, skip: list[int]) -> PreTrainedModel:
+    decoder = model.get_decoder()
+    config = decoder.config
+    n = config.num_hidden_layers
+    bad = sorted(set(skip) & always_kept(config)) + sorted(i for i in skip if not 0 <= i < n)
+    if bad:
+        raise SpecbenchError(f"cannot skip layer {bad[0]} of {n}: layer 0, the last layer and the first layer of "
+                             "each attention kind are always kept")
+    kept = [i for i in range(n) if i not in set(skip)]
+    view_decoder = copy.copy(decoder)
+    view_decoder._modules = dict(decoder._modules)  # its own registry: the target's decoder keeps all its layers
+    view_decoder._modules["layers"] = nn.ModuleList([decoder.layers[i] for i in kept])
+    view_config = copy.copy(config)
+    view_config.num_hidden_layers = len(kept)
+    if getattr(config, "layer_types", None):
+        view_config.layer_types = [config.layer_types[i] for i in kept]  # the loop indexes them by position
+    view_decoder.config = view_config
+    view = copy.copy(model)
+    view._modules = dict(model._modules)
+    names = [name for name, module in model._modules.items() if module is decoder]
+    if not names:
+        raise SpecbenchError(f"{type(model).__name__}: cannot find its decoder among its modules to skip layers")
+    view._modules[names[0]] = view_decoder
+    return view
 
 
 def skipped_layers(ctx: BuildContext) -> list[int]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import DEFAULT_TARGET, chat_prompt, load_model
+from specbench.decode.target import DEFAULT_TARGET, chat_tokens, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.run.registry import available_methods, select_methods
@@ -38,7 +38,7 @@ def main() -> None:
         questions = load_questions(task, "auto", args.question_dir, args.limit)
     except SpecbenchError as exc:
         sys.exit(f"profile_method: {exc}")
-    prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": q.turns[0]}]) for q in questions]
+    prompts = [chat_tokens(target.tokenizer, [{"role": "user", "content": q.turns[0]}]) for q in questions]
     generate(target.model, prompts[0], drafter, Sampling(), 16, target.stop_ids)  # warm-up, not profiled
     profile = cProfile.Profile()
     profile.enable()

@@ -22,11 +22,11 @@ from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate_batch
 from specbench.decode.names import Runtime
 from specbench.decode.sampling import Sampling
-from specbench.decode.synthetic import SyntheticAcceptance
-from specbench.decode.target import LoadedModel, chat_prompt, load_model
+from specbench.decode.target import LoadedModel, chat_tokens, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.run.registry import available_methods, select_methods
+from specbench.run.synthetic import SyntheticAcceptance
 
 Prompt = str | Sequence[int]
 
@@ -66,12 +66,12 @@ def generate(target: LoadedModel, method: Drafter, prompt: Prompt | list[Prompt]
              synthetic: list[float] | None = None) -> Result | list[Result]:
     """Decode one prompt (a Result) or a list of prompts as one batch (a list of Results, row i seeded seed + i).
     synthetic: TIMING ONLY, accept drafts at these per-position rates instead of verifying them (as run
-    --synthetic-acceptance; specbench.decode.synthetic)."""
+    --synthetic-acceptance; specbench.run.synthetic)."""
     single = isinstance(prompt, str) or (len(prompt) > 0 and isinstance(prompt[0], int))
     prompts = [prompt] if single else list(prompt)
     if not prompts:
         raise SpecbenchError("generate needs at least one prompt")
-    ids = [chat_prompt(target.tokenizer, [{"role": "user", "content": p}]) if isinstance(p, str) else [int(t) for t in p]
+    ids = [chat_tokens(target.tokenizer, [{"role": "user", "content": p}]) if isinstance(p, str) else [int(t) for t in p]
            for p in prompts]
     try:
         sampling = Sampling(temperature, top_p, top_k)

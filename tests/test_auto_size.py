@@ -9,15 +9,16 @@ import math
 import pytest
 import torch
 
+from specbench.decode.cost_model import SIZES as SIZES_MEASURED
 from specbench.decode.cost_model import CostCurve
-from specbench.decode.cost_rounds import SIZES as SIZES_MEASURED
-from specbench.decode.costs import CONTEXT, measure_cost_model
+from specbench.decode.costs import CONTEXT
 from specbench.decode.engine import generate, generate_batch
 from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling
 from specbench.methods.common.feature_tree import TreeSpec, measure_level_seconds
 from specbench.methods.eagle import EagleDrafter
 from specbench.methods.vanilla import VanillaDrafter
+from specbench.run.cost_rounds import measure_cost_model
 from tests.test_eagle3 import target  # noqa: F401 (fixture)
 from tests.test_head_cache import PROMPTS, beside, trained_eagle
 

@@ -8,11 +8,12 @@ import json
 import pytest
 
 from specbench.cli import main
-from specbench.decode.engine import generate, generate_batch, prepare_shapes
+from specbench.decode.engine import generate, generate_batch
 from specbench.decode.graphs import CaptureError
 from specbench.decode.runner import BATCH_SIZES, BLOCK_SIZES, ModelRunner
 from specbench.decode.sampling import Sampling
 from specbench.methods.vanilla import VanillaDrafter
+from specbench.run.decoder import capture_report, prepare_shapes
 from specbench.run.run_info import RunInfo, uncaptured_note
 from tests.conftest import tiny_llama
 
@@ -36,7 +37,7 @@ def test_shapes_met_after_timing_began_are_counted():
     runner.reserve(2, 64)
     runner.start_timing()
     generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 4, set(), runner=runner)
-    assert runner.capture_report().target_timed == 2  # the prefill's block of 4 and the one-token steps
+    assert capture_report(runner).target_timed == 2  # the prefill's block of 4 and the one-token steps
 
 
 def test_prepare_shapes_covers_what_a_batch_meets():
@@ -44,11 +45,11 @@ def test_prepare_shapes_covers_what_a_batch_meets():
     runner = ModelRunner(model, fixed_shapes=True)
     runner.reserve(3, 64)
     prepare_shapes(runner, 3, hidden=False)
-    assert runner.capture_report().target_shapes == len([b for b in BATCH_SIZES if b <= 4]) * len(BLOCK_SIZES)
+    assert capture_report(runner).target_shapes == len([b for b in BATCH_SIZES if b <= 4]) * len(BLOCK_SIZES)
     runner.start_timing()
     generate_batch(model, [[1, 2, 3], [4, 5], [6]], [VanillaDrafter() for _ in range(3)], Sampling(), 6, set(),
                    runner=runner)
-    assert runner.capture_report().target_timed == 0
+    assert capture_report(runner).target_timed == 0
 
 
 def test_require_graphs_makes_a_failed_capture_an_error():

@@ -1,4 +1,4 @@
-"""Stored cost curves are measured well or not kept (specbench.decode.cost_rounds, specbench.run.cost_store): a fake
+"""Stored cost curves are measured well or not kept (specbench.run.cost_rounds, specbench.run.cost_store): a fake
 timer and a fake load reading drive the measurement, so that load arriving mid-measurement, a falling curve and a
 T(1) that a re-probe contradicts are shown to be measured again or refused, and never stored."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from specbench.cli import main
-from specbench.decode.cost_model import CostCurve, CostModel, Measurement
-from specbench.decode.cost_rounds import SIZES, CostPlan, CostRounds, CostWatch, measure_curve
+from specbench.decode.cost_model import SIZES, CostCurve, CostModel, Measurement
 from specbench.errors import SpecbenchError
+from specbench.run.cost_rounds import CostPlan, CostRounds, CostWatch, measure_curve
 from specbench.run.cost_store import (
     BESIDE_OTHER_WORK,
     Machine,

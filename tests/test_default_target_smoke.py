@@ -8,7 +8,7 @@ import pytest
 
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import DEFAULT_TARGET, chat_prompt, load_model
+from specbench.decode.target import DEFAULT_TARGET, chat_tokens, load_model
 from specbench.method import BuildContext
 from specbench.methods.pld import PromptLookupDrafter
 from specbench.methods.vanilla import VanillaDrafter
@@ -26,7 +26,7 @@ def target():
 
 
 def test_default_target_pld_matches_vanilla(target):
-    prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": "List the days of the week, twice."}])
+    prompt = chat_tokens(target.tokenizer, [{"role": "user", "content": "List the days of the week, twice."}])
     plain = generate(target.model, prompt, VanillaDrafter(), Sampling(), 48, target.stop_ids)
     lookup = generate(target.model, prompt, PromptLookupDrafter(), Sampling(), 48, target.stop_ids)
     assert lookup.token_ids == plain.token_ids
@@ -47,7 +47,7 @@ def test_shipped_drafters_match_vanilla(target, method):
     wanted = {"total_tokens": "8", "data": str(TRAIN)}  # a fixed tree size, and the datastore's source
     options = {k: v for k, v in wanted.items() if methods[method].declared(k)}
     drafter = methods[method].drafter(BuildContext(target, options=options, methods=methods))
-    prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": "Natalia sold 48 clips in April and half "
+    prompt = chat_tokens(target.tokenizer, [{"role": "user", "content": "Natalia sold 48 clips in April and half "
                                              "as many in May. How many clips did she sell in total?"}])
     plain = generate(target.model, prompt, VanillaDrafter(), Sampling(), 64, target.stop_ids)
     drafted = generate(target.model, prompt, drafter, Sampling(), 64, target.stop_ids)

@@ -14,7 +14,7 @@ from specbench.cli import main
 from specbench.decode.engine import generate, generate_batch
 from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import chat_prompt, load_model
+from specbench.decode.target import chat_tokens, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.methods.common.target_layers import fused_layers
@@ -168,7 +168,7 @@ def test_train_dflash_writes_a_checkpoint_that_loads_and_drafts(tiny_target_dir,
         _, metrics = DFlashTrainable(made.model, 4, 4.0).loss(make_batch(convs, [3]))
     print(f"dflash: top-1 {metrics['top1']:.2f} on a training conversation")
     assert metrics["top1"] > 0.3  # 0.68 when written (an untrained draft: about 1/300)
-    prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": "tell me 3 things about the lazy dog"}])
+    prompt = chat_tokens(target.tokenizer, [{"role": "user", "content": "tell me 3 things about the lazy dog"}])
     out = generate(target.model, prompt, made, Sampling(), 30, set())
     assert out.token_ids == generate(target.model, prompt, VanillaDrafter(), Sampling(), 30, set()).token_ids
     # Nothing drafted before the prefill, then block - 1 drafts verified every step (fewer near the token budget,

@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 from specbench.cli import main
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import chat_prompt, load_model
+from specbench.decode.target import chat_tokens, load_model
 from specbench.methods.vanilla import VanillaDrafter
 from specbench.train.dataset import finished_chunks
 from specbench.train.distill import DistillConfig, answer_batch, length_batches
@@ -65,7 +65,7 @@ def test_replies_are_what_the_target_writes(distilled, tiny_target_dir):
     assert 2 <= two_turns <= 12  # about 30% get a follow-up turn and a second reply
     same = 0
     for tokens, reply, i in one_turn:
-        prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": by_id[i]}])
+        prompt = chat_tokens(target.tokenizer, [{"role": "user", "content": by_id[i]}])
         assert tokens[: len(prompt)] == prompt and sum(reply[: len(prompt)]) == 0
         vanilla = generate(target.model, prompt, VanillaDrafter(), Sampling(), 24, target.stop_ids).token_ids
         same += tokens[len(prompt):] == vanilla
@@ -116,7 +116,7 @@ def test_features_from_the_same_forwards_equal_a_fresh_prefill(distilled, tiny_t
 def test_rows_that_finish_early_leave_the_batch_and_every_token_gets_its_feature(tiny_target_dir, tmp_path):
     target = load_model(str(tiny_target_dir))
     turns = [" ".join(WORDS[(5 * i + j) % len(WORDS)] for j in range(1 + 3 * i)) for i in range(5)]
-    prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": t}]) for t in turns]
+    prompts = [chat_tokens(target.tokenizer, [{"role": "user", "content": t}]) for t in turns]
     assert len({len(p) for p in prompts}) == 5  # left padding of different widths
     cfg = DistillConfig(data=tmp_path, out=tmp_path, target=str(tiny_target_dir), reply_tokens=20)
     # The random target seldom stops: make a token that some replies hold (and others lack) a stop token, so that
@@ -140,7 +140,7 @@ def test_rows_that_finish_early_leave_the_batch_and_every_token_gets_its_feature
 def test_sampled_replies_depend_on_their_seed_alone(tiny_target_dir, tmp_path):
     """At T > 0 each row draws from its own generator: a reply is the same decoded in a batch or alone."""
     target = load_model(str(tiny_target_dir))
-    prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": " ".join(WORDS[i : i + 2 + i])}])
+    prompts = [chat_tokens(target.tokenizer, [{"role": "user", "content": " ".join(WORDS[i : i + 2 + i])}])
                for i in range(4)]
     cfg = DistillConfig(data=tmp_path, out=tmp_path, target=str(tiny_target_dir), reply_tokens=12, temperature=1.0)
     seeds = [10, 11, 12, 13]

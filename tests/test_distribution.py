@@ -22,7 +22,6 @@ from specbench.decode.draft import Drafter, parse_tree
 from specbench.decode.engine import generate
 from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling, sample, target_probs
-from specbench.decode.self_draft import layer_skip_view
 from specbench.decode.verify import (
     RejectionRules,
     Uniforms,
@@ -57,6 +56,7 @@ from specbench.methods.rest import RestDrafter
 from specbench.methods.samd import SamDrafter
 from specbench.methods.sps import DraftModelDrafter
 from specbench.methods.suffix import SuffixDrafter
+from specbench.methods.swift import layer_skip_view
 from specbench.methods.vanilla import VanillaDrafter
 from specbench.train.training import Batch
 from tests.conftest import tiny_llama
@@ -299,7 +299,7 @@ def assert_lossless(case: Case, result: Sampled, exact_joint: np.ndarray) -> Non
 
 def bonus_from_unprocessed_softmax(draft, logits, sampling, generator) -> Verdict:
     """The official EAGLE bug until 2025: the bonus after a fully accepted path from softmax(logits)."""
-    walk = rejection_walk(draft, target_probs(logits, sampling), Uniforms.drawn(len(draft), generator))
+    walk = rejection_walk(draft, target_probs(logits, sampling), Uniforms(Uniforms.draw(len(draft), generator).tolist()))
     if walk.rejected_all:
         return Verdict(walk.path, sample(walk.residual, generator))
     return Verdict(walk.path, sample(logits[walk.end_row].float().softmax(-1), generator))
@@ -307,7 +307,7 @@ def bonus_from_unprocessed_softmax(draft, logits, sampling, generator) -> Verdic
 
 def with_rules(rules: RejectionRules) -> VerifyFn:
     def verify(draft, logits, sampling, generator) -> Verdict:
-        walk = rejection_walk(draft, target_probs(logits, sampling), Uniforms.drawn(len(draft), generator), rules)
+        walk = rejection_walk(draft, target_probs(logits, sampling), Uniforms(Uniforms.draw(len(draft), generator).tolist()), rules)
         return Verdict(walk.path, sample(walk.residual, generator))
 
     return verify

@@ -11,8 +11,8 @@ import torch
 from specbench.decode.engine import generate, generate_batch
 from specbench.decode.runner import CAPACITY_STEP, ModelRunner, keep_rows
 from specbench.decode.sampling import Sampling
-from specbench.decode.self_draft import layer_skip_view
 from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
+from specbench.methods.swift import layer_skip_view
 from specbench.methods.vanilla import VanillaDrafter
 from tests.conftest import tiny_llama
 from tests.test_distribution import (  # noqa: F401 (fixtures)

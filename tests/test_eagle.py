@@ -13,7 +13,7 @@ from specbench.cli import main
 from specbench.decode.draft import parse_tree
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import chat_prompt, load_model
+from specbench.decode.target import chat_tokens, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.methods.common.feature_tree import TreeSpec
@@ -130,7 +130,7 @@ def test_eagle_emits_vanilla_tokens_at_t0(tiny_target, trained_heads, method):
     drafter = info.drafter(BuildContext(tiny_target, draft=str(trained_heads[inputs]), options=options))
     for i in range(6):
         words = " ".join(WORDS[(7 * i + j) % len(WORDS)] for j in range(4 + i))
-        prompt = chat_prompt(tiny_target.tokenizer, [{"role": "user", "content": words}])
+        prompt = chat_tokens(tiny_target.tokenizer, [{"role": "user", "content": words}])
         if i % 3 == 2:
             prompt = torch.randint(0, 300, (5 + i,), generator=torch.Generator().manual_seed(i)).tolist()
         expected = decode(tiny_target, VanillaDrafter(), prompt).token_ids
@@ -159,7 +159,7 @@ def test_incremental_drafting_equals_the_head_run_from_scratch(tiny_target, trai
     lm_head = model.get_output_embeddings().weight.detach()
     k = 2
     drafter = RecordingDrafter(head, lm_head, vocab, TreeSpec(top_k=k, depth=3, total_tokens=10))
-    prompt = chat_prompt(tiny_target.tokenizer, [{"role": "user", "content": "the lazy dog jumps"}])
+    prompt = chat_tokens(tiny_target.tokenizer, [{"role": "user", "content": "the lazy dog jumps"}])
     decode(tiny_target, drafter, prompt, n=30)
     checked = 0
     for context, draft, features in drafter.trees[1:]:  # the first proposal is made before the prefill: empty

@@ -16,6 +16,7 @@ from specbench.decode.runner import BLOCK_SIZES, ModelRunner, bucket
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import load_model
 from specbench.methods.vanilla import VanillaDrafter
+from specbench.run.decoder import capture_report
 from tests.conftest import tiny_llama
 from tests.drafters import RandomTreeDrafter
 from tests.test_distribution import (  # noqa: F401 (fixtures)
@@ -148,7 +149,7 @@ def test_a_failed_capture_is_reported_once_and_decoding_goes_on_uncaptured():
         out = generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 8, set(), runner=runner)
     assert out.token_ids == expected
     assert not runner.graphs.capture and runner.graphs.stats.uncaptured and runner.graphs.stats.captures == 0
-    assert runner.capture_report().uncaptured == runner.graphs.stats.uncaptured  # the run's report says why
+    assert capture_report(runner).uncaptured == runner.graphs.stats.uncaptured  # the run's report says why
 
 
 def test_a_reservation_for_more_rows_keeps_the_capacity_it_had():

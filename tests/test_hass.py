@@ -15,7 +15,7 @@ from specbench.analysis.budget import training_budget
 from specbench.cli import main
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import chat_prompt, load_model
+from specbench.decode.target import chat_tokens, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.methods.eagle.checkpoint import save_head
@@ -191,7 +191,7 @@ def test_eagle_hass_emits_vanilla_tokens_with_deep_accepts(tiny_target, hass_hea
     assert drafter.trained_from == str(hass_head)
     deep = 0
     for turn in TURNS[:6]:
-        prompt = chat_prompt(tiny_target.tokenizer, [{"role": "user", "content": turn}])
+        prompt = chat_tokens(tiny_target.tokenizer, [{"role": "user", "content": turn}])
         expected = generate(tiny_target.model, prompt, VanillaDrafter(), Sampling(), 40, set()).token_ids
         out = generate(tiny_target.model, prompt, drafter, Sampling(), 40, set())
         assert out.token_ids == expected

@@ -22,6 +22,7 @@ from specbench.methods.eagle3 import Eagle3FeatureHead
 from specbench.methods.hydra import HydraDrafter
 from specbench.methods.medusa import MedusaDrafter
 from specbench.methods.vanilla import VanillaDrafter
+from specbench.run.decoder import capture_report
 from tests.drafters import fitted_eagle_head
 from tests.test_distribution import hydra_drafter, medusa_drafter
 from tests.test_eagle3 import VOCAB, target, trained_head  # noqa: F401 (fixture)
@@ -142,7 +143,7 @@ def test_a_failed_head_capture_is_reported_and_drafting_goes_on_uncaptured(targe
         out = generate(target, PROMPTS[0], drafter, Sampling(), 16, set(), runner=runner)
     assert out.token_ids == reference.token_ids and out.accept_lengths == reference.accept_lengths
     assert not graphs.capture and graphs.stats.uncaptured
-    assert runner.drafting == [graphs] and runner.capture_report().uncaptured == graphs.stats.uncaptured
+    assert runner.drafting == [graphs] and capture_report(runner).uncaptured == graphs.stats.uncaptured
 
 
 @pytest.mark.parametrize("name", ["medusa", "hydra"])
@@ -203,6 +204,6 @@ def test_captured_drafting_drafts_what_it_drafts_uncaptured(target, built, name)
         outputs[capture] = [(g.token_ids, g.accept_lengths) for g in alone + together]
         if capture:
             assert runner.drafting and all(g.capture and g.stats.captures > 0 for g in runner.drafting), \
-                runner.capture_report().line()
+                capture_report(runner).line()
     assert outputs[True] == outputs[False]
     assert max(a for _, lengths in outputs[True] for a in lengths) >= 3  # drafts accepted at depth >= 2

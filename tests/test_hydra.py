@@ -12,7 +12,7 @@ from specbench.cli import main
 from specbench.decode.draft import DecodeContext, parse_tree
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import chat_prompt, load_model
+from specbench.decode.target import chat_tokens, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.methods.hydra import HydraDrafter
@@ -78,7 +78,7 @@ def test_t0_identity_with_drafts_accepted(tiny_target, trained):
     tokens = steps = deep = 0
     for i in range(8):  # four new prompts, then four training prompts (the heads must be accepted on those)
         topic = "dog" if i < 4 else "fox"
-        prompt = chat_prompt(tiny_target.tokenizer, [{"role": "user", "content": f"question {i % 4} about the {topic}"}])
+        prompt = chat_tokens(tiny_target.tokenizer, [{"role": "user", "content": f"question {i % 4} about the {topic}"}])
         expected = generate(tiny_target.model, prompt, VanillaDrafter(), Sampling(), 30, set()).token_ids
         out = generate(tiny_target.model, prompt, drafter, Sampling(), 30, set())
         assert out.token_ids == expected

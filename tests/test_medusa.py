@@ -12,7 +12,7 @@ from specbench.cli import main
 from specbench.decode.draft import Draft, parse_tree
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import chat_prompt, load_model
+from specbench.decode.target import chat_tokens, load_model
 from specbench.method import BuildContext
 from specbench.methods.medusa import MedusaDrafter, typical_verifier
 from specbench.methods.medusa.checkpoint import load_heads
@@ -52,7 +52,7 @@ def test_t0_identity(tiny_target, trained, method):
     tokens = steps = 0
     for i in range(8):  # four new prompts, then four training prompts (the heads must be accepted on those)
         topic = "dog" if i < 4 else "fox"
-        prompt = chat_prompt(tiny_target.tokenizer, [{"role": "user", "content": f"question {i % 4} about the {topic}"}])
+        prompt = chat_tokens(tiny_target.tokenizer, [{"role": "user", "content": f"question {i % 4} about the {topic}"}])
         expected = generate(tiny_target.model, prompt, VanillaDrafter(), Sampling(), 30, set()).token_ids
         out = generate(tiny_target.model, prompt, drafter, Sampling(), 30, set())
         assert out.token_ids == expected

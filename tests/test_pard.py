@@ -16,7 +16,7 @@ from specbench.decode.chain import DraftChain
 from specbench.decode.engine import generate, generate_batch
 from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling, target_probs
-from specbench.decode.target import chat_prompt, load_model
+from specbench.decode.target import chat_tokens, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.methods.common.small_draft import small_draft
@@ -165,7 +165,7 @@ def test_train_pard_writes_a_checkpoint_that_loads_and_drafts(tiny_target_dir, t
     assert made.mask_token == config[MASK_KEY] and made.draft_vocab is not None
     tokens = steps = 0
     for i in range(4):  # training prompts
-        prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": f"tell me {i} things about the lazy dog"}])
+        prompt = chat_tokens(target.tokenizer, [{"role": "user", "content": f"tell me {i} things about the lazy dog"}])
         expected = generate(target.model, prompt, VanillaDrafter(), Sampling(), 30, set()).token_ids
         out = generate(target.model, prompt, made, Sampling(), 30, set())
         assert out.token_ids == expected

@@ -11,11 +11,11 @@ import pytest
 
 from specbench.analysis.profiles import build_profile, read_replay_rates
 from specbench.cli import main
-from specbench.decode.synthetic import SyntheticAcceptance
 from specbench.errors import SpecbenchError
 from specbench.run.record import Choice, Record
 from specbench.run.records import read_records
 from specbench.run.run_info import RunInfo
+from specbench.run.synthetic import SyntheticAcceptance
 from tests.test_cli import bad_input, run_args
 from tests.test_synthetic import assert_rates, conditional_counts
 

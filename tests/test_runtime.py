@@ -102,7 +102,7 @@ def test_cost_bench_writes_a_curve_that_run_reuses(tiny_target_dir, tmp_path, ca
 def test_drafters_run_on_the_targets_kernels_and_stay_stock_with_a_stock_target():
     from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 
-    fast, stock = RuntimeInfo("few-token", 15, FEW_TOKENS), RuntimeInfo("stock", 0, 0)
+    fast, stock = RuntimeInfo("few-token", 15), RuntimeInfo("stock", 0)
     head = nn.Sequential(nn.Linear(16, 16), nn.SiLU(), nn.Linear(16, 8, bias=False))
     x = torch.randn(4, 16)
     expected = head(x)

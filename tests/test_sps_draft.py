@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from specbench.cli import main
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import chat_prompt, load_model
+from specbench.decode.target import chat_tokens, load_model
 from specbench.method import BuildContext
 from specbench.methods.vanilla import VanillaDrafter
 from specbench.run.registry import available_methods
@@ -45,7 +45,7 @@ def test_t0_identity_with_reduced_vocabulary(tiny_target_dir, trained, temperatu
     tokens = steps = 0
     for i in range(8):  # four new prompts, then four training prompts
         topic = "fox" if i < 4 else "lazy dog"
-        prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": f"tell me {i % 4} things about the {topic}"}])
+        prompt = chat_tokens(target.tokenizer, [{"role": "user", "content": f"tell me {i % 4} things about the {topic}"}])
         expected = generate(target.model, prompt, VanillaDrafter(), Sampling(), 30, set()).token_ids
         out = generate(target.model, prompt, drafter, Sampling(temperature), 30, set())
         assert out.token_ids == expected

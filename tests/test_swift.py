@@ -10,9 +10,9 @@ from transformers import Gemma3TextConfig
 
 from specbench.decode.engine import generate, generate_batch
 from specbench.decode.sampling import Sampling
-from specbench.decode.self_draft import always_kept, evenly_skipped, layer_skip_view
 from specbench.errors import SpecbenchError
 from specbench.methods.common.draft_model import DraftModelDrafter
+from specbench.methods.swift import always_kept, evenly_skipped, layer_skip_view
 from specbench.methods.vanilla import VanillaDrafter
 from tests.conftest import tiny_llama
 from tests.identity import assert_vanilla_tokens_with_deep_accepts

@@ -1,4 +1,4 @@
-"""Synthetic acceptance (TIMING ONLY, specbench.decode.synthetic): the per-position acceptance matches the
+"""Synthetic acceptance (TIMING ONLY, specbench.run.synthetic): the per-position acceptance matches the
 conditional rates within binomial intervals, along the draft's best path; the engine emits the draft's own tokens
 then the target's choice; `check` refuses such a run in one line and every table says TIMING-ONLY."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ from specbench.cli import main
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
-from specbench.decode.synthetic import SyntheticAcceptance, best_path
 from specbench.errors import SpecbenchError
 from specbench.methods.vanilla import VanillaDrafter
+from specbench.run.synthetic import SyntheticAcceptance, best_path
 from tests.conftest import tiny_llama
 from tests.test_cli import run_args
 

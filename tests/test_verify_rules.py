@@ -344,9 +344,9 @@ def test_rejection_walk_says_whether_it_ended_on_rejections():
     probs = torch.zeros(4, V)
     probs[:, 0] = 1.0  # the target always writes 0
     generator = torch.Generator().manual_seed(0)
-    to_leaf = rejection_walk(Draft([0, 0], [ROOT, 0]), probs, Uniforms.drawn(2, generator))
+    to_leaf = rejection_walk(Draft([0, 0], [ROOT, 0]), probs, Uniforms(Uniforms.draw(2, generator).tolist()))
     assert to_leaf.path == [0, 1] and not to_leaf.rejected_all
-    rejected = rejection_walk(Draft([0, 3, 4], [ROOT, 0, 0]), probs, Uniforms.drawn(3, generator))
+    rejected = rejection_walk(Draft([0, 3, 4], [ROOT, 0, 0]), probs, Uniforms(Uniforms.draw(3, generator).tolist()))
     assert rejected.path == [0] and rejected.rejected_all and rejected.end_row == 1
     torch.testing.assert_close(rejected.residual, probs[1])
 

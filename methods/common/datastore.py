@@ -9,6 +9,7 @@ $SPECBENCH_CACHE/datastores/.
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
@@ -56,22 +57,11 @@ class Datastore:
         return self.corpus[start : start + n].tolist()
 
     def find(self, pattern: list[int]) -> Range:
-        """The suffix array rows whose suffixes start with pattern (lo == hi: none)."""
-        n, lo, hi = len(pattern), 0, len(self.suffixes)
-        while lo < hi:  # first row >= pattern
-            mid = (lo + hi) // 2
-            if self._prefix(mid, n) < pattern:
-                lo = mid + 1
-            else:
-                hi = mid
-        first, hi = lo, len(self.suffixes)
-        while lo < hi:  # first row whose n-token prefix > pattern
-            mid = (lo + hi) // 2
-            if self._prefix(mid, n) <= pattern:
-                lo = mid + 1
-            else:
-                hi = mid
-        return Range(first, lo, n)
+        """The suffix array rows whose suffixes start with pattern (lo == hi: none): binary searches over the rows'
+        n-token prefixes, which the suffix array keeps sorted."""
+        n, rows = len(pattern), range(len(self.suffixes))
+        first = bisect.bisect_left(rows, pattern, key=lambda row: self._prefix(row, n))
+        return Range(first, bisect.bisect_right(rows, pattern, lo=first, key=lambda row: self._prefix(row, n)), n)
 
     def children(self, node: Range) -> list[tuple[int, int, Range]]:
         """The tokens that follow the node's occurrences, with their counts and sub-ranges."""
@@ -157,8 +147,6 @@ def load_datastore(folder: Path) -> Datastore:
                              "datastore build") from None
 
 
-
-
 # The options of every method that reads the datastore (rest, samd).
 DATASTORE_OPTIONS = (
     Option("datastore", None, "folder of a built retrieval datastore (default: this target's, built on first use)"),
@@ -175,7 +163,3 @@ def open_datastore(target: str, options: Mapping[str, Any]) -> Datastore:
         tqdm.write(f"building the retrieval datastore for {target} in {folder} (once)")
         build_datastore(target, Path(options.get("data") or DEFAULT_DATA))
     return load_datastore(folder)
-
-
-# `python -m specbench datastore build`: {name: build(target name, data file, progress) -> folder}
-DATASTORES = {"retrieval datastore (rest, samd)": build_datastore}

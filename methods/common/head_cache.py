@@ -130,15 +130,14 @@ class HeadCache:
         size_rows, size = shape.rows, shape.tokens
         extra_rows, extra = size_rows - rows, size - n
         if extra_rows or extra:
-            tokens = torch.nn.functional.pad(tokens, (0, extra, 0, extra_rows))
-            features = torch.nn.functional.pad(features, (0, 0, 0, extra, 0, extra_rows))
-            positions = torch.nn.functional.pad(positions, (0, extra, 0, extra_rows))
-            base = torch.nn.functional.pad(base, (0, extra_rows))
+            pad = torch.nn.functional.pad
+            tokens, positions = pad(tokens, (0, extra, 0, extra_rows)), pad(positions, (0, extra, 0, extra_rows))
+            features, base = pad(features, (0, 0, 0, extra, 0, extra_rows)), pad(base, (0, extra_rows))
         if ancestors is None:
             block = torch.ones(size, size, dtype=torch.bool, device=device).tril().expand(size_rows, -1, -1)
         else:
             if extra_rows or extra:
-                ancestors = torch.nn.functional.pad(ancestors, (0, 0, 0, extra, 0, extra_rows))
+                ancestors = pad(ancestors, (0, 0, 0, extra, 0, extra_rows))
             own = torch.eye(size, dtype=torch.bool, device=device).expand(size_rows, -1, -1)
             block = torch.cat([ancestors, own], dim=2)
         inputs = {"tokens": tokens, "features": features.to(self.head.dtype), "positions": positions, "base": base,
@@ -160,7 +159,7 @@ class HeadCache:
 
 @dataclass
 class HeadRows:
-    """tree_search.HeadCache for one search of these rows (their context lengths) on a HeadCache."""
+    """One search's rows (their context lengths) on a HeadCache: what tree_search.Search runs its levels on."""
     cache: HeadCache
     filled: list[int]  # each row's context length: its tree nodes go at the slots after it
     base: torch.Tensor  # the same, on the head's device
@@ -170,6 +169,9 @@ class HeadRows:
     def level(self, head: Any, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
               ancestors: torch.Tensor, k: int, then: Callable | None = None,
               state: dict[str, torch.Tensor] | None = None) -> tuple:
+        """The head over n tree nodes of each row (tokens [R, n], features [R, n, W], positions [R, n]), each seeing
+        its row's context, its ancestors among the S nodes run before in this search (ancestors [R, n, S], in the
+        order they ran) and itself. Returns the predicted features [R, n, W] and their top k (expand)."""
         assert ancestors.shape[2] == self.ran, "a level sees every node run before it in this search"
         end = max(self.filled) + self.ran
         self.ran += tokens.shape[1]
@@ -181,4 +183,5 @@ class HeadRows:
         self.ran = 0
 
     def expand_root(self, root: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k (draft log-probs, draft indices) [R, 1, k] under each row's root feature [R, W]."""
         return self.cache.expand_root(root, k)

@@ -1,7 +1,7 @@
 """Random drafters for shape targets (`--target shape:NAME`, TIMING ONLY): a trained method whose target has
 random weights builds its drafter at the target's shape with random weights (no shipped drafter fits a shape),
 seeded by the method's name, so that its system cost per step is measured; its acceptance then means something
-only under synthetic acceptance (specbench.decode.synthetic). --draft or method@head=FOLDER still loads a folder."""
+only under synthetic acceptance (specbench.run.synthetic). --draft or method@head=FOLDER still loads a folder."""
 from __future__ import annotations
 
 import copy

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -38,30 +38,12 @@ def expand(head: Any, features: torch.Tensor, k: int) -> tuple[torch.Tensor, tor
     return best_k(torch.log_softmax(head.draft_logits(features).float(), dim=-1), k)
 
 
-class HeadCache(Protocol):
-    """The rows' head cache a search runs its levels on (head_cache.HeadRows)."""
-
-    def level(self, head: Any, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
-              ancestors: torch.Tensor, k: int, then: Callable | None = None,
-              state: dict[str, torch.Tensor] | None = None) -> tuple:
-        """The head over n tree nodes of each row (tokens [R, n], features [R, n, W], positions [R, n]), each seeing
-        its row's context, its ancestors among the S nodes run before in this search (ancestors [R, n, S], in the
-        order they ran) and itself; their keys stay until drop_levels. Returns the predicted features [R, n, W]
-        and their top k (expand)."""
-
-    def drop_levels(self) -> None:
-        """Forget the tree levels of this search."""
-
-    def expand_root(self, root: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-k (draft log-probs, draft indices) [R, 1, k] under each row's root feature [R, W]."""
-
-
 @dataclass
 class Search:
     """The rows being drafted: the head, their context caches, where their trees start."""
 
     head: Any  # a FeatureHead
-    rows: HeadCache
+    rows: Any  # head_cache.HeadRows: the rows' head cache its levels run on
     base: torch.Tensor  # [R] the position of each row's first tree level (its context length)
     root_tokens: torch.Tensor  # [R] target id of each row's last emitted token
     target_ids: torch.Tensor  # [V_draft] draft index -> target token id

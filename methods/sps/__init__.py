@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from specbench.decode.draft import Drafter
-from specbench.decode.runtime import draft_model_runtime, prepare_drafter
+from specbench.decode.names import Runtime
+from specbench.decode.runtime import RuntimeInfo, prepare_drafter
 from specbench.decode.target import load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo, Option
@@ -17,6 +18,12 @@ from specbench.methods.sps.training import train
 from specbench.shipped import shipped_folder
 
 __all__ = ["DraftModelDrafter", "METHODS", "TRAINERS"]
+
+
+def draft_model_runtime(runtime: RuntimeInfo | None) -> Runtime:
+    """The runtime a draft LM loads on: the target's kernels (stock where the target's are); its forwards take the
+    shapes of the target's runner (specbench.decode.chain), so its own graphs choice is off."""
+    return Runtime(kernels="few-token" if runtime is not None and runtime.swapped_linears else "stock", graphs="off")
 
 
 def build(ctx: BuildContext) -> Drafter:

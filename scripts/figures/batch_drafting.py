@@ -17,7 +17,7 @@ import specbench
 from specbench.decode.draft import DecodeContext, StepResult
 from specbench.decode.engine import generate_batch
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import chat_prompt
+from specbench.decode.target import chat_tokens
 
 QUESTIONS = ["What is 7 * 8?", "Write a haiku about rain.", "Name three prime numbers.", "Why is the sky blue?",
              "Sort 3, 1, 2.", "What is a hash map?", "Say hello in French.", "Add 19 and 23."]
@@ -46,7 +46,7 @@ def main() -> None:
     torch.set_num_threads(1)
     target = specbench.load_target("smollm2-135m-instruct")
     protos = [specbench.load_method("eagle", target, total_tokens=16) for _ in range(2)]  # a head cache each
-    prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS[: args.rows]]
+    prompts = [chat_tokens(target.tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS[: args.rows]]
     alone = [protos[0].fork() for _ in prompts]  # one per row, each drafted by itself
     together = [protos[1].fork() for _ in prompts]  # drafted in one call
     ctx_alone, ctx_together = started(target, alone, prompts), started(target, together, prompts)

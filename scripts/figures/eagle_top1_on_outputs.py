@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from specbench.decode.sampling import Sampling, target_probs
-from specbench.decode.target import chat_prompt, load_model
+from specbench.decode.target import chat_tokens, load_model
 from specbench.methods.eagle.checkpoint import find_head, load_head
 from specbench.methods.eagle3.checkpoint import load_head as load_eagle3_head
 from specbench.methods.eagle3.head import fused_layers
@@ -108,7 +108,7 @@ def main() -> None:
             continue
         questions = args.question_dir / record.task / "question.jsonl"
         question = next(q for q in map(json.loads, questions.open()) if str(q["question_id"]) == str(record.question_id))
-        prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": question["turns"][0]}])
+        prompt = chat_tokens(target.tokenizer, [{"role": "user", "content": question["turns"][0]}])
         full = prompt + record.choice.token_ids[0]
         with torch.no_grad():
             guesses, target_logits = guess(full)

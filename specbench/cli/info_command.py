@@ -195,7 +195,7 @@ def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
 
     import torch
 
-    from specbench.decode.target import chat_prompt, load_model
+    from specbench.decode.target import chat_tokens, load_model
     from specbench.measure.overhead import (
         OVERHEAD_BATCHES,
         OVERHEAD_METHODS,
@@ -226,7 +226,7 @@ def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
     questions = [q for _, qs in resolve_questions(question_selection(args)) for q in qs]
     targets = [load_model(args.target, args.device, args.dtype, runtime) for runtime in runtimes]
     kept_memory = targets[0].model.device.type == "cpu" and keep_freed_memory()
-    prompt = chat_prompt(targets[0].tokenizer, [{"role": "user", "content": questions[0].turns[0]}])
+    prompt = chat_tokens(targets[0].tokenizer, [{"role": "user", "content": questions[0].turns[0]}])
     header = overhead_header(targets[0], len(prompt), tokens, args.rounds, kept_memory)
     print(header)
     print(overhead_table([]))
@@ -247,7 +247,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     import torch
 
-    from specbench.decode.target import chat_prompt, load_model
+    from specbench.decode.target import chat_tokens, load_model
     from specbench.measure.bench import benchmark, cost_benchmark, format_costs
     from specbench.run.tasks import resolve_questions
 
@@ -282,7 +282,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     questions = [q for _, qs in resolve_questions(question_selection(args)) for q in qs]
     target = load_model(args.target, args.device, args.dtype, runtime)
-    prompts = [chat_prompt(target.tokenizer, [{"role": "user", "content": q.turns[0]}]) for q in questions]
+    prompts = [chat_tokens(target.tokenizer, [{"role": "user", "content": q.turns[0]}]) for q in questions]
     print(f"{len(prompts)} prompts, {tokens} new tokens, target {args.target} on {target.model.device}")
     print(benchmark(target, prompts, tokens))
     return 0

@@ -119,7 +119,7 @@ def synthetic_settings(text: str | None) -> dict[str, Any]:
     existing file, or a name ending in .json) is read as a speculation profile, anything else as rates (one error
     line when it is neither)."""
     from specbench.analysis.profiles import read_replay_rates
-    from specbench.decode.synthetic import SyntheticAcceptance
+    from specbench.run.synthetic import SyntheticAcceptance
 
     if text is None:
         return {}

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from specbench.errors import SpecbenchError
 
+SIZES = [1, 2, 4, 8, 12, 16, 24, 32]  # tokens per forward at which the curve is measured
 NOISE_FLOOR = 0.10  # timings of one forward closer than this (relative) are the same on a quiet shared machine
 
 
@@ -98,7 +99,7 @@ class CostModel:
     cpu: str
     verify: CostCurve
     drafting: dict[str, float] = field(default_factory=dict)  # seconds, by a key the method chooses
-    # The device's copy bandwidth (GB/s, read + written; costs.measure_copy_bandwidth): the report's roofline limit,
+    # The device's copy bandwidth (GB/s, read + written; run.cost_rounds.measure_copy_bandwidth): the report's roofline limit,
     # decides nothing. None in costs stored before it was measured.
     copy_gbps: float | None = None
     measured: Measurement | None = None  # when, how, under what load the curve was measured (None: before kept)

@@ -1,6 +1,6 @@
-"""Measuring what a forward costs on this machine: the target's tree-masked verification curve (the run's fixed
-cost model, specbench.decode.cost_model), the device's copy bandwidth (the report's roofline limit) and the
-machine's description that goes with every timing."""
+"""Timing a forward on this machine as the engine runs it: the target's tree-masked verification curve (what the
+run's fixed cost model holds, specbench.decode.cost_model; a run measures it in checked rounds,
+specbench.run.cost_rounds) and the machine's description that goes with every timing."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +9,7 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel
 
-from specbench.decode.cost_model import CostCurve, CostModel
-from specbench.decode.cost_rounds import CostPlan, CostRounds, CostWatch, measure_curve
+from specbench.decode.cost_model import CostCurve
 from specbench.decode.draft import Draft
 from specbench.decode.inputs import Blocks, row_blocks, stage_inputs, staged_forward
 from specbench.decode.layout import AttentionLayout
@@ -18,7 +17,6 @@ from specbench.decode.runner import ModelRunner
 from specbench.decode.runtime import fastest_seconds
 
 CONTEXT = 256  # cached context tokens before the measured forward
-COPY_BYTES = 256 * 2**20  # the copy probe's tensor: far beyond any CPU's last-level cache and an H100's L2
 
 
 def cpu_description() -> str:
@@ -79,38 +77,3 @@ def forward_timer(runner: ModelRunner, tree: bool, repeats: int, context: int = 
         return fastest_seconds(forward(block, context, n), device, repeats)
 
     return timed
-
-
-@torch.inference_mode()
-def measure_copy_bandwidth(device: torch.device, nbytes: int = COPY_BYTES, repeats: int = 5) -> float:
-    """GB/s of the fastest of `repeats` copies of an nbytes tensor into another on the device, counting the bytes
-    read and the bytes written (STREAM's "copy" convention), with the threads the run decodes with."""
-    source = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    dest = torch.empty_like(source)
-    seconds = fastest_seconds(lambda: dest.copy_(source), device, repeats)
-    return 2 * nbytes / seconds / 1e9
-
-
-def probe_seconds(runner: ModelRunner, repeats: int = 3) -> float:
-    """A quick T(1): the fastest of `repeats` tree-masked one-token forwards after the measurement's context (what a
-    run compares its stored T(1) with as it starts)."""
-    return forward_timer(runner, True, repeats, CONTEXT)(1)
-
-
-def measure_cost_model(runner: ModelRunner, target: str, rounds: int = 3, watch: CostWatch | None = None,
-                       plan: CostPlan | None = None) -> CostModel:
-    """The run's verification curve, measured in interleaved rounds with the load read during them and checked
-    before it may be kept (specbench.decode.cost_rounds; its Measurement says when, how, under what load and, where
-    it failed its checks, why), on the target's runner (the shapes the run decodes at). watch: how the
-    load is read, the samples kept and progress shown (default: no load reading, nothing kept, no progress). plan:
-    how (default CostPlan with `rounds`)."""
-    watch = watch or CostWatch()
-    plan = plan or CostPlan(rounds=rounds)
-    samples = watch.resume(plan)
-    model = runner.model
-    timed = forward_timer(runner, True, plan.repeats, CONTEXT)
-    done = sum(x is not None for row in samples.seconds for x in row)
-    with watch.progress(len(plan.sizes) * plan.rounds, done) as tick:
-        curve, measured = measure_curve(CostRounds(plan, timed, watch, tick), samples)
-    return CostModel(target, str(model.device), cpu_description(), curve, copy_gbps=measure_copy_bandwidth(model.device),
-                     measured=measured)

@@ -29,10 +29,10 @@ from transformers import PreTrainedModel
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import accept_all, propose_all
-from specbench.decode.inputs import Blocks, row_blocks, target_forward, to_device
+from specbench.decode.inputs import row_blocks, target_forward, to_device
 from specbench.decode.kv import SlotCache
 from specbench.decode.layout import AttentionLayout
-from specbench.decode.runner import BATCH_SIZES, BLOCK_SIZES, ModelRunner, bucket, keep_rows
+from specbench.decode.runner import ModelRunner, keep_rows
 from specbench.decode.runtime import synchronize
 from specbench.decode.sampling import Sampling
 from specbench.decode.verify import Verdict, VerifyFn, verify_greedy_batch, verify_lossless, verify_rejection_batch
@@ -219,21 +219,6 @@ def forward(runner: ModelRunner, rows: list[Row], drafts: list[Draft], layout: A
     keep = shape.tokens if shape.captured else max(scored(d) for d in drafts)
     hidden = any(row.drafter.hidden_layers for row in rows)
     return target_forward(runner, blocks, starts, shape, keep, hidden, dtype, device, layout)
-
-
-@torch.inference_mode()
-def prepare_shapes(runner: ModelRunner, rows: int, hidden: bool) -> None:
-    """Every shape a step of up to `rows` rows can take with fixed shapes (each bucket of rows and of block tokens;
-    with and without hidden states where a drafter reads them), met on the run's cache before anything is timed: on
-    CUDA each is captured here, so that no timed question pays for a capture."""
-    model = runner.model
-    layout = AttentionLayout.of(model.config)
-    for size_rows in [b for b in BATCH_SIZES if b <= bucket(rows, BATCH_SIZES)]:
-        for size in BLOCK_SIZES:
-            block = Blocks.chains([[0] * size], [0])
-            for with_hidden in sorted({False, hidden}):
-                runner.prepare(size_rows, size, with_hidden, lambda shape: target_forward(
-                    runner, block, [0], shape, shape.tokens, with_hidden, model.dtype, model.device, layout))
 
 
 def scored(draft: Draft) -> int:

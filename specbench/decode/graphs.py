@@ -4,7 +4,7 @@ replayed, the shapes a run met counted (and those first met once timing began), 
 from __future__ import annotations
 
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -96,40 +96,11 @@ class Graphs:
         return self.graphs[key]
 
 
-@dataclass
-class CaptureReport:
-    """run.json's `cuda_graphs`: the shapes a run met and captured, and the ones first met inside timed questions
-    (on CUDA a capture there; on the CPU, where nothing is captured, the capture there would have been)."""
-    asked: bool  # CUDA graphs were asked for (fixed shapes on CUDA)
-    target_shapes: int
-    drafting_shapes: int
-    target_captures: int
-    drafting_captures: int
-    target_timed: int
-    drafting_timed: int
-    uncaptured: str  # why a set of graphs stopped capturing ("" when none did)
-
-    def line(self) -> str:
-        timed = (f"; first met during timing: {self.target_timed} target and {self.drafting_timed} drafting shapes"
-                 if self.target_timed or self.drafting_timed else "; none first met during timing")
-        if not self.asked:
-            return (f"none (not on CUDA): {self.target_shapes} target and {self.drafting_shapes} drafting shapes met"
-                    + timed)
-        return (f"{self.target_captures} target shapes and {self.drafting_captures} drafting shapes captured" + timed
-                + (f"; UNCAPTURED: {self.uncaptured}" if self.uncaptured else ""))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "line": self.line()}
-
-
 def clone(value: Any) -> Any:
     return {k: v.clone() for k, v in value.items()} if isinstance(value, dict) else value.clone()
 
 
 def copy_into(static: dict[str, Any], inputs: dict[str, Any]) -> None:
     for name, value in inputs.items():
-        if isinstance(value, dict):
-            for kind, tensor in value.items():
-                static[name][kind].copy_(tensor, non_blocking=True)
-        else:
-            static[name].copy_(value, non_blocking=True)
+        for kind, tensor in (value.items() if isinstance(value, dict) else [(None, value)]):
+            (static[name] if kind is None else static[name][kind]).copy_(tensor, non_blocking=True)

@@ -10,7 +10,7 @@ head's. The same code on every runtime; what differs is one choice, `fixed_shape
   step). A block longer than the largest bucket (a prefill) runs uncaptured at its own length. On the CPU the same
   padded shapes run uncaptured (the tests run the GPU's shapes there).
 
-A run captures every target shape it can meet before it times anything (engine.prepare_shapes), after its cache's
+A run captures every target shape it can meet before it times anything (specbench.run.decoder.prepare_shapes), after its cache's
 final `reserve`; a drafter's shapes are captured the first time they occur (in the warm-up, mostly). Every set of
 graphs counts the shapes first met once timing began. A capture that fails is reported once and that model runs
 uncaptured from then on; the run's tables say UNCAPTURED, and `--require-graphs` makes it an error.
@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from transformers import PreTrainedModel
 
-from specbench.decode.graphs import CaptureReport, Graphs
+from specbench.decode.graphs import Graphs
 from specbench.decode.kv import SlotCache, fill_holes
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64)  # tokens per row of a captured forward
@@ -197,16 +197,6 @@ class ModelRunner:
         graphs = Graphs(self.capture, self.graphs.required, self.fixed_shapes)
         self.drafting.append(graphs)
         return graphs
-
-    def capture_report(self) -> CaptureReport:
-        """What was captured, the target's and its drafters' graphs apart, when, and why not."""
-        drafting = self.drafting
-        return CaptureReport(
-            asked=self.capture,
-            target_shapes=self.graphs.stats.shapes, drafting_shapes=sum(g.stats.shapes for g in drafting),
-            target_captures=self.graphs.stats.captures, drafting_captures=sum(g.stats.captures for g in drafting),
-            target_timed=self.graphs.stats.timed, drafting_timed=sum(g.stats.timed for g in drafting),
-            uncaptured=next((g.stats.uncaptured for g in [self.graphs, *drafting] if g.stats.uncaptured), ""))
 
 
 def call_rows(graphs: Graphs | None, run: Callable[[dict[str, torch.Tensor]], torch.Tensor],

@@ -135,7 +135,6 @@ class FewTokenLinear(nn.Module):
 class RuntimeInfo:
     name: str  # the kernels, with "+graphs" where forwards run at fixed shapes (prepare), e.g. "few-token"
     swapped_linears: int
-    max_tokens: int
     packed_linears: int = 0  # of the swapped ones, with oneDNN-packed weights
     fixed_shapes: bool = False  # bucketed shapes over a cache reserved for the run (specbench.decode.runner)
     captured: bool = False  # ... replayed from CUDA graphs
@@ -177,12 +176,6 @@ def prepare_drafter(module: nn.Module, runtime: RuntimeInfo | None) -> None:
         swap_linears(module)
 
 
-def draft_model_runtime(runtime: RuntimeInfo | None) -> Runtime:
-    """The runtime a draft LM loads on: the target's kernels (stock where the target's are); its forwards take the
-    shapes of the target's runner (specbench.decode.chain), so its own graphs choice is off."""
-    return Runtime(kernels="few-token" if runtime is not None and runtime.swapped_linears else "stock", graphs="off")
-
-
 def frozen_linear(weight: torch.Tensor, runtime: RuntimeInfo | None) -> nn.Module:
     """A bias-free Linear layer over a frozen weight [out, in] (e.g. the target's lm_head rows a drafter scores),
     on the runtime's kernels where the target runs on them."""
@@ -208,8 +201,8 @@ def prepare(model: PreTrainedModel, runtime: Runtime | str = "auto", max_tokens:
     kernels, graphs = resolved(runtime, model.device)
     name = kernels + ("+graphs" if graphs else "")
     if kernels == "stock":
-        return RuntimeInfo(name, 0, 0, fixed_shapes=graphs, captured=graphs and model.device.type == "cuda")
+        return RuntimeInfo(name, 0, fixed_shapes=graphs, captured=graphs and model.device.type == "cuda")
     swap_linears(model, max_tokens)
     swapped = [m for m in model.modules() if isinstance(m, FewTokenLinear)]
-    return RuntimeInfo(name, len(swapped), max_tokens, sum(m.packed is not None for m in swapped),
+    return RuntimeInfo(name, len(swapped), sum(m.packed is not None for m in swapped),
                        fixed_shapes=graphs)

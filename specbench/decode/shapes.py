@@ -3,7 +3,7 @@ shipped in the package (specbench/shapes/NAME.json: public config.json values, n
 drawn from a fixed seed, created directly on the run's device in its dtype; its tokenizer is the default target's.
 
 What such a model emits means nothing, so its runs are timing only (specbench.run.timing_only): vanilla's timing is
-the architecture's, and under synthetic acceptance (specbench.decode.synthetic) every method's is too. A shape's
+the architecture's, and under synthetic acceptance (specbench.run.synthetic) every method's is too. A shape's
 vocabulary may be larger than the tokenizer's: ids the tokenizer lacks are kept in the records' token ids and
 left out of the answer's text (the default tokenizer's decode skips them)."""
 from __future__ import annotations

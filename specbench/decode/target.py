@@ -71,10 +71,7 @@ def pick_device(requested: str | None) -> torch.device:
 
 def pick_dtype(requested: str | None, device: torch.device) -> torch.dtype:
     if requested and requested != "auto":
-        try:
-            dtype = getattr(torch, requested)
-        except AttributeError:
-            raise SpecbenchError(f"unknown dtype {requested!r} (use float32, float16 or bfloat16)") from None
+        dtype = getattr(torch, requested, None)
         if not isinstance(dtype, torch.dtype):
             raise SpecbenchError(f"unknown dtype {requested!r} (use float32, float16 or bfloat16)")
         return dtype
@@ -187,8 +184,3 @@ def chat_tokens(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str
         ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
         return list(ids)
     return tokenizer("\n\n".join(m["content"] for m in messages))["input_ids"]
-
-
-def chat_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids of a conversation ending with the assistant's turn to speak."""
-    return chat_tokens(tokenizer, messages, generation_prompt=True)

@@ -138,10 +138,6 @@ class Uniforms:
         device = generator.device if generator is not None else None  # a CUDA generator draws on its own device
         return torch.rand(n, generator=generator, device=device)
 
-    @classmethod
-    def drawn(cls, n: int, generator: torch.Generator | None) -> "Uniforms":
-        return cls(cls.draw(n, generator).tolist())
-
 
 class RowProbs:
     """The processed target distribution at the rows of one draft's logits that a walk reads: the root and every node

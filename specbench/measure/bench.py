@@ -14,8 +14,7 @@ from typing import Callable
 import torch
 from tqdm import tqdm
 
-from specbench.decode.cost_model import CostCurve, CostModel
-from specbench.decode.cost_rounds import SIZES
+from specbench.decode.cost_model import SIZES, CostCurve, CostModel
 from specbench.decode.costs import cpu_description, measure_forward_curve
 from specbench.decode.engine import generate
 from specbench.decode.runtime import FewTokenLinear, fastest_seconds, restore, stock_linears

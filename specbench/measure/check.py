@@ -106,7 +106,7 @@ def compare_to_vanilla(run_dir: Path) -> tuple[dict[str, tuple[int, int]], list[
 
 def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
     """Fill in the target's logit margin at each first divergence (loads the run's target)."""
-    from specbench.decode.target import chat_prompt, load_model
+    from specbench.decode.target import chat_tokens, load_model
     from specbench.run.tasks import resolve_questions, selection_from_settings
 
     todo = [m for m in mismatches if not m.follows_earlier and m.expected is not None and m.got is not None]
@@ -129,7 +129,7 @@ def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
             messages.append({"role": "user", "content": question.turns[turn]})
             if turn < m.turn:
                 messages.append({"role": "assistant", "content": answers.turns[turn]})
-        prefix = chat_prompt(target.tokenizer, messages) + answers.token_ids[m.turn][: m.index]
+        prefix = chat_tokens(target.tokenizer, messages) + answers.token_ids[m.turn][: m.index]
         with torch.inference_mode():
             logits = target.model(torch.tensor([prefix], device=target.model.device)).logits[0, -1].float()
         m.margin = float(logits[m.expected] - logits[m.got])

@@ -22,7 +22,7 @@ from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.decode.shapes import is_shape
-from specbench.decode.target import DEFAULT_TARGET, chat_prompt, load_model
+from specbench.decode.target import DEFAULT_TARGET, chat_tokens, load_model
 from specbench.decode.verify import VerifyFn
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
@@ -135,7 +135,7 @@ def run_sampled_check(cfg: SampledCheckConfig) -> tuple[str, bool]:
     alpha_per_test = cfg.alpha / tests_per_method
     rows = []
     for task, question in tqdm(prompts_text, desc="prompts", unit="prompt"):
-        prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": question.turns[0]}])
+        prompt = chat_tokens(target.tokenizer, [{"role": "user", "content": question.turns[0]}])
         reference = sample_prefixes(target.model, prompt, vanilla, sampling, cfg.tokens, cfg.samples,
                                     cfg.seed * 1000, target.stop_ids, progress="vanilla")
         for index, method in enumerate(methods, start=1):

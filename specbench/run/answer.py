@@ -13,7 +13,7 @@ from specbench.decode.draft import Drafter
 from specbench.decode.engine import context_limit, generate_batch
 from specbench.decode.runner import round_up
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import LoadedModel, chat_prompt
+from specbench.decode.target import LoadedModel, chat_tokens
 from specbench.decode.verify import VerifyFn
 from specbench.errors import SpecbenchError
 from specbench.run.energy import EnergyCounter
@@ -49,7 +49,7 @@ def answer_questions(
         prompts, generators = [], []
         for i in rows:
             messages[i].append({"role": "user", "content": questions[i].turns[turn]})
-            prompts.append(chat_prompt(target.tokenizer, messages[i]))
+            prompts.append(chat_tokens(target.tokenizer, messages[i]))
             generator = None
             if not sampling.greedy or verify is not None:
                 generator = torch.Generator(device=target.model.device)
@@ -99,7 +99,7 @@ def conversation_capacity(target: LoadedModel, questions: list[Question], budget
     for q in questions:
         messages = [m for turn in q.turns for m in ({"role": "user", "content": turn},
                                                     {"role": "assistant", "content": ""})]
-        longest = max(longest, len(chat_prompt(target.tokenizer, messages)) + len(q.turns) * (budget + TURN_SLACK))
+        longest = max(longest, len(chat_tokens(target.tokenizer, messages)) + len(q.turns) * (budget + TURN_SLACK))
     return min(round_up(longest, CAPACITY_STEP), context_limit(target.model))
 
 
@@ -107,7 +107,7 @@ def check_prompts_fit(target: LoadedModel, questions: dict[str, list[Question]],
     limit = context_limit(target.model)
     for task, qs in questions.items():
         for q in qs:
-            length = len(chat_prompt(target.tokenizer, [{"role": "user", "content": q.turns[0]}]))
+            length = len(chat_tokens(target.tokenizer, [{"role": "user", "content": q.turns[0]}]))
             if length + budgets[task] > limit:
                 raise SpecbenchError(
                     f"{task} question {q.question_id}: prompt of {length} tokens + {budgets[task]} new tokens "
@@ -121,7 +121,7 @@ def warm_up(target: LoadedModel, drafters: dict[str, Drafter], question: Questio
     initialisation (allocator, kernels, caches). Its output is discarded."""
     if question is None or tokens <= 0:
         return
-    prompt = chat_prompt(target.tokenizer, [{"role": "user", "content": question.turns[0]}])
+    prompt = chat_tokens(target.tokenizer, [{"role": "user", "content": question.turns[0]}])
     for drafter in drafters.values():
         for size in sorted(set(batch_sizes)):
             rows = [drafter] + [drafter.fork() for _ in range(size - 1)]

@@ -4,7 +4,7 @@ them and every later run there reuses them (specbench.decode.cost_model says why
 A stored curve is reused when it is still monotone within its noise and, on a machine idle as the run starts, when
 a quick probe of T(1) agrees with its T(1) within the machine's spread (max(NOISE_FLOOR, the spread between its
 rounds)); otherwise the run says so in one line and measures anew. A measurement reads the load during its rounds
-(specbench.decode.cost_rounds), keeps its samples beside the stored costs after every timed size (an interrupted
+(specbench.run.cost_rounds), keeps its samples beside the stored costs after every timed size (an interrupted
 one resumes from them) and shows a progress bar; a curve it refuses is never stored.
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ from tqdm import tqdm
 
 from specbench.cache import cache_root
 from specbench.decode.cost_model import NOISE_FLOOR, CostModel
-from specbench.decode.cost_rounds import CostPlan, CostSamples, CostWatch, disagrees, falls
 from specbench.errors import SpecbenchError
+from specbench.run.cost_rounds import CostPlan, CostSamples, CostWatch, disagrees, falls
 from specbench.run.load import LoadMeter
 from specbench.run.records import write_json
 

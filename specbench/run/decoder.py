@@ -5,22 +5,23 @@ from __future__ import annotations
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
+import torch
 from tqdm import tqdm
 
 from specbench.decode.cost_model import CostModel
-from specbench.decode.cost_rounds import CostPlan
-from specbench.decode.costs import cpu_description, measure_copy_bandwidth, measure_cost_model, probe_seconds
+from specbench.decode.costs import cpu_description
 from specbench.decode.draft import Drafter
-from specbench.decode.engine import prepare_shapes
-from specbench.decode.runner import BATCH_SIZES
+from specbench.decode.inputs import Blocks, target_forward
+from specbench.decode.layout import AttentionLayout
+from specbench.decode.runner import BATCH_SIZES, BLOCK_SIZES, ModelRunner, bucket
 from specbench.decode.sampling import Sampling
-from specbench.decode.synthetic import SyntheticAcceptance
 from specbench.decode.target import load_model
 from specbench.method import BuildContext, MethodInfo
 from specbench.run.answer import answer_questions, check_prompts_fit, conversation_capacity, warm_up
+from specbench.run.cost_rounds import CostPlan, measure_copy_bandwidth, measure_cost_model, probe_seconds
 from specbench.run.cost_store import Machine, MachineWatch, machine_costs, store_costs
 from specbench.run.energy import open_counter
 from specbench.run.failures import target_step
@@ -31,6 +32,7 @@ from specbench.run.record import BatchPlace, Record, Worker
 from specbench.run.records import environment
 from specbench.run.reference import ReferenceDecoder
 from specbench.run.registry import available_methods
+from specbench.run.synthetic import SyntheticAcceptance
 from specbench.run.tasks import Question
 
 
@@ -136,7 +138,7 @@ class Decoder:
                 reference.warm_up(first, self.cfg.warmup_tokens)
         if runner.fixed_shapes:  # what was captured before timing (a drafter's later shapes are counted as timed)
             runner.start_timing()
-            self.info.environment["cuda_graphs"] = runner.capture_report().line()
+            self.info.environment["cuda_graphs"] = capture_report(runner).line()
 
     def warm_up_sizes(self) -> tuple[int, ...]:
         """The batch sizes each method warms up at: the run's, and with fixed shapes every row bucket below its
@@ -150,7 +152,7 @@ class Decoder:
     def capture_report(self) -> dict[str, Any] | None:
         """The fixed shapes met and captured so far (run.json's cuda_graphs at the end of a run), or None."""
         runner = self.target.runner
-        return runner.capture_report().to_dict() if runner.fixed_shapes else None
+        return capture_report(runner).to_dict() if runner.fixed_shapes else None
 
     def decode(self, job: Job, progress: TokenProgress | None = None) -> Iterator[Record]:
         """Each method's records for the job (one per question), as soon as that method has answered every turn
@@ -195,3 +197,55 @@ class Decoder:
             top_p=cfg.top_p, top_k=cfg.top_k, category=question.category, target=cfg.target, seed=cfg.seed,
             max_new_tokens=self.budgets[job.task], repeat=job.repeat, options=reference.options(), tstamp=time.time(),
             worker=Worker(self.info.worker, self.info.host, self.info.device))
+
+
+@torch.inference_mode()
+def prepare_shapes(runner: ModelRunner, rows: int, hidden: bool) -> None:
+    """Every shape a step of up to `rows` rows can take with fixed shapes (each bucket of rows and of block tokens;
+    with and without hidden states where a drafter reads them), met on the run's cache before anything is timed: on
+    CUDA each is captured here, so that no timed question pays for a capture."""
+    model = runner.model
+    layout = AttentionLayout.of(model.config)
+    for size_rows in [b for b in BATCH_SIZES if b <= bucket(rows, BATCH_SIZES)]:
+        for size in BLOCK_SIZES:
+            block = Blocks.chains([[0] * size], [0])
+            for with_hidden in sorted({False, hidden}):
+                runner.prepare(size_rows, size, with_hidden, lambda shape: target_forward(
+                    runner, block, [0], shape, shape.tokens, with_hidden, model.dtype, model.device, layout))
+
+
+@dataclass
+class CaptureReport:
+    """run.json's `cuda_graphs`: the shapes a run met and captured, and the ones first met inside timed questions
+    (on CUDA a capture there; on the CPU, where nothing is captured, the capture there would have been)."""
+    asked: bool  # CUDA graphs were asked for (fixed shapes on CUDA)
+    target_shapes: int
+    drafting_shapes: int
+    target_captures: int
+    drafting_captures: int
+    target_timed: int
+    drafting_timed: int
+    uncaptured: str  # why a set of graphs stopped capturing ("" when none did)
+
+    def line(self) -> str:
+        timed = (f"; first met during timing: {self.target_timed} target and {self.drafting_timed} drafting shapes"
+                 if self.target_timed or self.drafting_timed else "; none first met during timing")
+        if not self.asked:
+            return (f"none (not on CUDA): {self.target_shapes} target and {self.drafting_shapes} drafting shapes met"
+                    + timed)
+        return (f"{self.target_captures} target shapes and {self.drafting_captures} drafting shapes captured" + timed
+                + (f"; UNCAPTURED: {self.uncaptured}" if self.uncaptured else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "line": self.line()}
+
+
+def capture_report(runner: ModelRunner) -> CaptureReport:
+    """What a runner captured, the target's and its drafters' graphs apart, when, and why not."""
+    drafting = runner.drafting
+    return CaptureReport(
+        asked=runner.capture,
+        target_shapes=runner.graphs.stats.shapes, drafting_shapes=sum(g.stats.shapes for g in drafting),
+        target_captures=runner.graphs.stats.captures, drafting_captures=sum(g.stats.captures for g in drafting),
+        target_timed=runner.graphs.stats.timed, drafting_timed=sum(g.stats.timed for g in drafting),
+        uncaptured=next((g.stats.uncaptured for g in [runner.graphs, *drafting] if g.stats.uncaptured), ""))

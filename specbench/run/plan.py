@@ -11,7 +11,6 @@ import torch
 from specbench.decode.cost_model import CostModel, read_cost_model
 from specbench.decode.names import Runtime
 from specbench.decode.sampling import Sampling
-from specbench.decode.synthetic import SyntheticAcceptance
 from specbench.decode.target import DEFAULT_TARGET
 from specbench.errors import SpecbenchError
 from specbench.method import MethodInfo
@@ -21,6 +20,7 @@ from specbench.run.reference import check_references, reference_options
 from specbench.run.registry import select_methods
 from specbench.run.run_info import check_resumable, read_run_info
 from specbench.run.settings import check_disjoint, read_settings
+from specbench.run.synthetic import SyntheticAcceptance
 from specbench.run.tasks import Question, QuestionSelection, Task, resolve_questions
 
 
@@ -44,7 +44,7 @@ class RunConfig:
     dtype: str | None = None
     runtime: Runtime = field(default_factory=Runtime)
     # TIMING ONLY: accept along each draft's best path at these conditional per-position rates instead of verifying
-    # (specbench.decode.synthetic); None: lossless verification
+    # (specbench.run.synthetic); None: lossless verification
     synthetic: list[float] | None = None
     # TIMING ONLY, a replayed acceptance profile's per-category rates (category -> rates; synthetic holds its overall
     # ones, replayed for the other categories); None: the same rates for every question

@@ -81,7 +81,7 @@ class Record:
     tstamp: float = 0.0  # when the answer was finished (Spec-Bench's answer files keep it)
     worker: Worker | None = None
     options: dict[str, Any] | None = None  # the method's options as it ran, defaults included (None: before schema 3)
-    # TIMING ONLY: the synthetic acceptance rates the run accepted drafts at (specbench.decode.synthetic), not the
+    # TIMING ONLY: the synthetic acceptance rates the run accepted drafts at (specbench.run.synthetic), not the
     # target's verification; None (not written): a verified run
     synthetic: list[float] | None = None
     schema: int = SCHEMA

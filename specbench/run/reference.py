@@ -29,7 +29,7 @@ from transformers.generation.streamers import BaseStreamer
 from specbench.decode.engine import context_limit
 from specbench.decode.runtime import restore, stock_linears, synchronize
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import LoadedModel, chat_prompt
+from specbench.decode.target import LoadedModel, chat_tokens
 from specbench.errors import SpecbenchError
 from specbench.run.answer import question_seed
 from specbench.run.energy import EnergyCounter
@@ -162,7 +162,7 @@ class ReferenceDecoder:
     def warm_up(self, question: Question | None, tokens: int) -> None:
         """One untimed generation (hf-compiled: the compilation, at the run's cache length), output discarded."""
         if question is not None and tokens > 0:
-            prompt = chat_prompt(self.target.tokenizer, [{"role": "user", "content": question.turns[0]}])
+            prompt = chat_tokens(self.target.tokenizer, [{"role": "user", "content": question.turns[0]}])
             self.generate(prompt, Sampling(), tokens)
 
     def answer(self, question: Question, task: str, sampling: Sampling, max_new_tokens: int, seed: int,
@@ -175,7 +175,7 @@ class ReferenceDecoder:
         choice, messages = Choice(energy_j=[] if energy else None), []
         for turn, text in enumerate(question.turns):
             messages.append({"role": "user", "content": text})
-            prompt = chat_prompt(self.target.tokenizer, messages)
+            prompt = chat_tokens(self.target.tokenizer, messages)
             turn_seed = None if sampling.greedy else question_seed(seed, task, question.question_id, turn, repeat)
             counted = energy.read() if energy else []
             tokens, wall, ends, reason = self.generate(prompt, sampling, max_new_tokens, turn_seed, on_step)

@@ -122,7 +122,7 @@ def write_load_log(out: Path, log: dict[str, Any]) -> None:
 
 
 def write_capture_report(out: Path, report: dict[str, Any]) -> None:
-    """The fixed shapes' capture report as the session ends (graphs.CaptureReport.to_dict), in place of the
+    """The fixed shapes' capture report as the session ends (decoder.CaptureReport.to_dict), in place of the
     line the warm-up wrote into the environment."""
     info = read_run_info(out)
     info.environment["cuda_graphs"] = report

@@ -1,4 +1,4 @@
-"""TIMING-ONLY runs: those whose outputs are not their target's (synthetic acceptance, specbench.decode.synthetic)
+"""TIMING-ONLY runs: those whose outputs are not their target's (synthetic acceptance, specbench.run.synthetic)
 or whose target is not a trained model (a shape target with random weights, specbench.decode.shapes). Their
 timings are what they measure; `check`, `tune` and the fair comparison refuse them, and every table says so."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from specbench.decode.shapes import is_shape
-from specbench.decode.synthetic import LABEL
+from specbench.run.synthetic import LABEL
 
 
 def timing_only(target: str, synthetic: list[float] | None) -> str | None:

@@ -28,7 +28,7 @@ import torch
 from tqdm import tqdm
 
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import LoadedModel, chat_prompt, chat_tokens
+from specbench.decode.target import LoadedModel, chat_tokens
 from specbench.errors import SpecbenchError
 from specbench.train.dataset import chunk_path, generation_origin, write_chunk
 from specbench.train.features import (
@@ -119,7 +119,7 @@ def _reply_mask(prompt_len: int, reply_len: int, earlier: list[tuple[int, int]])
 
 def _earlier_reply_span(tokenizer, first_user: str, first_reply: str, prompt2: list[int]) -> list[tuple[int, int]]:
     """Where the first reply sits in the second turn's prompt (as the chat template re-tokenized it)."""
-    before = chat_prompt(tokenizer, [{"role": "user", "content": first_user}])
+    before = chat_tokens(tokenizer, [{"role": "user", "content": first_user}])
     with_reply = chat_tokens(tokenizer, [{"role": "user", "content": first_user},
                                          {"role": "assistant", "content": first_reply}], generation_prompt=False)
     if prompt2[: len(before)] != before or prompt2[: len(with_reply)] != with_reply:
@@ -172,7 +172,7 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
     for index in todo:
         chunk_start = index * cfg.chunk_size
         part = list(range(chunk_start, min(chunk_start + cfg.chunk_size, len(rows))))
-        first_prompts = {i: chat_prompt(tok, [{"role": "user", "content": rows[i]["turns"][0]}]) for i in part}
+        first_prompts = {i: chat_tokens(tok, [{"role": "user", "content": rows[i]["turns"][0]}]) for i in part}
         first = _answer_all(target, first_prompts, cfg, 0, bar)
         second_prompts, spans = {}, {}
         for i in part:
@@ -180,7 +180,7 @@ def distill(cfg: DistillConfig, target: LoadedModel, progress: bool = True) -> d
                 text = tok.decode(first[i].reply, skip_special_tokens=True)
                 messages = [{"role": "user", "content": rows[i]["turns"][0]}, {"role": "assistant", "content": text},
                             {"role": "user", "content": follow_text[i]}]
-                second_prompts[i] = chat_prompt(tok, messages)
+                second_prompts[i] = chat_tokens(tok, messages)
                 spans[i] = _earlier_reply_span(tok, rows[i]["turns"][0], text, second_prompts[i])
         second = _answer_all(target, second_prompts, cfg, 1, None) if second_prompts else {}
         convs, reply_masks, hidden, fused, ids = [], [], [], [], []

@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import LoadedModel, chat_prompt, chat_tokens
+from specbench.decode.target import LoadedModel, chat_tokens
 from specbench.errors import SpecbenchError
 from specbench.jsonl import json_lines
 from specbench.train.replies import answer
@@ -192,7 +192,7 @@ def target_layer_features(target: LoadedModel, batch: list[list[int]],
 def self_replies(target: LoadedModel, turns: list[list[str]], max_new_tokens: int) -> list[str]:
     """The target's own greedy replies to each conversation's first turn (decoded together by the engine)."""
     tokenizer = target.tokenizer
-    prompts = [chat_prompt(tokenizer, [{"role": "user", "content": t[0]}]) for t in turns]
+    prompts = [chat_tokens(tokenizer, [{"role": "user", "content": t[0]}]) for t in turns]
     stop = target.stop_ids
     replies = []
     for row in answer(target, prompts, Sampling(), max_new_tokens):
