@@ -308,9 +308,9 @@ def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext], cache_ro
 
 
 def size_automatically(drafter: FeatureTreeDrafter, ctx: BuildContext, key: str) -> None:
-    """total_tokens=auto: each tree sized from the run's fixed costs (without them, the API's: the curve measured
-    now), the target's verification curve and one tree level's time, both on the runtime the run decodes on (the
-    level with the drafter's own head and cache; stored under `key` with the machine's costs)."""
+    """total_tokens=auto: each tree sized from the run's fixed costs (a drafter built without them, through the API:
+    the curve measured now), the target's verification curve and one tree level's time, both on the runtime the run
+    decodes on (the level with the drafter's own head and cache; stored under `key` with the machine's costs)."""
     runner = ctx.target.runner
     costs = ctx.costs or CostModel(ctx.target.name, str(runner.device), cpu_description(),
                                    measure_forward_curve(runner.model, SIZES, tree=True, runner=runner))

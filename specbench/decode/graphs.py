@@ -1,6 +1,6 @@
 """CUDA graphs for fixed shapes (specbench.decode.runner): one model's forwards captured per shape and
-replayed, the shapes a run met counted (and those first met once timing began), a failed capture reported once
-(or an error where the run requires capture), and the report run.json keeps (`cuda_graphs`)."""
+replayed, the shapes a run met counted (and those first met once timing began: run.json's `cuda_graphs`,
+specbench.run.decoder.capture_report), a failed capture reported once (or an error where the run requires it)."""
 from __future__ import annotations
 
 import warnings

@@ -10,10 +10,10 @@ head's. The same code on every runtime; what differs is one choice, `fixed_shape
   step). A block longer than the largest bucket (a prefill) runs uncaptured at its own length. On the CPU the same
   padded shapes run uncaptured (the tests run the GPU's shapes there).
 
-A run captures every target shape it can meet before it times anything (specbench.run.decoder.prepare_shapes), after its cache's
-final `reserve`; a drafter's shapes are captured the first time they occur (in the warm-up, mostly). Every set of
-graphs counts the shapes first met once timing began. A capture that fails is reported once and that model runs
-uncaptured from then on; the run's tables say UNCAPTURED, and `--require-graphs` makes it an error.
+A run captures every target shape it can meet before it times anything (run.decoder.prepare_shapes), after its
+cache's final `reserve`; a drafter's shapes are captured the first time they occur (in the warm-up, mostly). Every
+set of graphs counts the shapes first met once timing began. A capture that fails is reported once and that model
+runs uncaptured from then on; the run's tables say UNCAPTURED, and `--require-graphs` makes it an error.
 """
 from __future__ import annotations
 
