@@ -99,7 +99,7 @@ class CostModel:
     cpu: str
     verify: CostCurve
     drafting: dict[str, float] = field(default_factory=dict)  # seconds, by a key the method chooses
-    # The device's copy bandwidth (GB/s, read + written; run.cost_rounds.measure_copy_bandwidth): the report's
+    # The device's copy bandwidth (GB/s, read + written; run.decoder.measure_copy_bandwidth): the report's
     # roofline limit, decides nothing. None in costs stored before it was measured.
     copy_gbps: float | None = None
     measured: Measurement | None = None  # when, how, under what load the curve was measured (None: before kept)

@@ -1,6 +1,6 @@
 """Timing a forward on this machine as the engine runs it: the target's tree-masked verification curve (what the
 run's fixed cost model holds, specbench.decode.cost_model; a run measures it in checked rounds,
-specbench.run.cost_rounds) and the machine's description that goes with every timing."""
+specbench.run.cost_rounds and run.decoder) and the machine's description that goes with every timing."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -12,8 +12,9 @@ As the curve is each size's fastest over the rounds, a fall that some round cont
 spread: load shows as spread (refused past MAX_SPREAD), and a fall beyond the noise is one that every round
 measured (a runtime whose kernel for k tokens is slower than its kernel for more; refused as well, and said).
 
-Everything here reads the clock only through the callables it is given (the timed forward, the load reading), so a
-test can drive it with a fake timer; nothing here runs while decoding. Samples are handed to `keep` after every
+Everything here reads the clock only through the callables it is given (the timed forward, the load reading: a run's
+measure_cost_model, specbench.run.decoder), so a test can drive it with a fake timer, and nothing here imports torch
+(`costs show` answers before torch loads); nothing here runs while decoding. Samples are handed to `keep` after every
 timed size, so that an interrupted measurement resumes from the sizes it finished.
 """
 from __future__ import annotations
@@ -23,14 +24,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
-import torch
+from specbench.decode.cost_model import SIZES, CostCurve, Measurement, noise
 
-from specbench.decode.cost_model import SIZES, CostCurve, CostModel, Measurement, noise
-from specbench.decode.costs import CONTEXT, cpu_description, forward_timer
-from specbench.decode.runner import ModelRunner
-from specbench.decode.runtime import fastest_seconds
-
-COPY_BYTES = 256 * 2**20  # the copy probe's tensor: far beyond any CPU's last-level cache and an H100's L2
 MAX_SPREAD = 0.3  # rounds disagreeing by more than this: the machine was not steady enough to keep the curve
 BUSY_SHARE = 0.25  # a round during which other processes used more than this share of the CPUs is measured again
 
@@ -237,38 +232,3 @@ def measurement(samples: CostSamples, watch: CostWatch, plan: CostPlan, probe: f
     return Measurement(utc_now(), samples.started, plan.describe(), loads,
                        list(samples.dropped), samples.spread(), None if probe is None else probe * 1000,
                        samples.attempt, trouble)
-
-
-@torch.inference_mode()
-def measure_copy_bandwidth(device: torch.device, nbytes: int = COPY_BYTES, repeats: int = 5) -> float:
-    """GB/s of the fastest of `repeats` copies of an nbytes tensor into another on the device, counting the bytes
-    read and the bytes written (STREAM's "copy" convention), with the threads the run decodes with."""
-    source = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    dest = torch.empty_like(source)
-    seconds = fastest_seconds(lambda: dest.copy_(source), device, repeats)
-    return 2 * nbytes / seconds / 1e9
-
-
-def probe_seconds(runner: ModelRunner, repeats: int = 3) -> float:
-    """A quick T(1): the fastest of `repeats` tree-masked one-token forwards after the measurement's context (what a
-    run compares its stored T(1) with as it starts)."""
-    return forward_timer(runner, True, repeats, CONTEXT)(1)
-
-
-def measure_cost_model(runner: ModelRunner, target: str, rounds: int = 3, watch: CostWatch | None = None,
-                       plan: CostPlan | None = None) -> CostModel:
-    """The run's verification curve, measured in interleaved rounds with the load read during them and checked
-    before it may be kept (its Measurement says when, how, under what load and, where it failed its checks, why),
-    on the target's runner (the shapes the run decodes at). watch: how the load is read, the samples kept and
-    progress shown (default: no load reading, nothing kept, no progress). plan: how (default CostPlan with
-    `rounds`)."""
-    watch = watch or CostWatch()
-    plan = plan or CostPlan(rounds=rounds)
-    samples = watch.resume(plan)
-    model = runner.model
-    timed = forward_timer(runner, True, plan.repeats, CONTEXT)
-    done = sum(x is not None for row in samples.seconds for x in row)
-    with watch.progress(len(plan.sizes) * plan.rounds, done) as tick:
-        curve, measured = measure_curve(CostRounds(plan, timed, watch, tick), samples)
-    return CostModel(target, str(model.device), cpu_description(), curve, copy_gbps=measure_copy_bandwidth(model.device),
-                     measured=measured)

@@ -12,16 +12,17 @@ import torch
 from tqdm import tqdm
 
 from specbench.decode.cost_model import CostModel
-from specbench.decode.costs import cpu_description
+from specbench.decode.costs import CONTEXT, cpu_description, forward_timer
 from specbench.decode.draft import Drafter
 from specbench.decode.inputs import Blocks, target_forward
 from specbench.decode.layout import AttentionLayout
 from specbench.decode.runner import BATCH_SIZES, BLOCK_SIZES, ModelRunner, bucket
+from specbench.decode.runtime import fastest_seconds
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import load_model
 from specbench.method import BuildContext, MethodInfo
 from specbench.run.answer import answer_questions, check_prompts_fit, conversation_capacity, warm_up
-from specbench.run.cost_rounds import CostPlan, measure_copy_bandwidth, measure_cost_model, probe_seconds
+from specbench.run.cost_rounds import CostPlan, CostRounds, CostWatch, measure_curve
 from specbench.run.cost_store import Machine, MachineWatch, machine_costs, store_costs
 from specbench.run.energy import open_counter
 from specbench.run.failures import target_step
@@ -34,6 +35,8 @@ from specbench.run.reference import ReferenceDecoder
 from specbench.run.registry import available_methods
 from specbench.run.synthetic import SyntheticAcceptance
 from specbench.run.tasks import Question
+
+COPY_BYTES = 256 * 2**20  # the copy probe's tensor: far beyond any CPU's last-level cache and an H100's L2
 
 
 @dataclass
@@ -197,6 +200,41 @@ class Decoder:
             top_p=cfg.top_p, top_k=cfg.top_k, category=question.category, target=cfg.target, seed=cfg.seed,
             max_new_tokens=self.budgets[job.task], repeat=job.repeat, options=reference.options(), tstamp=time.time(),
             worker=Worker(self.info.worker, self.info.host, self.info.device))
+
+
+@torch.inference_mode()
+def measure_copy_bandwidth(device: torch.device, nbytes: int = COPY_BYTES, repeats: int = 5) -> float:
+    """GB/s of the fastest of `repeats` copies of an nbytes tensor into another on the device, counting the bytes
+    read and the bytes written (STREAM's "copy" convention), with the threads the run decodes with."""
+    source = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    dest = torch.empty_like(source)
+    seconds = fastest_seconds(lambda: dest.copy_(source), device, repeats)
+    return 2 * nbytes / seconds / 1e9
+
+
+def probe_seconds(runner: ModelRunner, repeats: int = 3) -> float:
+    """A quick T(1): the fastest of `repeats` tree-masked one-token forwards after the measurement's context (what a
+    run compares its stored T(1) with as it starts)."""
+    return forward_timer(runner, True, repeats, CONTEXT)(1)
+
+
+def measure_cost_model(runner: ModelRunner, target: str, rounds: int = 3, watch: CostWatch | None = None,
+                       plan: CostPlan | None = None) -> CostModel:
+    """The run's verification curve, measured in interleaved rounds with the load read during them and checked
+    before it may be kept (its Measurement says when, how, under what load and, where it failed its checks, why),
+    on the target's runner (the shapes the run decodes at). watch: how the load is read, the samples kept and
+    progress shown (default: no load reading, nothing kept, no progress). plan: how (default CostPlan with
+    `rounds`)."""
+    watch = watch or CostWatch()
+    plan = plan or CostPlan(rounds=rounds)
+    samples = watch.resume(plan)
+    model = runner.model
+    timed = forward_timer(runner, True, plan.repeats, CONTEXT)
+    done = sum(x is not None for row in samples.seconds for x in row)
+    with watch.progress(len(plan.sizes) * plan.rounds, done) as tick:
+        curve, measured = measure_curve(CostRounds(plan, timed, watch, tick), samples)
+    return CostModel(target, str(model.device), cpu_description(), curve, copy_gbps=measure_copy_bandwidth(model.device),
+                     measured=measured)
 
 
 @torch.inference_mode()
