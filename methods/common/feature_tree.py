@@ -30,8 +30,8 @@ from typing import Any, Mapping, Protocol
 import numpy as np
 import torch
 
-from specbench.decode.cost_model import SIZES, CostCurve, CostModel
-from specbench.decode.costs import CONTEXT, cpu_description, measure_forward_curve
+from specbench.decode.cost_model import SIZES, CostCurve
+from specbench.decode.costs import CONTEXT, measure_forward_curve
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import alike, propose_together
 from specbench.decode.inputs import to_device
@@ -311,12 +311,10 @@ def size_automatically(drafter: FeatureTreeDrafter, ctx: BuildContext, key: str)
     """total_tokens=auto: each tree sized from the run's fixed costs (a drafter built without them, through the API:
     the curve measured now), the target's verification curve and one tree level's time, both on the runtime the run
     decodes on (the level with the drafter's own head and cache; stored under `key` with the machine's costs)."""
-    runner = ctx.target.runner
-    costs = ctx.costs or CostModel(ctx.target.name, str(runner.device), cpu_description(),
-                                   measure_forward_curve(runner.model, SIZES, tree=True, runner=runner))
-    drafter.tree.costs = costs.verify
-    drafter.tree.level_seconds = costs.drafting_cost(
-        key, lambda: measure_level_seconds(drafter.head, drafter.tree.top_k, drafter.cache))
+    runner, level = ctx.target.runner, partial(measure_level_seconds, drafter.head, drafter.tree.top_k, drafter.cache)
+    drafter.tree.costs = (ctx.costs.verify if ctx.costs is not None
+                          else measure_forward_curve(runner.model, SIZES, tree=True, runner=runner))
+    drafter.tree.level_seconds = ctx.costs.drafting_cost(key, level) if ctx.costs is not None else level()
 
 
 @torch.inference_mode()

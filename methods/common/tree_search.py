@@ -49,10 +49,6 @@ class Search:
     target_ids: torch.Tensor  # [V_draft] draft index -> target token id
     stop: Callable[[torch.Tensor], torch.Tensor] | None = None  # frontier mass [R] -> stop here [R] (auto sizing)
 
-    def expand_root(self, root: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-k (draft log-probs, draft indices) [R, 1, k] under each row's root feature [R, W]."""
-        return self.rows.expand_root(root, k)
-
     def run(self, tokens: torch.Tensor, features: torch.Tensor, depth: int, ancestors: torch.Tensor, k: int,
             then: Callable | None = None, state: dict[str, torch.Tensor] | None = None) -> tuple:
         """The head over n nodes of each row at one depth (tokens [R, n], their parents' features [R, n, W]); each
@@ -83,7 +79,7 @@ def dynamic(search: Search, root: torch.Tensor, k: int, depth: int) -> Nodes:
     as the next frontier. Each level's bookkeeping (`frontier_step`) runs inside the level's step, after the head's
     top-k: one captured graph a level."""
     rows, device = root.shape[0], root.device
-    logp, index = search.expand_root(root, k)
+    logp, index = search.rows.expand_root(root, k)
     f_tokens = search.target_ids[index[:, 0]]
     state = {"f_scores": logp[:, 0], "f_tokens": f_tokens, "frontier": torch.arange(k, device=device).expand(rows, k),
              "parent_tokens": search.root_tokens[:, None].expand(rows, k),
@@ -138,7 +134,7 @@ def static(search: Search, root: torch.Tensor, paths: list[tuple[int, ...]]) -> 
     for every row, so every index below is known on the host; only tokens, scores and features are tensors."""
     rows, device = root.shape[0], root.device
     width = max(p[-1] for p in paths) + 1
-    logp, index = search.expand_root(root, width)
+    logp, index = search.rows.expand_root(root, width)
     first = [p for p in paths if len(p) == 1]
     ranks = [p[0] for p in first]
     nodes = Nodes([search.target_ids[index[:, 0, ranks]]], [], [logp[:, 0, ranks]], [1] * len(first), [], [])

@@ -102,5 +102,7 @@ def clone(value: Any) -> Any:
 
 def copy_into(static: dict[str, Any], inputs: dict[str, Any]) -> None:
     for name, value in inputs.items():
-        for kind, tensor in (value.items() if isinstance(value, dict) else [(None, value)]):
-            (static[name] if kind is None else static[name][kind]).copy_(tensor, non_blocking=True)
+        if isinstance(value, dict):
+            copy_into(static[name], value)
+        else:
+            static[name].copy_(value, non_blocking=True)
