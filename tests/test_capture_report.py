@@ -83,3 +83,15 @@ def test_tables_say_uncaptured_when_a_capture_failed():
     assert uncaptured_note(info({**late, "drafting_timed": 0})) is None
     assert uncaptured_note(info({"asked": False, "uncaptured": "", "target_timed": 5})) is None  # the CPU
     assert uncaptured_note(info("3 target shapes captured")) is None  # an older run's line
+
+
+def test_a_cache_that_grows_drops_its_graphs_and_their_memory_pool():
+    """Seen on an H200 (reports/gpu-h200/runtime-1): a grown cache released the captured graphs but kept their pool,
+    and the next capture into that released pool failed inside PyTorch's allocator (the drafting ran uncaptured)."""
+    runner = ModelRunner(tiny_llama(64, seed=3, layers=2, hidden=32).eval(), fixed_shapes=True)
+    runner.reserve(1, 64)
+    runner.graphs.graphs[(1, 4)], runner.graphs.pool = object(), (1, 0)  # stand-ins for a capture on CUDA
+    runner.reserve(1, 64)  # fits the cache: the graphs stay
+    assert runner.graphs.graphs and runner.graphs.pool == (1, 0)
+    runner.reserve(3, 64)  # rows bucketed to 4: new buffers
+    assert runner.graphs.graphs == {} and runner.graphs.pool is None

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from specbench.analysis.tables import short_labels
 from specbench.cli import main
@@ -83,6 +84,18 @@ def test_check_passes_then_catches_a_tampered_record(finished_run, tmp_path, cap
     # a wrong prompt or prefix would show up here as a negative or zero margin.
     margin = float(re.search(r"target logit margin (\S+) \(", out).group(1))
     assert margin > 0 and "clear margin" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without CUDA")
+def test_check_refuses_a_cuda_runs_margins_without_cuda_in_one_line(capsys):
+    """A bf16 run decoded on an H200 departs from vanilla at ties: its margins are the device's, not this CPU's."""
+    run = Path(__file__).resolve().parents[1] / "reports" / "gpu-h200" / "runtime-1" / "run-graphs-bfloat16"
+    capsys.readouterr()
+    assert main(["check", str(run)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "decoded on cuda" in err[0] and "--no-margins" in err[0], err
+    assert main(["check", str(run), "--no-margins"]) == 1  # the departures, counted without margins
+    assert "first divergence at token 19 (vanilla 506" in capsys.readouterr().out
 
 
 def test_repeats_are_interleaved_and_give_intervals(tiny_target_dir, tmp_path):

@@ -20,7 +20,7 @@ finish() {  # the summary; exit status 1 when any step failed (the rehearsal fai
     say "every step exited 0"
 }
 device_setup() {  # SECONDS: the setup as a step of its own (scripts/device/setup.sh); exports what later steps need
-    export PYTHONPATH="$KEEP/site" SPECBENCH_CACHE="$KEEP/cache"
+    export KEEP PYTHONPATH="$KEEP/site" SPECBENCH_CACHE="$KEEP/cache"  # setup.sh reads KEEP
     step "$1" setup bash scripts/device/setup.sh
 }
 send_back() {  # send_back NAME FOLDER...: those folders of heads/ (weights, configs, logs; no optimizer state) as
@@ -34,7 +34,7 @@ send_back() {  # send_back NAME FOLDER...: those folders of heads/ (weights, con
     say "sent back: ${present[*]}"
 }
 device_resume() {  # a later call on the same warm machine: what device_setup installed is in $KEEP; the tree is new
-    export PYTHONPATH="$KEEP/site" SPECBENCH_CACHE="$KEEP/cache"
+    export KEEP PYTHONPATH="$KEEP/site" SPECBENCH_CACHE="$KEEP/cache"  # setup.sh reads KEEP
     if [ ! -d "$KEEP/site" ]; then FAILED+=("resume: no $KEEP/site (the machine went cold since the setup call)"); return 1; fi
     if [ -d "$KEEP/heads" ]; then mkdir -p heads && cp -r "$KEEP"/heads/. heads/; fi
 }

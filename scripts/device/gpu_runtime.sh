@@ -8,7 +8,7 @@
 #      LIMIT questions of each of TASKS, TOKENS new tokens, T=0;
 #   B. batch sizes BATCH_SIZES for vanilla, eagle and pld (bf16, graphs on; gsm8k's first BATCH_LIMIT questions,
 #      BATCH_TOKENS new tokens).
-# The limits (seconds; each times LIMIT_SCALE) sum to 60 + 30 + 140 + 120 + 60 + 70 = 480, under the 540 s a call may
+# The limits (seconds; each times LIMIT_SCALE) sum to 30 + 30 + 150 + 130 + 90 + 90 = 520, under the 540 s a call may
 # spend (600 s less the transfers); each step logs to $OUT/log.txt and the script goes on past a failed one, exiting 1
 # at the end when any failed. Records are kept as they finish (a step cut by its limit leaves whole questions); the
 # run folders come back as $OUT/gpu-runtime.tgz; tables come from `python -m specbench report` here.
@@ -16,17 +16,17 @@
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
-DEVICE=${DEVICE:-cuda}; LIMIT=${LIMIT:-2}; TOKENS=${TOKENS:-128}
-BATCH_TOKENS=${BATCH_TOKENS:-32}; BATCH_SIZES=${BATCH_SIZES:-1,16,64}; BATCH_LIMIT=${BATCH_LIMIT:-64}
+DEVICE=${DEVICE:-cuda}; LIMIT=${LIMIT:-1}; TOKENS=${TOKENS:-128}
+BATCH_TOKENS=${BATCH_TOKENS:-32}; BATCH_SIZES=${BATCH_SIZES:-16,64}; BATCH_LIMIT=${BATCH_LIMIT:-64}
 KEEP=${KEEP:-/tmp/specbench-keep}; QDIR=${QDIR:-$KEEP/tasks}
 LOG="$OUT/log.txt"
-METHODS=${METHODS:-vanilla,eagle,pld,eagle3,hydra,samd}; TASKS=${TASKS:-all}
+METHODS=${METHODS:-vanilla,eagle,pld,eagle3,hydra,samd}; TASKS=${TASKS:-mt_bench,gsm8k}
 REFERENCE=${REFERENCE:-hf-compiled,hf-eager}
 RUN_ARGS=${RUN_ARGS:-}  # more arguments for every run of the default target (the rehearsal: fixed costs)
 source scripts/device/common.sh  # say, step, device_setup, finish
 
 if [ "${SKIP_SETUP:-0}" != 1 ]; then
-    device_setup 60 || stop
+    device_setup 30 || stop
 fi
 py=${PYTHON:-python3}
 step 30 doctor $py -m specbench doctor || stop
@@ -34,13 +34,13 @@ runs="$KEEP/runs"; mkdir -p "$runs"
 common=(--device "$DEVICE" --question-dir "$QDIR" --temperatures 0 --tasks "$TASKS" --limit "$LIMIT"
         --max-new-tokens "$TOKENS")
 
-step 140 "graphs fp32" $py -m specbench run $RUN_ARGS --methods "$METHODS" --reference "$REFERENCE" \
+step 150 "graphs fp32" $py -m specbench run $RUN_ARGS --methods "$METHODS" --reference "$REFERENCE" \
     --graphs on --dtype float32 "${common[@]}" --out "$runs/graphs-float32"
-step 120 "graphs bf16" $py -m specbench run $RUN_ARGS --methods "$METHODS" --reference "$REFERENCE" \
+step 130 "graphs bf16" $py -m specbench run $RUN_ARGS --methods "$METHODS" --reference "$REFERENCE" \
     --graphs on --dtype bfloat16 "${common[@]}" --out "$runs/graphs-bfloat16"
-step 60 "eager fp32" $py -m specbench run $RUN_ARGS --methods vanilla,eagle --kernels stock --graphs off --dtype float32 \
+step 90 "eager fp32" $py -m specbench run $RUN_ARGS --methods vanilla,eagle --kernels stock --graphs off --dtype float32 \
     "${common[@]}" --out "$runs/eager-float32"
-step 70 "batch bf16" $py -m specbench run $RUN_ARGS --methods vanilla,eagle,pld --graphs on --dtype bfloat16 \
+step 90 "batch bf16" $py -m specbench run $RUN_ARGS --methods vanilla,eagle,pld --graphs on --dtype bfloat16 \
     --device "$DEVICE" --question-dir "$QDIR" --temperatures 0 --tasks gsm8k --limit "$BATCH_LIMIT" \
     --max-new-tokens "$BATCH_TOKENS" --batch-size "$BATCH_SIZES" --out "$runs/batch-bfloat16"
 tar czf "$OUT/gpu-runtime.tgz" -C "$runs" . 2>>"$LOG"

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The GPU-runtime comparison, call 2 of 2: right after gpu_runtime.sh on the same warm machine (its $KEEP holds the
 # install and the run folders; the tree is sent again, so any file may travel).
-#   C. the synthetic-mode table on the SHAPE target (random weights of Llama-3.1-8B's shape, bf16) at rates
-#      0.8,0.6,0.4 (TIMING-ONLY) for vanilla, pld, eagle, medusa, hydra, sps and swift, with graphs on and eager;
 #   D. no graphs run of call 1 UNCAPTURED; the graphs' vanilla against the eager one's, token for
 #      token (fp32), then `check` on every lossless run folder of call 1 (token identity with vanilla);
 #   E. tests/test_step_inputs.py and tests/test_head_cache.py with the carried pytest: their CUDA cases hold the
-#      device-built masks to the host's and the captured drafting (EAGLE-1/2/3 heads, Medusa, Hydra) to the uncaptured.
-# The limits (seconds; each times LIMIT_SCALE) sum to 50 + 50 + 5 + 20 + 4 x 20 + 90 = 295; the script exits 1 when any
+#      device-built masks to the host's and the captured drafting (EAGLE-1/2/3 heads, Medusa, Hydra) to the uncaptured;
+#   C. last (a call cut by the session's device time loses the least): the synthetic-mode table on the SHAPE target
+#      (random weights of Llama-3.1-8B's shape, bf16) at rates 0.8,0.6,0.4 (TIMING-ONLY) for vanilla, pld, eagle,
+#      medusa, hydra, sps and swift, with graphs on and eager.
+# The limits (seconds; each times LIMIT_SCALE) sum to 5 + 30 + 4 x 40 + 90 + 50 + 50 = 385; the script exits 1 when any
 # step failed. The synthetic run folders come back as $OUT/gpu-synthetic.tgz, the log as $OUT/log-checks.txt.
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -23,6 +24,27 @@ if [ "${SKIP_SETUP:-0}" != 1 ]; then
 fi
 py=${PYTHON:-python3}
 runs="$KEEP/runs"
+# A capture that failed in call 1 fails this step (run.json's cuda_graphs says UNCAPTURED, and why; so do the tables),
+# and so do a shape first captured inside a timed question and a run cut before it wrote its capture report
+step 5 "every graphs run captured before timing" $py - "$runs" <<'EOF'
+import json, pathlib, sys
+bad = []
+for path in sorted(pathlib.Path(sys.argv[1]).glob("*/run.json")):
+    graphs = json.loads(path.read_text())["environment"].get("cuda_graphs")  # None: --graphs off
+    if isinstance(graphs, str):
+        bad.append(f"{path.parent.name}: cut before its capture report (the warm-up's: {graphs})")
+    elif graphs and graphs["asked"] and (graphs["uncaptured"] or graphs["target_timed"] or graphs["drafting_timed"]):
+        bad.append(f"{path.parent.name}: {graphs['line']} {graphs['uncaptured']}")
+print("\n".join(bad) or "every graphs run captured every shape before timing")
+sys.exit(1 if bad else 0)
+EOF
+step 30 "graphs vanilla = eager vanilla (fp32)" $py -m specbench check "$runs/graphs-float32" \
+    --against "$runs/eager-float32" --methods vanilla
+for run in graphs-float32 graphs-bfloat16 eager-float32 batch-bfloat16; do
+    step 40 "check $run" $py -m specbench check "$runs/$run"
+done
+step 90 "CUDA mask and capture tests" $py -m pytest -q -p no:cacheprovider tests/test_step_inputs.py \
+    tests/test_head_cache.py -k "cuda or captured_drafting"  # only the CUDA cases (the CPU ones run in CI)
 for runtime in graphs eager; do  # --graphs on, and --kernels stock --graphs off
     choice=(--graphs on); [ "$runtime" = graphs ] || choice=(--kernels stock --graphs off)
     step 50 "synthetic $SHAPE $runtime" $py -m specbench run --target "shape:$SHAPE" \
@@ -31,15 +53,5 @@ for runtime in graphs eager; do  # --graphs on, and --kernels stock --graphs off
         --max-new-tokens "$BATCH_TOKENS" --temperatures 0 --out "$runs/synthetic-$SHAPE-$runtime"
 done
 tar czf "$OUT/gpu-synthetic.tgz" -C "$runs" "synthetic-$SHAPE-graphs" "synthetic-$SHAPE-eager" 2>>"$LOG"
-# A capture that failed in call 1 fails this step (run.json's cuda_graphs says UNCAPTURED, and why; so do the tables)
-step 5 "every graphs run captured" bash -c '! cat "$0"/graphs-*/run.json "$0"/batch-*/run.json 2>/dev/null \
-    | grep -o "UNCAPTURED[^\"]*"' "$runs"
-step 20 "graphs vanilla = eager vanilla (fp32)" $py -m specbench check "$runs/graphs-float32" \
-    --against "$runs/eager-float32" --methods vanilla
-for run in graphs-float32 graphs-bfloat16 eager-float32 batch-bfloat16; do
-    step 20 "check $run" $py -m specbench check "$runs/$run"
-done
-step 90 "CUDA mask and capture tests" $py -m pytest -q -p no:cacheprovider tests/test_step_inputs.py \
-    tests/test_head_cache.py -k "cuda or captured_drafting"  # only the CUDA cases (the CPU ones run in CI)
 grep "^== \|identical\|DIFFER\|MISMATCH\|Error\|error\|passed\|failed" "$LOG" | tail -40
 finish

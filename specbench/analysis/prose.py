@@ -275,8 +275,10 @@ def check_page(page: Path) -> list[str]:
 
 
 def results_pages(root: Path) -> list[Path]:
-    """A checkout's pages whose figures are checked: README.md, docs/results.md and every report's README.md."""
-    pages = [root / "README.md", root / "docs" / "results.md", *sorted(root.glob("reports/*/README.md"))]
+    """A checkout's pages whose figures are checked: README.md, docs/results.md and every report's README.md, at any
+    depth (not those inside reports/retired/'s folders: their tables kept no records)."""
+    reports = [page for page in root.glob("reports/**/README.md") if page.parent.parent.name != "retired"]
+    pages = [root / "README.md", root / "docs" / "results.md", *sorted(reports)]
     return [page for page in pages if page.is_file()]
 
 
@@ -286,7 +288,7 @@ def check_prose_command(path: Path) -> int:
         raise SpecbenchError(f"report --check-prose: {path} does not exist")
     pages = results_pages(path) if path.is_dir() else [path]
     if not pages:
-        raise SpecbenchError(f"report --check-prose: no README.md, docs/results.md or reports/*/README.md in {path}")
+        raise SpecbenchError(f"report --check-prose: no README.md, docs/results.md or reports/**/README.md in {path}")
     errors = [error for page in pages for error in check_page(page)]
     for error in errors:
         print(error)

@@ -61,6 +61,11 @@ class Graphs:
         captured.graph.replay()
         return captured.output
 
+    def drop(self) -> None:
+        """Forget the captured shapes (their buffers were reallocated) and their pool, released with the last of
+        them: the next capture starts a new pool (one into a released pool fails in PyTorch's allocator)."""
+        self.graphs, self.pool = {}, None
+
     def note(self, key: tuple) -> None:
         """Count a shape the first time it is met (during timing too, where that is when it is)."""
         if key not in self.seen:
@@ -90,8 +95,7 @@ class Graphs:
             warnings.warn(f"CUDA graph capture failed, this model runs uncaptured: {self.stats.uncaptured}",
                           stacklevel=3)
             return None
-        self.pool = graph.pool()
-        self.graphs[key] = Captured(graph, static, output)
+        self.pool, self.graphs[key] = graph.pool(), Captured(graph, static, output)
         self.stats.captures += 1
         return self.graphs[key]
 

@@ -139,7 +139,7 @@ class ModelRunner:
         else:
             wanted = (rows, slots if slots <= cache.capacity else max(round_up(slots, SPAN_STEP), 2 * cache.capacity))
         if cache.reserve(*wanted):
-            self.graphs.graphs.clear()
+            self.graphs.drop()
         return cache
 
     @property

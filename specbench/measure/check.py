@@ -113,6 +113,9 @@ def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
     if not todo:
         return
     settings = read_run_info(run_dir).settings
+    if str(settings.get("device") or "cpu").startswith("cuda") and not torch.cuda.is_available():
+        raise SpecbenchError(f"{run_dir} decoded on {settings['device']}: its departures' logit margins are that "
+                             "device's, so check it there (or pass --no-margins)")
     target = load_model(settings["target"], settings.get("device"), settings.get("dtype"), Runtime.of(settings.get("runtime")))
     records = [r for r in read_records(run_dir) if r.method == "vanilla" and r.temperature == 0.0]
     reference = min(r.batch_size for r in records)
