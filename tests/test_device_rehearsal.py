@@ -31,10 +31,13 @@ def test_the_device_calls_pass_as_the_device_gets_them(tmp_path):
     assert done.returncode == 0, log[-6000:]
     assert "every step of the device calls exited 0" in log
     for step in ("setup: exit 0", "doctor: exit 0", "graphs fp32: exit 0", "eager fp32: exit 0",
-                 "graphs vanilla = eager vanilla (fp32): exit 0", "CUDA mask and capture tests: exit 0"):
+                 "graphs vanilla = eager vanilla (fp32): exit 0", "CUDA mask and capture tests: exit 0",
+                 "every graphs run captured before timing: exit 0", "host work per step: exit 0"):
         assert step in log, step
     runs = tmp_path / "device" / "keep" / "runs"
-    assert (runs / "graphs-float32" / "records.jsonl").is_file() and (tmp_path / "device" / "out" / "gpu-runtime.tgz").is_file()
+    out = tmp_path / "device" / "out"
+    assert (runs / "graphs-float32" / "records.jsonl").is_file() and (out / "gpu-runtime.tgz").is_file()
+    assert (out / "overhead" / "overhead.md").is_file()
     assert not (tmp_path / "device" / "tree" / "reports").exists()  # the tree travelled without the data folders
 
 

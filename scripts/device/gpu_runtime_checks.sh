@@ -5,15 +5,18 @@
 #      token (fp32), then `check` on every lossless run folder of call 1 (token identity with vanilla);
 #   E. tests/test_step_inputs.py and tests/test_head_cache.py with the carried pytest: their CUDA cases hold the
 #      device-built masks to the host's and the captured drafting (EAGLE-1/2/3 heads, Medusa, Hydra) to the uncaptured;
+#   F. `bench --overhead` for vanilla and eagle, uncaptured (the host's work per step and per added row, on the GPU's
+#      host);
 #   C. last (a call cut by the session's device time loses the least): the synthetic-mode table on the SHAPE target
 #      (random weights of Llama-3.1-8B's shape, bf16) at rates 0.8,0.6,0.4 (TIMING-ONLY) for vanilla, pld, eagle,
 #      medusa, hydra, sps and swift, with graphs on and eager.
-# The limits (seconds; each times LIMIT_SCALE) sum to 5 + 30 + 4 x 40 + 90 + 50 + 50 = 385; the script exits 1 when any
-# step failed. The synthetic run folders come back as $OUT/gpu-synthetic.tgz, the log as $OUT/log-checks.txt.
+# The limits (seconds; each times LIMIT_SCALE) sum to 5 + 30 + 4 x 40 + 90 + 60 + 50 + 50 = 445; the script exits 1
+# when any step failed. The synthetic run folders come back as $OUT/gpu-synthetic.tgz, F's table in $OUT/overhead/,
+# the log as $OUT/log-checks.txt.
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
-DEVICE=${DEVICE:-cuda}; BATCH_TOKENS=${BATCH_TOKENS:-32}
+DEVICE=${DEVICE:-cuda}; BATCH_TOKENS=${BATCH_TOKENS:-32}; OVERHEAD_SIZES=${OVERHEAD_SIZES:-1,4,64}
 KEEP=${KEEP:-/tmp/specbench-keep}; QDIR=${QDIR:-$KEEP/tasks}
 LOG="$OUT/log-checks.txt"
 SHAPE=${SHAPE:-llama-3.1-8b}
@@ -45,6 +48,12 @@ for run in graphs-float32 graphs-bfloat16 eager-float32 batch-bfloat16; do
 done
 step 90 "CUDA mask and capture tests" $py -m pytest -q -p no:cacheprovider tests/test_step_inputs.py \
     tests/test_head_cache.py -k "cuda or captured_drafting"  # only the CUDA cases (the CPU ones run in CI)
+# F. the host's work per decode step outside the forwards on this machine's CPU (issue 62's measure, on the host a GPU
+#    user has): vanilla and eagle with a fixed tree of 16 at OVERHEAD_SIZES rows; $OUT/overhead/overhead.md. Graphs
+#    off: a replayed graph is no module call, so with graphs on the wait for it would count as host time
+#    (docs/measuring.md); uncaptured, every forward is one, timed until the device has run it.
+step 60 "host work per step" $py -m specbench bench --overhead --methods vanilla,eagle@total_tokens=16 \
+    --kernels stock --graphs off --device "$DEVICE" --batch-size "$OVERHEAD_SIZES" --out "$OUT/overhead"
 for runtime in graphs eager; do  # --graphs on, and --kernels stock --graphs off
     choice=(--graphs on); [ "$runtime" = graphs ] || choice=(--kernels stock --graphs off)
     step 50 "synthetic $SHAPE $runtime" $py -m specbench run --target "shape:$SHAPE" \

@@ -36,8 +36,9 @@ keep="$work/device/keep"; mkdir -p "$keep"
 for d in .dev1 .dev2 .dev3; do cp -r "$work/$d/." "$keep/"; done  # the three carry calls
 cd "$work/device/tree"
 export PATH="$work/device/image/bin:$PATH" KEEP="$keep" OUT="$work/device/out" DEVICE=cpu
-# tiny sizes: one gsm8k question, 8 tokens; the batch step B=1,2 over 2 questions; the synthetic step on a tiny shape
-export TASKS=gsm8k LIMIT=1 TOKENS=8 BATCH_TOKENS=8 BATCH_SIZES=1,2 BATCH_LIMIT=2 SHAPE=tiny-llama
+# tiny sizes: one gsm8k question, 8 tokens; the batch step B=1,2 over 2 questions; the synthetic step on a tiny shape;
+# bench --overhead at B=1,2
+export TASKS=gsm8k LIMIT=1 TOKENS=8 BATCH_TOKENS=8 BATCH_SIZES=1,2 BATCH_LIMIT=2 SHAPE=tiny-llama OVERHEAD_SIZES=1,2
 # Fixed costs instead of measuring this CPU's (minutes per dtype and runtime, for a curve the rehearsal needs only to
 # size trees with): a flat verification curve, labelled as the rehearsal's. It decides tree sizes, nothing reported.
 printf '{"target": "smollm2-135m-instruct", "device": "rehearsal: a flat curve, not measured", "sizes": [1, 64], "verify_ms": [10, 10]}\n' \
