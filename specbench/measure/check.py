@@ -112,10 +112,11 @@ def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
     todo = [m for m in mismatches if not m.follows_earlier and m.expected is not None and m.got is not None]
     if not todo:
         return
-    settings = read_run_info(run_dir).settings
-    if str(settings.get("device") or "cpu").startswith("cuda") and not torch.cuda.is_available():
-        raise SpecbenchError(f"{run_dir} decoded on {settings['device']}: its departures' logit margins are that "
-                             "device's, so check it there (or pass --no-margins)")
+    info = read_run_info(run_dir)
+    settings, device = info.settings, str(info.environment.get("device") or info.settings.get("device") or "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():  # the resolved device, not `auto`
+        raise SpecbenchError(f"{run_dir} decoded on {device}: its departures' logit margins are that device's, so "
+                             "check it there (or pass --no-margins)")
     target = load_model(settings["target"], settings.get("device"), settings.get("dtype"), Runtime.of(settings.get("runtime")))
     records = [r for r in read_records(run_dir) if r.method == "vanilla" and r.temperature == 0.0]
     reference = min(r.batch_size for r in records)
