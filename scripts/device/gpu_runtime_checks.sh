@@ -30,14 +30,14 @@ runs="$KEEP/runs"
 # A capture that failed in call 1 fails this step (run.json's cuda_graphs says UNCAPTURED, and why; so do the tables),
 # and so do a shape first captured inside a timed question and a run cut before it wrote its capture report
 step 5 "every graphs run captured before timing" $py - "$runs" <<'EOF'
-import json, pathlib, sys
+import pathlib, sys
+from specbench.run.run_info import read_run_info, uncaptured_note
 bad = []
-for path in sorted(pathlib.Path(sys.argv[1]).glob("*/run.json")):
-    graphs = json.loads(path.read_text())["environment"].get("cuda_graphs")  # None: --graphs off
-    if isinstance(graphs, str):
-        bad.append(f"{path.parent.name}: cut before its capture report (the warm-up's: {graphs})")
-    elif graphs and graphs["asked"] and (graphs["uncaptured"] or graphs["target_timed"] or graphs["drafting_timed"]):
-        bad.append(f"{path.parent.name}: {graphs['line']} {graphs['uncaptured']}")
+for run in sorted(path.parent for path in pathlib.Path(sys.argv[1]).glob("*/run.json")):
+    info = read_run_info(run)
+    graphs = info.environment.get("cuda_graphs")  # None: --graphs off; a str: the warm-up's line, the run was cut
+    note = f"cut before its capture report ({graphs})" if isinstance(graphs, str) else uncaptured_note(info)
+    bad += [f"{run.name}: {note}"] if note else []
 print("\n".join(bad) or "every graphs run captured every shape before timing")
 sys.exit(1 if bad else 0)
 EOF
