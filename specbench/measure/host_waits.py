@@ -3,6 +3,8 @@ counter of the points where a GPU run's host waits for the device, with the torc
 
 - `ForwardClock`: process CPU and wall time inside outermost `nn.Module` calls (the target's, a drafter's head or
   draft model), bracketed by torch's global module hooks.
+- `CallCounter`: the function calls the interpreter makes outside forwards (Python functions and builtins, torch's
+  included, as `sys.setprofile` sees them): a count that no clock, load or cache state moves, unlike host time.
 - `SyncCounter`: a `TorchFunctionMode` that runs every call as it was made and classifies it (`Residence.blocking`):
   "d2h" a copy to the host (`.item()`, `.tolist()`, `int()`/`float()`/`bool()` of a tensor, `.cpu()`, `.numpy()`),
   "h2d" a blocking copy to the device (`torch.tensor(data, device=...)`, `.to(device)` or `copy_` of a host tensor,
@@ -13,6 +15,7 @@ counter of the points where a GPU run's host waits for the device, with the torc
 """
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -173,6 +176,27 @@ class Counts:
     outside: Counter = field(default_factory=Counter)  # "kind name" (e.g. "d2h tolist") -> count, outside forwards
     inside: Counter = field(default_factory=Counter)  # ... inside forwards
     calls: Counter = field(default_factory=Counter)  # torch function name -> calls outside forwards
+    python: int = 0  # function calls outside forwards (CallCounter)
+
+
+class CallCounter:
+    """Counts every function call outside the clock's forwards, Python's and builtins' (`sys.setprofile`'s "call"
+    and "c_call" events), into counts.python; the profiler set before it is restored on exit."""
+
+    def __init__(self, clock: ForwardClock) -> None:
+        self.clock, self.counts, self.previous = clock, Counts(), None
+
+    def seen(self, frame: Any, event: str, arg: Any) -> None:
+        if event in ("call", "c_call") and self.clock.depth == 0:
+            self.counts.python += 1
+
+    def __enter__(self) -> CallCounter:
+        self.previous = sys.getprofile()
+        sys.setprofile(self.seen)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(self.previous)
 
 
 class SyncCounter(TorchFunctionMode):

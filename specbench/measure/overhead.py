@@ -22,12 +22,18 @@ that of a real step), one thread, T=0, no stop token (every row decodes its whol
 - Host-blocking points and torch calls: counted in one more generation under host_waits.SyncCounter, which runs
   every call as it was made (the same tokens: checked); what counts as a wait, and how the CPU proxy tells the
   tensors a GPU run would keep on the host: that module's docstring.
+- Function calls ("py calls"): every call outside forwards, Python's and builtins' (torch's included), counted in
+  one more generation (host_waits.CallCounter). Unlike host time, no other job, clock or cache state moves it: on
+  the CPU a bigger step's forward (eagle's tree logits at B=64: 214 MB) evicts what the host touches next, so the
+  host time a row adds grows with the forward's size as well as with the host's own work, which a GPU's host would
+  not see; the count follows the host's own work only.
 """
 from __future__ import annotations
 
 import copy
 import ctypes
 import ctypes.util
+import math
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, fields
@@ -42,7 +48,7 @@ from specbench.decode.names import Runtime
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import LoadedModel
 from specbench.errors import SpecbenchError
-from specbench.measure.host_waits import KINDS, Counts, ForwardClock, SyncCounter
+from specbench.measure.host_waits import KINDS, CallCounter, Counts, ForwardClock, SyncCounter
 from specbench.method import BuildContext, MethodInfo
 
 OVERHEAD_TARGET = "shape:smollm2-135m-tiny"
@@ -122,7 +128,8 @@ class Overhead:
     torch_calls: float  # outside forwards
     top_calls: dict[str, float]  # the most frequent torch calls outside forwards
     blocking_calls: dict[str, float]  # "kind name" -> per step, outside forwards
-    same_tokens: bool  # the counted generation emitted the timed ones' tokens
+    same_tokens: bool  # the counted generations emitted the timed ones' tokens
+    python_calls: float = float("nan")  # function calls outside forwards (CallCounter; nan: a record made before it)
 
     @property
     def blocking(self) -> float:
@@ -130,7 +137,8 @@ class Overhead:
 
 
 def marked_generation(target: LoadedModel, drafters: list[Drafter], prompt: list[int], tokens: int,
-                      clock: ForwardClock, method: str, counter: SyncCounter | None = None) -> Window:
+                      clock: ForwardClock, method: str, counter: SyncCounter | CallCounter | None = None
+                      ) -> Window:
     """One generation of len(drafters) rows, the clocks and counters read at the end of every step."""
     marks: list[Mark] = []
     counts = counter.counts if counter else Counts()
@@ -146,7 +154,8 @@ def marked_generation(target: LoadedModel, drafters: list[Drafter], prompt: list
 def measure_cell(target: LoadedModel, info: MethodInfo, drafter: Drafter, prompt: list[int], batch: int, tokens: int,
                  rounds: int) -> Overhead:
     """A method at one batch size: a warm-up of the whole budget (a shorter one leaves the caches' growth to the
-    first timed generation), `rounds` timed generations (the fastest kept), one counted."""
+    first timed generation), `rounds` timed generations (the fastest kept), one counted, one with its function
+    calls counted."""
     drafters = [drafter] + [drafter.fork() for _ in range(batch - 1)]
     with ForwardClock(target.model.device) as clock:
         generate_batch(target.model, [prompt] * batch, drafters, Sampling(), tokens, set(),
@@ -154,6 +163,8 @@ def measure_cell(target: LoadedModel, info: MethodInfo, drafter: Drafter, prompt
         timed = [marked_generation(target, drafters, prompt, tokens, clock, info.name) for _ in range(rounds)]
         with SyncCounter(target.model.device, clock) as counter:
             counted = marked_generation(target, drafters, prompt, tokens, clock, info.name, counter)
+        with CallCounter(clock) as calls_counter:
+            traced = marked_generation(target, drafters, prompt, tokens, clock, info.name, calls_counter)
     best = min(timed, key=Window.host_cpu)
     blocking = counted.per_step(lambda c: c.outside)
     calls = counted.per_step(lambda c: c.calls)
@@ -162,7 +173,8 @@ def measure_cell(target: LoadedModel, info: MethodInfo, drafter: Drafter, prompt
                     *(sum(v for k, v in blocking.items() if k.startswith(f"{kind} ")) for kind in KINDS),
                     sum(counted.per_step(lambda c: c.inside).values()), sum(calls.values()),
                     dict(sorted(calls.items(), key=lambda kv: -kv[1])[:12]), blocking,
-                    all(t.tokens == counted.tokens for t in timed))
+                    all(t.tokens == counted.tokens for t in [*timed, traced]),
+                    (traced.last.counts.python - traced.first.counts.python) / traced.steps)
 
 
 def overhead_benchmark(targets: Iterator[LoadedModel], methods: list[MethodInfo], prompt: list[int],
@@ -191,19 +203,19 @@ def overhead_header(target: LoadedModel, prompt: int, tokens: int, rounds: int, 
             f"{model.device} {str(model.dtype).removeprefix('torch.')}, {torch.get_num_threads()} thread(s), "
             f"{cpu_description()}; T=0, a {prompt}-token prompt, {tokens} new tokens per row, no stop token; "
             f"host = process CPU time outside forwards per step after the prefill, the fastest of {rounds}; blocking "
-            "points and torch calls per step outside forwards (d2h/h2d/shape: docs/measuring.md); "
+            "points, torch calls and function calls per step outside forwards (d2h/h2d/shape: docs/measuring.md); "
             f"{memory}")
 
 
 COLUMNS = (("method", 24, "s"), ("runtime", 10, "s"), ("B", 4, "d"), ("steps", 6, "d"), ("host ms", 9, ".2f"),
            ("wall ms", 9, ".2f"), ("fwd ms", 9, ".2f"), ("blocking", 9, ".1f"), ("d2h", 6, ".1f"), ("h2d", 6, ".1f"),
-           ("shape", 6, ".1f"), ("in fwd", 7, ".1f"), ("torch calls", 12, ".0f"))
+           ("shape", 6, ".1f"), ("in fwd", 7, ".1f"), ("torch calls", 12, ".0f"), ("py calls", 9, ".0f"))
 
 
 def overhead_values(r: Overhead) -> list[str]:
     values = (r.method, r.runtime, r.batch, r.steps, r.host_ms, r.host_wall_ms, r.forward_ms, r.blocking, r.d2h,
-              r.h2d, r.shape, r.blocking_in_forwards, r.torch_calls)
-    return [f"{v:{f}}" for v, (_, _, f) in zip(values, COLUMNS)]
+              r.h2d, r.shape, r.blocking_in_forwards, r.torch_calls, r.python_calls)
+    return ["-" if isinstance(v, float) and math.isnan(v) else f"{v:{f}}" for v, (_, _, f) in zip(values, COLUMNS)]
 
 
 def aligned(cells: list[str]) -> str:
@@ -216,20 +228,32 @@ def overhead_line(r: Overhead) -> str:
 
 
 def added_per_row(rows: list[Overhead]) -> list[str]:
-    """Per method and runtime, the host time one more row adds: between the two largest batch sizes measured, and
-    against vanilla's on the same runtime where vanilla was measured."""
-    cells = {(r.method, r.runtime, r.batch): r.host_ms for r in rows}
+    """Per method and runtime, what one more row adds to a step, between the two largest batch sizes measured: host
+    time, then function calls and torch calls (where the records count them), each against vanilla's on the same
+    runtime where vanilla was measured."""
+    cells = {(r.method, r.runtime, r.batch): r for r in rows}
     batches = sorted({r.batch for r in rows})
     if len(batches) < 2:
         return []
     low, high = batches[-2:]
-    slope = {(m, rt): (cells[m, rt, high] - cells[m, rt, low]) / (high - low)
-             for m, rt, b in cells if b == high and (m, rt, low) in cells}
+    measured = [(m, rt) for m, rt, b in cells if b == high and (m, rt, low) in cells]
+
+    def added(method: str, runtime: str, name: str, form: str) -> tuple[str, str]:
+        """One more row's `name` (an Overhead figure), and against vanilla's."""
+        def slope(m: str) -> float:
+            return (getattr(cells[m, runtime, high], name) - getattr(cells[m, runtime, low], name)) / (high - low)
+        base = slope("vanilla") if method != "vanilla" and ("vanilla", runtime) in measured else 0.0
+        return f"{slope(method):{form}}", f" ({slope(method) / base:.2f}x vanilla's)" if base else ""
+
     lines = []
-    for (method, runtime), ms in slope.items():
-        base = slope.get(("vanilla", runtime))
-        versus = f" ({ms / base:.2f}x vanilla's)" if base and method != "vanilla" else ""
-        lines.append(f"{method} on {runtime}: {ms:.2f} host ms per added row from B={low} to B={high}{versus}")
+    for method, runtime in measured:
+        ms, versus = added(method, runtime, "host_ms", ".2f")
+        line = f"{method} on {runtime}: {ms} host ms per added row from B={low} to B={high}{versus}"
+        if not math.isnan(cells[method, runtime, high].python_calls):  # nan: records from before the count
+            (calls, calls_versus), (torch_calls, torch_versus) = (added(method, runtime, name, ".1f")
+                                                                  for name in ("python_calls", "torch_calls"))
+            line += f"; {calls} function calls{calls_versus}, {torch_calls} torch calls{torch_versus}"
+        lines.append(line)
     return lines
 
 
