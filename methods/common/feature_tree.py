@@ -274,7 +274,7 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
     for row, (d, draft) in enumerate(zip(members, trees)):
         d.last_search = (root, nodes.expanded, row, kept, len(draft))
     drafted = dict(zip(ready, trees))
-    return [drafted.get(b, Draft()) for b in range(len(drafters))]
+    return [drafted[b] if b in drafted else Draft() for b in range(len(drafters))]
 
 
 def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext], cache_rows: torch.Tensor | None

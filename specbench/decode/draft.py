@@ -62,9 +62,9 @@ class Draft:
 
     def depths(self) -> list[int]:
         """Depth of each node; the root's children have depth 1."""
-        depth: list[int] = []
-        for parent in self.parents:
-            depth.append(1 if parent == ROOT else depth[parent] + 1)
+        depth = [1] * len(self.parents)
+        for i, parent in enumerate(self.parents):
+            depth[i] = depth[parent] + 1 if parent != ROOT else 1
         return depth
 
     def children(self) -> list[list[int]]:
