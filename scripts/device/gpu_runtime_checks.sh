@@ -37,7 +37,8 @@ for run in sorted(path.parent for path in pathlib.Path(sys.argv[1]).glob("*/run.
     info = read_run_info(run)
     graphs = info.environment.get("cuda_graphs")  # None: --graphs off; a str: the warm-up's line, the run was cut
     note = f"cut before its capture report ({graphs})" if isinstance(graphs, str) else uncaptured_note(info)
-    bad += [f"{run.name}: {note}"] if note else []
+    if note:
+        bad.append(f"{run.name}: {note}")
 print("\n".join(bad) or "every graphs run captured every shape before timing")
 sys.exit(1 if bad else 0)
 EOF

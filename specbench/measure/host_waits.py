@@ -172,7 +172,7 @@ class ForwardClock:
 
 @dataclass
 class Counts:
-    """Torch calls seen by a SyncCounter."""
+    """Calls seen by a SyncCounter (torch's, and its waits) or a CallCounter (every function call)."""
     outside: Counter = field(default_factory=Counter)  # "kind name" (e.g. "d2h tolist") -> count, outside forwards
     inside: Counter = field(default_factory=Counter)  # ... inside forwards
     calls: Counter = field(default_factory=Counter)  # torch function name -> calls outside forwards

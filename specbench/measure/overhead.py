@@ -237,21 +237,21 @@ def added_per_row(rows: list[Overhead]) -> list[str]:
         return []
     low, high = batches[-2:]
     measured = [(m, rt) for m, rt, b in cells if b == high and (m, rt, low) in cells]
+    slope = {name: {(m, rt): (getattr(cells[m, rt, high], name) - getattr(cells[m, rt, low], name)) / (high - low)
+                    for m, rt in measured} for name in ("host_ms", "python_calls", "torch_calls")}
 
-    def added(method: str, runtime: str, name: str, form: str) -> tuple[str, str]:
-        """One more row's `name` (an Overhead figure), and against vanilla's."""
-        def slope(m: str) -> float:
-            return (getattr(cells[m, runtime, high], name) - getattr(cells[m, runtime, low], name)) / (high - low)
-        base = slope("vanilla") if method != "vanilla" and ("vanilla", runtime) in measured else 0.0
-        return f"{slope(method):{form}}", f" ({slope(method) / base:.2f}x vanilla's)" if base else ""
+    def figure(name: str, method: str, runtime: str, form: str) -> tuple[str, str]:
+        """One more row's `name` (an Overhead figure), and against vanilla's where vanilla was measured."""
+        ours, base = slope[name][method, runtime], slope[name].get(("vanilla", runtime))
+        return f"{ours:{form}}", f" ({ours / base:.2f}x vanilla's)" if base and method != "vanilla" else ""
 
     lines = []
     for method, runtime in measured:
-        ms, versus = added(method, runtime, "host_ms", ".2f")
+        ms, versus = figure("host_ms", method, runtime, ".2f")
         line = f"{method} on {runtime}: {ms} host ms per added row from B={low} to B={high}{versus}"
-        if not math.isnan(cells[method, runtime, high].python_calls):  # nan: records from before the count
-            (calls, calls_versus), (torch_calls, torch_versus) = (added(method, runtime, name, ".1f")
-                                                                  for name in ("python_calls", "torch_calls"))
+        if not math.isnan(slope["python_calls"][method, runtime]):  # nan: records from before the count
+            calls, calls_versus = figure("python_calls", method, runtime, ".1f")
+            torch_calls, torch_versus = figure("torch_calls", method, runtime, ".1f")
             line += f"; {calls} function calls{calls_versus}, {torch_calls} torch calls{torch_versus}"
         lines.append(line)
     return lines
