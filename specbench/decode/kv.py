@@ -100,6 +100,10 @@ class SlotCache(Cache):
             raise ValueError("a SlotCache needs every layer's keys (and values) of one shape")
         return self.keys[index], self.values[index]
 
+    def begin_forward(self) -> None:
+        """Forget the last forward's write indices (a compiled forward would guard on them, and recompile)."""
+        self._write = None
+
     def write_index(self, input_pos: torch.Tensor, key_states: torch.Tensor, value_states: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The scatter indices of a forward's writes, made once per forward (every layer's call shares them)."""

@@ -72,6 +72,7 @@ class ModelRunner:
     fixed_shapes: bool  # bucketed shapes over a capacity reserved for the run (captured on CUDA)
     layers: int = 0  # cache layers, when the model's layer indices outrun its config (a layer-skipped view); 0: its own
     beside: "ModelRunner | None" = None  # a drafter's: the target's, whose reserved size its cache takes (fixed shapes)
+    compiled: bool = False  # forwards through torch.compile(model) (kernels "inductor"; captured on CUDA as they are)
     cache: SlotCache | None = None
     graphs: Graphs = field(init=False)
     built: BuiltForward = field(init=False)
@@ -79,7 +80,7 @@ class ModelRunner:
 
     def __post_init__(self) -> None:
         self.graphs = Graphs(self.capture)
-        self.built = BuiltForward(self.model)
+        self.built = BuiltForward(torch.compile(self.model) if self.compiled else self.model)
 
     @property
     def device(self) -> torch.device:
@@ -160,9 +161,10 @@ class ModelRunner:
         """keep None: a model without an lm_head (a decoder), whose last hidden state is the output."""
         extra = {} if keep is None else {"logits_to_keep": keep}
         named = dict(cache=self.cache, use_cache=True, output_hidden_states=hidden, key_slots=key_slots, **extra)
+        self.cache.begin_forward()
         if build is not None:
             return self.built(build, inputs, **named)
-        return self.model(**inputs, **named)
+        return self.built.model(**inputs, **named)
 
     def prepare(self, rows: int, tokens: int, hidden: bool, forward: Callable[[Shape], object]) -> None:
         """A shape met before timing (rows and tokens bucketed, every position's logits kept): on CUDA captured now

@@ -2,17 +2,8 @@
 ratios stay honest.
 
 On a CPU, speculation lives on forwards over a few tokens (1 to 32), and there the best matrix-product kernel
-depends on the token count. Measured on a 2-core AVX2 EPYC for SmolLM2-135M's 30 decoder layers (210 products,
-425 MB of fp32 weights, ms; reports/cost/linear_kernels.txt, from `python scripts/figures/linear_kernels.py`, which prints
-this table on any machine):
-
-    rows              1    2    4    8   12   16   24   32
-    F.linear (x@Wᵀ)  40   61   62   55   61   66   76   86
-    W @ xᵀ           41   34   31   45   71   58   77   78
-    W @ [x; x]ᵀ      31    -
-    oneDNN-packed    31   32   38   44   48   51   63   71
-
-So the runtime swaps every Linear module of the target for a `FewTokenLinear` that computes one row as the first
+depends on the token count (measured on a 2-core AVX2 EPYC: reports/cost/linear_kernels.txt, docs/measuring.md). So the
+runtime swaps every Linear module of the target for a `FewTokenLinear` that computes one row as the first
 column of W @ [x; x]ᵀ (the two-column product takes a faster kernel than the one-column one), 2-4 rows as W @ xᵀ,
 5-32 rows with weights prepacked by oneDNN (as inductor's CPU freezing does; a copy made once, the target is
 frozen), and more rows (prefills) with F.linear. Outputs are contiguous like F.linear's: a transposed view sends
@@ -24,8 +15,9 @@ Swapping modules goes through the model's public module tree (`set_submodule`); 
 and caches are untouched.
 
 The runtime is two orthogonal choices (`--kernels`, `--graphs`; specbench.decode.names.Runtime):
-- kernels: "few-token" (the kernels above; the CPU's default) or "stock" (transformers' modules as they are; the GPU's
-  default, and the only choice there);
+- kernels: "few-token" (the kernels above; the CPU's default), "stock" (transformers' modules as they are; the GPU's
+  default) or "inductor" (the target's forward compiled by torch.compile, inductor's default mode: its fused kernels,
+  as hf-compiled's, run under our graphs; the runner compiles it, specbench.decode.runner; drafters stay stock);
 - graphs: "on" (every forward at a bucketed shape over a cache reserved for the run, replayed from CUDA graphs on
   CUDA: the GPU's default; on a CPU the same shapes, uncaptured, which is how the CPU tests run the GPU's path) or
   "off" (each forward at its own shape; the CPU's default). specbench.decode.runner runs both on one slot cache.
@@ -138,6 +130,7 @@ class RuntimeInfo:
     packed_linears: int = 0  # of the swapped ones, with oneDNN-packed weights
     fixed_shapes: bool = False  # bucketed shapes over a cache reserved for the run (specbench.decode.runner)
     captured: bool = False  # ... replayed from CUDA graphs
+    compiled: bool = False  # the target's forward compiled by torch.compile (kernels "inductor")
 
 
 def swap_linears(model: PreTrainedModel, max_tokens: int = FEW_TOKENS) -> list[tuple[str, nn.Module]]:
@@ -197,11 +190,13 @@ def resolved(runtime: Runtime | str, device: torch.device) -> tuple[str, bool]:
 
 
 def prepare(model: PreTrainedModel, runtime: Runtime | str = "auto", max_tokens: int = FEW_TOKENS) -> RuntimeInfo:
-    """Set up the target's runtime in place. Stock kernels leave the model as transformers built it."""
+    """Set up the target's runtime in place. Stock and inductor kernels leave the model as transformers built it (the
+    target's runner compiles a wrapper of it: transformers' own generate, hf-compiled, still sees the model)."""
     kernels, graphs = resolved(runtime, model.device)
     name = kernels + ("+graphs" if graphs else "")
-    if kernels == "stock":
-        return RuntimeInfo(name, 0, fixed_shapes=graphs, captured=graphs and model.device.type == "cuda")
+    if kernels in ("stock", "inductor"):
+        return RuntimeInfo(name, 0, fixed_shapes=graphs, captured=graphs and model.device.type == "cuda",
+                           compiled=kernels == "inductor")
     swap_linears(model, max_tokens)
     swapped = [m for m in model.modules() if isinstance(m, FewTokenLinear)]
     return RuntimeInfo(name, len(swapped), sum(m.packed is not None for m in swapped),

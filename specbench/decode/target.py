@@ -171,7 +171,8 @@ def load_model(name: str, device: str | None = None, dtype: str | None = None,
     AttentionLayout.of(model.config)  # a recurrent or hybrid family is refused here, before anything is decoded
     model.to(dev).eval()
     info = prepare(model, runtime)
-    return LoadedModel(name, model, tokenizer, info, ModelRunner(model, fixed_shapes=info.fixed_shapes))
+    return LoadedModel(name, model, tokenizer, info, ModelRunner(model, fixed_shapes=info.fixed_shapes,
+                                                                     compiled=info.compiled))
 
 
 def chat_tokens(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]],
