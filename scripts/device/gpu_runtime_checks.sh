@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # The GPU-runtime comparison, call 2 of 2: right after gpu_runtime.sh on the same warm machine (its $KEEP holds the
 # install and the run folders; the tree is sent again, so any file may travel).
-#   D. no graphs run of call 1 UNCAPTURED; the graphs' vanilla against the eager one's, token for
-#      token (fp32), then `check` on every lossless run folder of call 1 (token identity with vanilla);
+#   D. no graphs run of call 1 UNCAPTURED (first: it costs nothing);
 #   E. tests/test_step_inputs.py and tests/test_head_cache.py with the carried pytest: their CUDA cases hold the
-#      device-built masks to the host's and the captured drafting (EAGLE-1/2/3 heads, Medusa, Hydra) to the uncaptured;
+#      device-built masks to the host's and the captured drafting (EAGLE-1/2/3 heads, Medusa, Hydra) to the
+#      uncaptured (after a cache grew, too: Graphs.drop's fresh memory pool);
+#   A'. vanilla and eagle eager (--kernels stock --graphs off: the EAGLE and Spec-Bench code's protocol), fp32, the
+#      questions of call 1's A runs; the graphs' vanilla against the eager one's, token for token (with call 1's
+#      inductor kernels this compares inductor's floats with transformers' modules', which may part at a near-tie:
+#      a difference there is a finding, not a lossless method's failure), then `check` on every run folder (token
+#      identity with vanilla within each run);
 #   F. `bench --overhead` for vanilla and eagle, uncaptured (the host's work per step and per added row, on the GPU's
 #      host);
 #   C. last (a call cut by the session's device time loses the least): the synthetic-mode table on the SHAPE target
 #      (random weights of Llama-3.1-8B's shape, bf16) at rates 0.8,0.6,0.4 (TIMING-ONLY) for vanilla, pld, eagle,
 #      medusa, hydra, sps and swift, with graphs on and eager.
-# The limits (seconds; each times LIMIT_SCALE) sum to 5 + 30 + 4 x 40 + 90 + 60 + 50 + 50 = 445; the script exits 1
+# The limits (seconds; each times LIMIT_SCALE) sum to 5 + 90 + 90 + 30 + 4 x 40 + 60 + 50 + 50 = 535; the script exits 1
 # when any step failed. The synthetic run folders come back as $OUT/gpu-synthetic.tgz, F's table in $OUT/overhead/,
 # the log as $OUT/log-checks.txt.
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
 DEVICE=${DEVICE:-cuda}; BATCH_TOKENS=${BATCH_TOKENS:-32}; OVERHEAD_SIZES=${OVERHEAD_SIZES:-1,4,64}
+LIMIT=${LIMIT:-1}; TOKENS=${TOKENS:-128}; TASKS=${TASKS:-mt_bench,gsm8k}; RUN_ARGS=${RUN_ARGS:-}  # as call 1's
 KEEP=${KEEP:-/tmp/specbench-keep}; QDIR=${QDIR:-$KEEP/tasks}
 LOG="$OUT/log-checks.txt"
 SHAPE=${SHAPE:-llama-3.1-8b}
@@ -42,13 +48,16 @@ for run in sorted(path.parent for path in pathlib.Path(sys.argv[1]).glob("*/run.
 print("\n".join(bad) or "every graphs run captured every shape before timing")
 sys.exit(1 if bad else 0)
 EOF
+step 90 "CUDA mask and capture tests" $py -m pytest -q -p no:cacheprovider tests/test_step_inputs.py \
+    tests/test_head_cache.py -k "cuda or captured_drafting"  # only the CUDA cases (the CPU ones run in CI)
+step 90 "eager fp32" $py -m specbench run $RUN_ARGS --methods vanilla,eagle --kernels stock --graphs off --dtype float32 \
+    --device "$DEVICE" --question-dir "$QDIR" --temperatures 0 --tasks "$TASKS" --limit "$LIMIT" \
+    --max-new-tokens "$TOKENS" --out "$runs/eager-float32"
 step 30 "graphs vanilla = eager vanilla (fp32)" $py -m specbench check "$runs/graphs-float32" \
     --against "$runs/eager-float32" --methods vanilla
 for run in graphs-float32 graphs-bfloat16 eager-float32 batch-bfloat16; do
     step 40 "check $run" $py -m specbench check "$runs/$run"
 done
-step 90 "CUDA mask and capture tests" $py -m pytest -q -p no:cacheprovider tests/test_step_inputs.py \
-    tests/test_head_cache.py -k "cuda or captured_drafting"  # only the CUDA cases (the CPU ones run in CI)
 # F. the host's work per decode step outside the forwards on this machine's CPU (issue 62's measure, on the host a GPU
 #    user has): vanilla and eagle with a fixed tree of 16 at OVERHEAD_SIZES rows; $OUT/overhead/overhead.md. Graphs
 #    off: a replayed graph is no module call, so with graphs on the wait for it would count as host time

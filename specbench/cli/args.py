@@ -97,7 +97,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (GPU when present), cpu, cuda, cuda:1 ...")
     p.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16/fp16 on GPU), float32, bfloat16 ...")
     p.add_argument("--kernels", choices=KERNELS, help="the target's product kernels, for every method, vanilla "
-                   "included: few-token (CPU kernels for forwards over a few tokens) or stock (transformers' modules); "
+                   "included: few-token (CPU kernels for forwards over a few tokens), stock (transformers' modules) or "
+                   "inductor (the target's forward compiled by torch.compile, its fused kernels under the graphs); "
                    "default auto: few-token on a CPU, stock on a GPU; docs/runtimes.md")
     p.add_argument("--graphs", choices=GRAPHS, help="CUDA graphs: on (every forward at a bucketed shape over a cache "
                    "reserved for the run, captured on CUDA; on a CPU the same shapes, uncaptured) or off (each "

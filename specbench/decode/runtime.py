@@ -8,11 +8,8 @@ column of W @ [x; x]ᵀ (the two-column product takes a faster kernel than the o
 5-32 rows with weights prepacked by oneDNN (as inductor's CPU freezing does; a copy made once, the target is
 frozen), and more rows (prefills) with F.linear. Outputs are contiguous like F.linear's: a transposed view sends
 attention to its slow kernel. The choice depends on the row count alone, never on a clock, so the same inputs
-always take the same kernel and give the same floats. On a GPU the target is left as it is (cuBLAS has no such
-hole).
-
-Swapping modules goes through the model's public module tree (`set_submodule`); the model's own forward, masks
-and caches are untouched.
+always take the same kernel and give the same floats. Modules are swapped through the model's public module tree
+(`set_submodule`); its own forward, masks and caches are untouched. On a GPU cuBLAS has no such hole.
 
 The runtime is two orthogonal choices (`--kernels`, `--graphs`; specbench.decode.names.Runtime):
 - kernels: "few-token" (the kernels above; the CPU's default), "stock" (transformers' modules as they are; the GPU's
@@ -199,5 +196,4 @@ def prepare(model: PreTrainedModel, runtime: Runtime | str = "auto", max_tokens:
                            compiled=kernels == "inductor")
     swap_linears(model, max_tokens)
     swapped = [m for m in model.modules() if isinstance(m, FewTokenLinear)]
-    return RuntimeInfo(name, len(swapped), sum(m.packed is not None for m in swapped),
-                       fixed_shapes=graphs)
+    return RuntimeInfo(name, len(swapped), sum(m.packed is not None for m in swapped), fixed_shapes=graphs)
