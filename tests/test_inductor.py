@@ -6,18 +6,19 @@ make the runtime slower than stock, and past torch's recompile limit it runs unc
 from __future__ import annotations
 
 import pytest
+import torch
 from torch._dynamo.utils import counters
 
 from specbench.decode.draft import parse_tree
 from specbench.decode.engine import generate
 from specbench.decode.names import Runtime
-from specbench.decode.runner import ModelRunner
-from specbench.decode.runtime import FewTokenLinear, prepare
+from specbench.decode.runner import RECOMPILE_LIMIT, ModelRunner
+from specbench.decode.runtime import FewTokenLinear
 from specbench.decode.sampling import Sampling
+from specbench.decode.target import load_model
 from specbench.methods.common.feature_tree import TreeSpec
 from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
 from specbench.methods.vanilla import VanillaDrafter
-from tests.conftest import tiny_llama
 from tests.test_batch_drafting import head  # noqa: F401 (fixture: an EAGLE head fitted to the target)
 from tests.test_distribution import LOSSLESS, draft_model, prompt, target  # noqa: F401 (fixtures)
 
@@ -34,13 +35,15 @@ def compiled_graphs() -> int:
     return counters["stats"]["unique_graphs"]
 
 
-def test_the_runtime_compiles_the_targets_runner_and_leaves_the_model_as_transformers_built_it():
-    model = tiny_llama(64, seed=3)
-    info = prepare(model, Runtime("inductor", "on"))
+def test_the_runtime_compiles_the_targets_runner_and_leaves_the_model_as_transformers_built_it(tiny_target_dir):
+    loaded = load_model(str(tiny_target_dir), runtime=Runtime("inductor", "on"))
+    info, model, runner = loaded.runtime, loaded.model, loaded.runner
     assert (info.name, info.compiled, info.fixed_shapes, info.swapped_linears) == ("inductor+graphs", True, True, 0)
     assert not any(isinstance(m, FewTokenLinear) for m in model.modules())
-    runner = ModelRunner(model, info.fixed_shapes, compiled=info.compiled)
-    assert runner.built.model is not model and runner.built.model._orig_mod is model
+    assert runner.compiled and runner.built.model is not model and runner.built.model._orig_mod is model
+    assert not load_model(str(tiny_target_dir), runtime=Runtime("stock", "on")).runner.compiled
+    # transformers' forwards share one wrapper, whose compiled graphs torch counts together (hf-compiled's too)
+    assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT
 
 
 @pytest.mark.parametrize("fixed_shapes", [True, False], ids=["fixed shapes", "own shapes"])

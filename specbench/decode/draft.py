@@ -35,8 +35,7 @@ class Draft:
     """A token tree. Nodes are in topological order: a node's parent comes before it (or is ROOT).
 
     q[i] is the draft distribution node i was drawn from (at its parent, before removing siblings drawn earlier);
-    None when candidates are deterministic (PLD, n-grams, top-k picks), which verification treats as one-hot.
-    """
+    None when candidates are deterministic (PLD, n-grams, top-k picks), which verification treats as one-hot."""
 
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)

@@ -29,8 +29,7 @@ def target_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """Distribution over the vocabulary after temperature, top-k and top-p: [..., V] -> [..., V] (fp32).
 
     Every sampled token in the harness (vanilla, bonus tokens, rejection residuals) comes from this function,
-    so speculative methods and vanilla sample from exactly the same distribution.
-    """
+    so speculative methods and vanilla sample from exactly the same distribution."""
     if sampling.greedy:
         raise ValueError("target_probs is for T > 0; greedy decoding takes the argmax of the logits")
     scores = logits.float() / sampling.temperature

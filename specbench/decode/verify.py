@@ -170,8 +170,7 @@ def rejection_walk(draft: Draft, probs: Probs, uniforms: Uniforms,
 
     Deterministic candidates (q None): accept x with p(x); on rejection zero p(x), renormalise, try the next child.
     Sampled candidates (drawn without replacement from q): accept with min(1, p(x)/q'(x)); on rejection
-    p <- norm(max(0, p - q')) and q' <- q' without x, renormalised. A chain with q is plain SpS.
-    """
+    p <- norm(max(0, p - q')) and q' <- q' without x, renormalised. A chain with q is plain SpS."""
     children = draft.children()
     path: list[int] = []
     row = 0
