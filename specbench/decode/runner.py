@@ -31,7 +31,7 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)  # rows of a captured forward
 CAPACITY_STEP = 512  # fixed shapes: slots are allocated in multiples of this
 SPAN_STEP = 64  # own shapes: a forward reads the slots in use rounded up to this (and the cache grows by doubling)
 HEADROOM = 2 * BLOCK_SIZES[-1]  # slots past the longest context a step may write (its block, its padding)
-RECOMPILE_LIMIT = 64  # compiled forwards: torch's default (8) counts hf-compiled's graphs too (one wrapper of transformers')
+RECOMPILE_LIMIT = 64  # compiled forwards: torch's default, 8, counts hf-compiled's graphs too (transformers' wrapper)
 
 
 def round_up(n: int, step: int) -> int:

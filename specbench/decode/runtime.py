@@ -9,7 +9,7 @@ column of W @ [x; x]ᵀ (the two-column product takes a faster kernel than the o
 frozen), and more rows (prefills) with F.linear. Outputs are contiguous like F.linear's: a transposed view sends
 attention to its slow kernel. The choice depends on the row count alone, never on a clock, so the same inputs
 always take the same kernel and give the same floats. Modules are swapped through the model's public module tree
-(`set_submodule`); its own forward, masks and caches are untouched. On a GPU cuBLAS has no such hole.
+(`set_submodule`); its own forward, masks and caches are untouched. Not on a GPU: cuBLAS has no such hole.
 
 The runtime is two orthogonal choices (`--kernels`, `--graphs`; specbench.decode.names.Runtime):
 - kernels: "few-token" (the kernels above; the CPU's default), "stock" (transformers' modules as they are; the GPU's
