@@ -1,8 +1,9 @@
 """The inductor kernels (`--kernels inductor`: the target's forward through torch.compile, its runner's
 `compiled`, specbench.decode.runner) on the CPU, at fixed shapes (the GPU's path, uncaptured here) and at its own:
 at T=0 (fp32) every lossless method emits exactly what vanilla emits on the same compiled target, its drafts
-accepted at depth 2 or more; a second pass over the same prompts compiles nothing new (a recompile per step would
-make the runtime slower than stock, and past torch's recompile limit it runs uncompiled)."""
+accepted at depth 2 or more; a second pass over the same prompts, and prompts of new lengths (longer than the
+largest bucket: their prefills run uncompiled), compile nothing new (a recompile per step would make the runtime
+slower than stock, and past torch's recompile limit it runs uncompiled)."""
 from __future__ import annotations
 
 import pytest
@@ -40,7 +41,8 @@ def test_the_runtime_compiles_the_targets_runner_and_leaves_the_model_as_transfo
     info, model, runner = loaded.runtime, loaded.model, loaded.runner
     assert (info.name, info.compiled, info.fixed_shapes, info.swapped_linears) == ("inductor+graphs", True, True, 0)
     assert not any(isinstance(m, FewTokenLinear) for m in model.modules())
-    assert runner.compiled and runner.built.model is not model and runner.built.model._orig_mod is model
+    plain, decoding = runner.built
+    assert runner.compiled and plain.model is model and decoding.model._orig_mod is model
     assert not load_model(str(tiny_target_dir), runtime=Runtime("stock", "on")).runner.compiled
     # transformers' forwards share one wrapper, whose compiled graphs torch counts together (hf-compiled's too)
     assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT
@@ -64,8 +66,10 @@ def test_every_lossless_method_emits_vanillas_tokens_on_the_compiled_target(targ
         deep = sum(a >= 3 for out in outputs for a in out.accept_lengths)
         assert deep > 0 or name in SHALLOW, f"{name}: no draft accepted at depth 2 or more"
     graphs = compiled_graphs()
-    for base, tokens in zip(bases, reference):
-        for build in (lambda *_: VanillaDrafter(), builds["eagle, fitted head (dynamic tree)"]):
-            drafter = build(target, draft_model, prompt, runner)
-            assert generate(target, base, drafter, Sampling(), 24, set(), runner=runner).token_ids == tokens
-    assert compiled_graphs() == graphs, "a second pass over the same prompts compiled again"
+    longer = [(prompt * 40)[:n] for n in (70, 90)]  # prefills past the largest bucket: run uncompiled
+    for base in bases + longer:
+        emitted = [generate(target, base, build(target, draft_model, prompt, runner), Sampling(), 24, set(),
+                            runner=runner).token_ids
+                   for build in (lambda *_: VanillaDrafter(), builds["eagle, fitted head (dynamic tree)"])]
+        assert emitted[0] == emitted[1]
+    assert compiled_graphs() == graphs, "a second pass (and prompts of new lengths) compiled again"

@@ -117,12 +117,11 @@ class HeadCache:
     def forward(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor, base: torch.Tensor,
                 end: int, ancestors: torch.Tensor | None, k: int, cache_rows: torch.Tensor | None,
                 then: Callable | None = None, state: dict[str, torch.Tensor] | None = None) -> tuple:
-        """One head forward over n tokens per row after its first base[b] slots (end: the largest): a fill
-        (ancestors None: causal, written from base on) or a tree level (each node sees its ancestors among the S
-        nodes run before in this search, ancestors [R, n, S], and itself; written after them). At a bucketed shape
-        pad rows and tokens see only their own slot (and the context). Returns (predicted features, and with k > 0
-        the top k under each: log-probs, draft indices; with `then`, its result: HeadStep), tensors the caller may
-        keep."""
+        """One head forward over n tokens per row after its first base[b] slots (end: the largest): a fill (ancestors
+        None: causal, written from base on) or a tree level (each node sees its ancestors among the S nodes run
+        before in this search, ancestors [R, n, S], and itself; written after them). At a bucketed shape pad rows and
+        tokens see only their own slot (and the context). Returns (predicted features, and with k > 0 the top k under
+        each: log-probs, draft indices; with `then`, its result: HeadStep), tensors the caller may keep."""
         rows, n = tokens.shape
         device = tokens.device
         ran = 0 if ancestors is None else ancestors.shape[2]

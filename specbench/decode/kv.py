@@ -100,8 +100,7 @@ class SlotCache(Cache):
             raise ValueError("a SlotCache needs every layer's keys (and values) of one shape")
         return self.keys[index], self.values[index]
 
-    def begin_forward(self) -> None:
-        """Forget the last forward's write indices (a compiled forward would guard on them, and recompile)."""
+    def begin_forward(self) -> None:  # the last forward's write indices forgotten (a compiled forward would recompile)
         self._write = None
 
     def write_index(self, input_pos: torch.Tensor, key_states: torch.Tensor, value_states: torch.Tensor

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
-# The CPU's few-token product kernels, transformers' modules as they are, or those modules' forward compiled by
-# torch.compile (inductor's fused kernels, as hf-compiled's)
-KERNELS = ("auto", "few-token", "stock", "inductor")
+KERNELS = ("auto", "few-token", "stock", "inductor")  # the CPU's; transformers' modules; their forward torch.compile'd
 GRAPHS = ("auto", "on", "off")  # on: bucketed shapes over a cache reserved for the run, captured on CUDA
 # The runtime's single names from before the two choices (`--runtime NAME`), kept so that the commands and run folders
 # that name them rerun and resume: NAME -> (kernels, graphs). eager: transformers' modules at their own shapes, no

@@ -73,17 +73,18 @@ class ModelRunner:
     fixed_shapes: bool  # bucketed shapes over a capacity reserved for the run (captured on CUDA)
     layers: int = 0  # cache layers, when the model's layer indices outrun its config (a layer-skipped view); 0: its own
     beside: "ModelRunner | None" = None  # a drafter's: the target's, whose reserved size its cache takes (fixed shapes)
-    compiled: bool = False  # forwards through torch.compile(model) (kernels "inductor"; captured on CUDA as they are)
+    compiled: bool = False  # decoding forwards through torch.compile(model) (kernels "inductor"; captured on CUDA too)
     cache: SlotCache | None = None
     graphs: Graphs = field(init=False)
-    built: BuiltForward = field(init=False)
+    built: tuple[BuiltForward, BuiltForward] = field(init=False)  # (prefills', decoding forwards'): one unless compiled
     drafting: list[Graphs] = field(default_factory=list)  # the graphs of the drafters beside it (a target's)
 
     def __post_init__(self) -> None:
         self.graphs = Graphs(self.capture)
         if self.compiled:  # past the limit torch runs a new shape uncompiled, silently (a warning)
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-        self.built = BuiltForward(torch.compile(self.model) if self.compiled else self.model)
+        plain = BuiltForward(self.model)
+        self.built = (plain, BuiltForward(torch.compile(self.model)) if self.compiled else plain)
 
     @property
     def device(self) -> torch.device:
@@ -157,17 +158,19 @@ class ModelRunner:
         model's keyword arguments from `inputs` on the device, inside the call (captured with it)."""
         assert self.cache is not None, "reserve() first"
         key = (shape.rows, shape.tokens, keep, hidden) if shape.captured else None
-        return self.graphs.call(key, lambda given: self.run(given, shape.key_slots, keep, hidden, build), inputs)
+        # prefills (past the largest bucket) run uncompiled, as hf-compiled's do: a new length would recompile
+        built = self.built[shape.tokens <= BLOCK_SIZES[-1]]
+        return self.graphs.call(key, lambda given: self.run(built, given, shape.key_slots, keep, hidden, build), inputs)
 
-    def run(self, inputs: dict[str, Any], key_slots: int, keep: int | torch.Tensor | None, hidden: bool,
-            build: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Any:
+    def run(self, built: BuiltForward, inputs: dict[str, Any], key_slots: int, keep: int | torch.Tensor | None,
+            hidden: bool, build: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Any:
         """keep None: a model without an lm_head (a decoder), whose last hidden state is the output."""
         extra = {} if keep is None else {"logits_to_keep": keep}
         named = dict(cache=self.cache, use_cache=True, output_hidden_states=hidden, key_slots=key_slots, **extra)
         self.cache.begin_forward()
         if build is not None:
-            return self.built(build, inputs, **named)
-        return self.built.model(**inputs, **named)
+            return built(build, inputs, **named)
+        return built.model(**inputs, **named)
 
     def prepare(self, rows: int, tokens: int, hidden: bool, forward: Callable[[Shape], object]) -> None:
         """A shape met before timing (rows and tokens bucketed, every position's logits kept): on CUDA captured now
