@@ -81,7 +81,7 @@ class ModelRunner:
 
     def __post_init__(self) -> None:
         self.graphs = Graphs(self.capture)
-        if self.compiled:  # past the limit torch runs a new shape uncompiled, silently (a warning)
+        if self.compiled:  # past the limit torch would run a new shape uncompiled, with only a warning
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         plain = BuiltForward(self.model)
         self.built = (plain, BuiltForward(torch.compile(self.model)) if self.compiled else plain)
