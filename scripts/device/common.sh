@@ -38,3 +38,9 @@ device_resume() {  # a later call on the same warm machine: what device_setup in
     if [ ! -d "$KEEP/site" ]; then FAILED+=("resume: no $KEEP/site (the machine went cold since the setup call)"); return 1; fi
     if [ -d "$KEEP/heads" ]; then mkdir -p heads && cp -r "$KEEP"/heads/. heads/; fi
 }
+runtime_questions() {  # the GPU-runtime calls' B=1 questions, one definition for gpu_runtime.sh's graphs runs and
+    # gpu_runtime_checks.sh's eager run (the identity check compares them): sets `questions` (run arguments)
+    LIMIT=${LIMIT:-1}; TOKENS=${TOKENS:-128}; TASKS=${TASKS:-mt_bench,gsm8k}
+    questions=(--device "$DEVICE" --question-dir "$QDIR" --temperatures 0 --tasks "$TASKS" --limit "$LIMIT"
+               --max-new-tokens "$TOKENS")
+}

@@ -18,15 +18,15 @@
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
-DEVICE=${DEVICE:-cuda}; LIMIT=${LIMIT:-1}; TOKENS=${TOKENS:-128}
+DEVICE=${DEVICE:-cuda}
 BATCH_TOKENS=${BATCH_TOKENS:-32}; BATCH_SIZES=${BATCH_SIZES:-16,64}; BATCH_LIMIT=${BATCH_LIMIT:-64}
 KEEP=${KEEP:-/tmp/specbench-keep}; QDIR=${QDIR:-$KEEP/tasks}
 LOG="$OUT/log.txt"
-METHODS=${METHODS:-vanilla,eagle}; TASKS=${TASKS:-mt_bench,gsm8k}
+METHODS=${METHODS:-vanilla,eagle}
 REFERENCE=${REFERENCE:-hf-compiled}
 KERNELS=${KERNELS:-inductor}  # the A runs' target kernels (the rehearsal: stock, rehearse.sh says why)
 RUN_ARGS=${RUN_ARGS:-}  # more arguments for every run of the default target (the rehearsal: fixed costs)
-source scripts/device/common.sh  # say, step, device_setup, finish
+source scripts/device/common.sh  # say, step, device_setup, finish, runtime_questions
 
 if [ "${SKIP_SETUP:-0}" != 1 ]; then
     device_setup 30 || stop
@@ -34,13 +34,12 @@ fi
 py=${PYTHON:-python3}
 step 30 doctor $py -m specbench doctor || stop
 runs="$KEEP/runs"; mkdir -p "$runs"
-common=(--device "$DEVICE" --question-dir "$QDIR" --temperatures 0 --tasks "$TASKS" --limit "$LIMIT"
-        --max-new-tokens "$TOKENS")
+runtime_questions  # LIMIT questions of each of TASKS, TOKENS new tokens, T=0
 
 step 200 "graphs fp32" $py -m specbench run $RUN_ARGS --methods "$METHODS" --reference "$REFERENCE" \
-    --kernels "$KERNELS" --graphs on --dtype float32 "${common[@]}" --out "$runs/graphs-float32"
+    --kernels "$KERNELS" --graphs on --dtype float32 "${questions[@]}" --out "$runs/graphs-float32"
 step 160 "graphs bf16" $py -m specbench run $RUN_ARGS --methods "$METHODS" --reference "$REFERENCE" \
-    --kernels "$KERNELS" --graphs on --dtype bfloat16 "${common[@]}" --out "$runs/graphs-bfloat16"
+    --kernels "$KERNELS" --graphs on --dtype bfloat16 "${questions[@]}" --out "$runs/graphs-bfloat16"
 step 100 "batch bf16" $py -m specbench run $RUN_ARGS --methods vanilla,eagle,pld --graphs on --dtype bfloat16 \
     --device "$DEVICE" --question-dir "$QDIR" --temperatures 0 --tasks gsm8k --limit "$BATCH_LIMIT" \
     --max-new-tokens "$BATCH_TOKENS" --batch-size "$BATCH_SIZES" --out "$runs/batch-bfloat16"

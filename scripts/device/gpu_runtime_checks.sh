@@ -22,11 +22,11 @@ set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
 DEVICE=${DEVICE:-cuda}; BATCH_TOKENS=${BATCH_TOKENS:-32}; OVERHEAD_SIZES=${OVERHEAD_SIZES:-1,4,64}
-LIMIT=${LIMIT:-1}; TOKENS=${TOKENS:-128}; TASKS=${TASKS:-mt_bench,gsm8k}; RUN_ARGS=${RUN_ARGS:-}  # as call 1's
+RUN_ARGS=${RUN_ARGS:-}
 KEEP=${KEEP:-/tmp/specbench-keep}; QDIR=${QDIR:-$KEEP/tasks}
 LOG="$OUT/log-checks.txt"
 SHAPE=${SHAPE:-llama-3.1-8b}
-source scripts/device/common.sh  # say, step, device_resume, finish
+source scripts/device/common.sh  # say, step, device_resume, finish, runtime_questions
 
 if [ "${SKIP_SETUP:-0}" != 1 ]; then
     device_resume || stop
@@ -50,9 +50,9 @@ sys.exit(1 if bad else 0)
 EOF
 step 90 "CUDA mask and capture tests" $py -m pytest -q -p no:cacheprovider tests/test_step_inputs.py \
     tests/test_head_cache.py -k "cuda or captured_drafting"  # only the CUDA cases (the CPU ones run in CI)
+runtime_questions  # call 1's graphs runs' questions
 step 90 "eager fp32" $py -m specbench run $RUN_ARGS --methods vanilla,eagle --kernels stock --graphs off --dtype float32 \
-    --device "$DEVICE" --question-dir "$QDIR" --temperatures 0 --tasks "$TASKS" --limit "$LIMIT" \
-    --max-new-tokens "$TOKENS" --out "$runs/eager-float32"
+    "${questions[@]}" --out "$runs/eager-float32"
 step 30 "graphs vanilla = eager vanilla (fp32)" $py -m specbench check "$runs/graphs-float32" \
     --against "$runs/eager-float32" --methods vanilla
 for run in graphs-float32 graphs-bfloat16 eager-float32 batch-bfloat16; do
