@@ -44,8 +44,8 @@ export TASKS=gsm8k LIMIT=1 TOKENS=8 BATCH_TOKENS=8 BATCH_SIZES=1,2 BATCH_LIMIT=2
 printf '{"target": "smollm2-135m-instruct", "device": "rehearsal: a flat curve, not measured", "sizes": [1, 64], "verify_ms": [10, 10]}\n' \
     > "$work/device/rehearsal-costs.json"
 export RUN_ARGS="--cost-curve $work/device/rehearsal-costs.json"
-# The A runs on stock kernels, not the device's inductor: torch.compile of the 135M target takes about a minute a graph
-# on two cores (the command is the same but for this value; tests/test_inductor.py runs the inductor kernels on the CPU).
+# The A runs on stock kernels, not the device's inductor: torch.compile of the 135M target is slow on two cores
+# (each graph is C++ built here; the command is the same but for this value; tests/test_inductor.py runs the inductor kernels on the CPU).
 export KERNELS=stock
 rc=0
 if [[ $CALLS == *" 1 "* ]]; then bash scripts/device/gpu_runtime.sh || rc=1; fi
