@@ -22,9 +22,10 @@ from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate_batch
 from specbench.decode.names import Runtime
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import LoadedModel, chat_tokens, load_model
+from specbench.decode.target import LoadedModel, chat_tokens
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
+from specbench.run.kernel_rule import load_target as load_on_this_machine
 from specbench.run.registry import available_methods, select_methods
 from specbench.run.synthetic import SyntheticAcceptance
 
@@ -51,7 +52,7 @@ def load_target(name: str, device: str | None = None, dtype: str | None = None,
                 runtime: Runtime | str = "auto") -> LoadedModel:
     """A target by short name (see `list`'s targets), HF id, local folder or .gguf file; `runtime`: a Runtime
     (kernels and graphs) or one of its single names (specbench.decode.names.RUNTIME_NAMES)."""
-    return load_model(name, device, dtype, runtime)
+    return load_on_this_machine(name, device, dtype, runtime)
 
 
 def load_method(name: str, target: LoadedModel, draft: str | None = None,

@@ -11,10 +11,10 @@ from transformers import DynamicCache
 from specbench.decode.names import Runtime
 from specbench.decode.runtime import (
     FEW_TOKENS,
+    FIXED_RULE,
     KERNELS,
-    WXT_MAX_ROWS,
     FewTokenLinear,
-    pick_kernel,
+    KernelRule,
     prepare,
     restore,
     stock_linears,
@@ -23,11 +23,14 @@ from tests.conftest import tiny_llama
 
 
 def test_kernel_rule_follows_the_row_count():
-    assert pick_kernel(1, FEW_TOKENS, packed=True) == "pair"
-    assert [pick_kernel(r, FEW_TOKENS, packed=True) for r in range(2, WXT_MAX_ROWS + 1)] == ["wxt"] * (WXT_MAX_ROWS - 1)
-    assert pick_kernel(WXT_MAX_ROWS + 1, FEW_TOKENS, packed=True) == "packed"
-    assert pick_kernel(FEW_TOKENS, FEW_TOKENS, packed=False) == "wxt"  # no oneDNN: W @ xT all the way
-    assert pick_kernel(FEW_TOKENS + 1, FEW_TOKENS, packed=True) == "linear"
+    # ROW_COUNTS (1, 2, 4, 8, 16, 32): a row count between two takes the larger's kernel.
+    assert [FIXED_RULE.pick(r, FEW_TOKENS, packed=True) for r in range(1, 6)] == ["pair", "wxt", "wxt", "wxt", "packed"]
+    assert FIXED_RULE.pick(FEW_TOKENS, FEW_TOKENS, packed=False) == "linear"  # nothing packed: F.linear
+    assert FIXED_RULE.pick(FEW_TOKENS + 1, FEW_TOKENS, packed=True) == "linear"  # a prefill
+    assert FIXED_RULE.pick(9, 8, packed=True) == "linear"  # above the module's max_tokens
+    rule = KernelRule(("linear", "wxt", "packed", "wxt", "linear", "packed"))
+    assert [rule.pick(r, FEW_TOKENS, True) for r in (1, 2, 3, 4, 5, 8, 9, 16, 17, 32)] == \
+        ["linear", "wxt", "packed", "packed", "wxt", "wxt", "linear", "linear", "packed", "packed"]
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -102,17 +105,18 @@ def test_cost_bench_writes_a_curve_that_run_reuses(tiny_target_dir, tmp_path, ca
 def test_drafters_run_on_the_targets_kernels_and_stay_stock_with_a_stock_target():
     from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
 
-    fast, stock = RuntimeInfo("few-token", 15), RuntimeInfo("stock", 0)
+    rule = KernelRule(("wxt",) * 6)
+    fast, stock = RuntimeInfo("few-token", 15, rule=rule), RuntimeInfo("stock", 0)
     head = nn.Sequential(nn.Linear(16, 16), nn.SiLU(), nn.Linear(16, 8, bias=False))
     x = torch.randn(4, 16)
     expected = head(x)
     prepare_drafter(head, stock)
     assert not any(isinstance(m, FewTokenLinear) for m in head.modules())
     prepare_drafter(head, fast)
-    assert sum(isinstance(m, FewTokenLinear) for m in head.modules()) == 2
+    assert [m.rule for m in head.modules() if isinstance(m, FewTokenLinear)] == [rule, rule]  # the target's rule
     with torch.inference_mode():
         torch.testing.assert_close(head(x), expected, rtol=1e-5, atol=1e-5)
         rows = torch.randn(10, 16)
-        assert isinstance(frozen_linear(rows, fast), FewTokenLinear)
+        assert isinstance(frozen_linear(rows, fast), FewTokenLinear) and frozen_linear(rows, fast).rule == rule
         assert type(frozen_linear(rows, stock)) is nn.Linear
         torch.testing.assert_close(frozen_linear(rows, fast)(x), x @ rows.T, rtol=1e-5, atol=1e-5)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from specbench.decode.draft import Drafter
 from specbench.decode.names import Runtime
-from specbench.decode.runtime import RuntimeInfo, prepare_drafter
+from specbench.decode.runtime import prepare_drafter
 from specbench.decode.target import load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo, Option
@@ -18,12 +18,6 @@ from specbench.methods.sps.training import train
 from specbench.shipped import shipped_folder
 
 __all__ = ["DraftModelDrafter", "METHODS", "TRAINERS"]
-
-
-def draft_model_runtime(runtime: RuntimeInfo | None) -> Runtime:
-    """The runtime a draft LM loads on: the target's kernels (stock where the target's are); its forwards take the
-    shapes of the target's runner (specbench.decode.chain), so its own graphs choice is off."""
-    return Runtime(kernels="few-token" if runtime is not None and runtime.swapped_linears else "stock", graphs="off")
 
 
 def build(ctx: BuildContext) -> Drafter:
@@ -46,8 +40,10 @@ def build(ctx: BuildContext) -> Drafter:
         return drafter
     if not chosen:
         raise SpecbenchError("sps needs a draft model: --draft NAME_OR_PATH (an HF causal LM with the target's tokenizer)")
-    # The draft runs on the target's kernels (stock when the target's are).
-    draft = load_model(chosen, ctx.device, ctx.dtype, draft_model_runtime(ctx.target.runtime))
+    # The draft runs on the target's kernels (stock when the target's are) at the shapes of the target's runner
+    # (specbench.decode.chain): loaded stock, at its own shapes, then swapped as any drafter's modules are.
+    draft = load_model(chosen, ctx.device, ctx.dtype, Runtime(kernels="stock", graphs="off"))
+    prepare_drafter(draft.model, ctx.target.runtime)
     if draft.tokenizer.get_vocab() != ctx.target.tokenizer.get_vocab():
         raise SpecbenchError(f"--draft {chosen} has a different tokenizer from the target {ctx.target.name}")
     drafter = DraftModelDrafter(draft.model, gamma, vocab, chain=draft_chain(draft.model, ctx.target.runner))

@@ -1,6 +1,7 @@
 """The target's decoder-layer products per kernel and row count on this machine: the table behind the runtime's
-kernel rule (specbench/decode/runtime.py, `pick_kernel`). Rounds interleave the kernels so that drift hits them alike;
-each cell is the fastest of all rounds.
+kernel rule (specbench/decode/runtime.py's KernelRule, measured per machine by specbench/run/kernel_rule.py over all
+the target's products). Rounds interleave the kernels so that drift hits them alike; each cell is the fastest of all
+rounds; "chosen" is what the measured rule's choice (F.linear unless beaten by its margin) makes of this table.
 
     python scripts/figures/linear_kernels.py [--target NAME] [--rounds 3]
 """
@@ -12,8 +13,9 @@ import torch
 
 from specbench.decode.costs import cpu_description
 from specbench.decode.names import Runtime
-from specbench.decode.runtime import KERNELS, FewTokenLinear, fastest_seconds, pick_kernel
+from specbench.decode.runtime import KERNELS, FewTokenLinear, fastest_seconds
 from specbench.decode.target import load_model
+from specbench.run.kernel_rule import choose
 
 ROWS = [1, 2, 4, 8, 12, 16, 24, 32]
 
@@ -45,7 +47,7 @@ def main() -> None:
     for kernel in kernels:
         print(f"{kernel:<8}" + "".join(f"{best[kernel, r] * 1000:>7.1f}" if (kernel, r) in best else f"{'-':>7}"
                                        for r in ROWS))
-    print(f"{'chosen':<8}" + "".join(f"{pick_kernel(r, linears[0].max_tokens, 'packed' in kernels):>7}"
+    print(f"{'chosen':<8}" + "".join(f"{choose({k: best[k, r] for k in kernels if (k, r) in best}):>7}"
                                      for r in ROWS))
 
 

@@ -92,9 +92,12 @@ def add_costs_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_costs(args: argparse.Namespace) -> int:
     from specbench.run.cost_store import cost_store, describe_costs, stored_costs
+    from specbench.run.kernel_rule import rule_store, stored_rules
 
     check_threads(args.threads)
     if args.action == "show":
+        print("\n".join(stored_rules() or [f"no kernel rule in {rule_store()} (the first load of a target on the "
+                                            "few-token kernels measures one)"]))
         found = stored_costs()
         for path, machine, costs in found:
             print("\n".join(describe_costs(path, machine, costs)))
@@ -195,7 +198,7 @@ def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
 
     import torch
 
-    from specbench.decode.target import chat_tokens, load_model
+    from specbench.decode.target import chat_tokens
     from specbench.measure.overhead import (
         OVERHEAD_BATCHES,
         OVERHEAD_METHODS,
@@ -210,6 +213,7 @@ def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
         overhead_summary,
         overhead_table,
     )
+    from specbench.run.kernel_rule import load_target
     from specbench.run.registry import select_methods
     from specbench.run.tasks import resolve_questions
 
@@ -224,7 +228,7 @@ def cmd_overhead(args: argparse.Namespace, tokens: int) -> int:
     torch.set_num_threads(threads)
     args.target = args.target or OVERHEAD_TARGET
     questions = [q for _, qs in resolve_questions(question_selection(args)) for q in qs]
-    targets = [load_model(args.target, args.device, args.dtype, runtime) for runtime in runtimes]
+    targets = [load_target(args.target, args.device, args.dtype, runtime) for runtime in runtimes]
     kept_memory = targets[0].model.device.type == "cpu" and keep_freed_memory()
     prompt = chat_tokens(targets[0].tokenizer, [{"role": "user", "content": questions[0].turns[0]}])
     header = overhead_header(targets[0], len(prompt), tokens, args.rounds, kept_memory)
@@ -247,8 +251,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     import torch
 
-    from specbench.decode.target import chat_tokens, load_model
+    from specbench.decode.target import chat_tokens
     from specbench.measure.bench import benchmark, cost_benchmark, format_costs
+    from specbench.run.kernel_rule import load_target, rule_record
     from specbench.run.tasks import resolve_questions
 
     tokens = args.max_new_tokens or (32 if args.overhead else 128)
@@ -272,8 +277,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     args.target, runtime = args.target or DEFAULT_TARGET, model_runtime(args)
     if args.cost:
-        target = load_model(args.target, args.device, args.dtype, runtime)
-        result = cost_benchmark(target, rounds=args.rounds)
+        target = load_target(args.target, args.device, args.dtype, runtime)
+        result = {**cost_benchmark(target, rounds=args.rounds), **rule_record(target.runtime)}
         print(format_costs(result))
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -281,8 +286,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"json: {args.json}")
         return 0
     questions = [q for _, qs in resolve_questions(question_selection(args)) for q in qs]
-    target = load_model(args.target, args.device, args.dtype, runtime)
+    target = load_target(args.target, args.device, args.dtype, runtime)
     prompts = [chat_tokens(target.tokenizer, [{"role": "user", "content": q.turns[0]}]) for q in questions]
     print(f"{len(prompts)} prompts, {tokens} new tokens, target {args.target} on {target.model.device}")
+    for key, value in rule_record(target.runtime).items():
+        print(f"{key.replace('_', ' ')}: {value}")
     print(benchmark(target, prompts, tokens))
     return 0

@@ -84,7 +84,7 @@ def objective_option(method: str, objective: str, options: dict[str, str],
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from specbench.decode.target import load_model
+    from specbench.run.kernel_rule import load_target
     from specbench.run.registry import available_objectives, available_trainers
     from specbench.train.dataset import features_from_dataset
     from specbench.train.features import ExtractConfig, extract
@@ -104,7 +104,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise SpecbenchError("--dataset-chunks and --feature-layers go with --dataset")
     if (args.out is None) != args.features_only:
         raise SpecbenchError("train needs --out (where the weights go), or --features-only without it")
-    target = load_model(args.target, args.device, args.dtype, model_runtime(args))
+    target = load_target(args.target, args.device, args.dtype, model_runtime(args))
     if args.dataset is not None:
         features = args.features or Path("results/features") / args.dataset.resolve().name
         cache = features_from_dataset(args.dataset, features, target, args.batch_size, args.dataset_chunks,
@@ -155,7 +155,7 @@ def add_distill_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_distill(args: argparse.Namespace) -> int:
     import torch
 
-    from specbench.decode.target import load_model
+    from specbench.run.kernel_rule import load_target
     from specbench.train.distill import DistillConfig, distill
 
     if args.prompts <= 0:
@@ -168,7 +168,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
         raise SpecbenchError(f"--chunk-size must be > 0, got {args.chunk_size}")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    target = load_model(args.target, args.device, args.dtype, model_runtime(args))
+    target = load_target(args.target, args.device, args.dtype, model_runtime(args))
     cfg = DistillConfig(data=args.data, out=args.out, target=args.target, max_prompts=args.prompts,
                         reply_tokens=args.reply_tokens, temperature=args.temperature,
                         second_turn_share=args.second_turn_share, batch_size=args.batch_size, seed=args.seed,

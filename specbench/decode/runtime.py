@@ -1,15 +1,15 @@
 """The target runtime: how the target's forward runs, the same for every method (vanilla included), so that the
 ratios stay honest.
 
-On a CPU, speculation lives on forwards over a few tokens (1 to 32), and there the best matrix-product kernel
-depends on the token count (measured on a 2-core AVX2 EPYC: reports/cost/linear_kernels.txt, docs/measuring.md). So the
-runtime swaps every Linear module of the target for a `FewTokenLinear` that computes one row as the first
-column of W @ [x; x]ᵀ (the two-column product takes a faster kernel than the one-column one), 2-4 rows as W @ xᵀ,
-5-32 rows with weights prepacked by oneDNN (as inductor's CPU freezing does; a copy made once, the target is
-frozen), and more rows (prefills) with F.linear. Outputs are contiguous like F.linear's: a transposed view sends
-attention to its slow kernel. The choice depends on the row count alone, never on a clock, so the same inputs
-always take the same kernel and give the same floats. Modules are swapped through the model's public module tree
-(`set_submodule`); its own forward, masks and caches are untouched. Not on a GPU: cuBLAS has no such hole.
+On a CPU, speculation lives on forwards over a few tokens (1 to 32), where the fastest product kernel depends on
+the token count and the machine (reports/cost/linear_kernels.txt, reports/cpu-kernels-intel). So the runtime swaps
+the target's Linear modules for `FewTokenLinear`s, whose `KernelRule` names a kernel per row count: "pair" (the first
+column of W @ [x; x]ᵀ), "wxt" (W @ xᵀ), "packed" (oneDNN-prepacked weights, as inductor's CPU freezing; a copy made
+once, the target is frozen) or "linear" (F.linear); prefills take F.linear. specbench.run.kernel_rule measures the
+rule once per machine, before any decoding, and stores it (loaded here alone: FIXED_RULE). A kernel is picked by
+row count alone, never by a clock, so equal inputs give equal floats. Outputs are contiguous like F.linear's (a
+transposed view sends attention to its slow kernel). Modules are swapped through the model's public module tree
+(`set_submodule`); its forward, masks and caches are untouched. Not on a GPU: cuBLAS has no such hole.
 
 The runtime is two orthogonal choices (`--kernels`, `--graphs`; specbench.decode.names.Runtime):
 - kernels: "few-token" (the kernels above; the CPU's default), "stock" (transformers' modules as they are; the GPU's
@@ -24,6 +24,7 @@ own shapes), for comparison with published numbers (`--runtime eager` names it).
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Callable
 
@@ -36,9 +37,22 @@ from specbench.decode.names import Runtime
 from specbench.errors import SpecbenchError
 
 FEW_TOKENS = 32  # above this many rows (prefills) F.linear is as fast as anything else
-WXT_MAX_ROWS = 4  # W @ xT up to here, oneDNN-packed weights above (table in the module docstring)
 PACK_ROWS_HINT = 16  # the row count oneDNN lays the packed weights out for (8, 16 or 32 measured alike)
 KERNELS = ("pair", "wxt", "packed", "linear")
+ROW_COUNTS = (1, 2, 4, 8, 16, 32)  # a rule names a kernel for each; a row count between two takes the larger's
+
+
+@dataclass(frozen=True)
+class KernelRule:
+    """The kernel for each of ROW_COUNTS (pair at one row only; packed is F.linear where nothing is packed)."""
+    kernels: tuple[str, ...]
+
+    def pick(self, rows: int, max_tokens: int, packed: bool) -> str:
+        kernel = self.kernels[bisect_left(ROW_COUNTS, rows)] if 0 < rows <= min(max_tokens, ROW_COUNTS[-1]) else "linear"
+        return "linear" if kernel == "packed" and not packed else kernel
+
+
+FIXED_RULE = KernelRule(("pair", "wxt", "wxt", "packed", "packed", "packed"))  # measured on a 2-core AVX2 EPYC
 
 
 def synchronize(device: torch.device) -> None:
@@ -59,17 +73,6 @@ def fastest_seconds(run: Callable[[], object], device: torch.device, repeats: in
     return min(times[1:])
 
 
-def pick_kernel(rows: int, max_tokens: int, packed: bool) -> str:
-    """The product kernel for a given row count: a fixed rule, so equal inputs always give equal floats."""
-    if rows == 0 or rows > max_tokens:
-        return "linear"
-    if rows == 1:
-        return "pair"
-    if rows <= WXT_MAX_ROWS or not packed:
-        return "wxt"
-    return "packed"
-
-
 def pack_weight(weight: torch.Tensor) -> torch.Tensor | None:
     """oneDNN's blocked copy of an fp32 CPU weight, or None where oneDNN or its linear op is missing."""
     if weight.device.type != "cpu" or weight.dtype != torch.float32 or not torch.backends.mkldnn.is_available():
@@ -81,21 +84,19 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor | None:
 
 
 class FewTokenLinear(nn.Module):
-    """A Linear layer that picks its product kernel by row count (`pick_kernel`). Shares the original module's
-    parameters (tied embeddings stay tied); the packed copy is made once, for a frozen target."""
+    """A Linear layer taking its rule's kernel for each row count, on the original's parameters (tied stay tied)."""
 
-    def __init__(self, linear: nn.Linear, max_tokens: int) -> None:
+    def __init__(self, linear: nn.Linear, max_tokens: int, rule: KernelRule = FIXED_RULE) -> None:
         super().__init__()
-        self.weight = linear.weight
-        self.bias = linear.bias
+        self.weight, self.bias = linear.weight, linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.max_tokens = max_tokens
+        self.max_tokens, self.rule = max_tokens, rule
         # A plain attribute, not a buffer: it is a cache of the weight, never saved or moved.
-        self.packed = pack_weight(linear.weight) if max_tokens > WXT_MAX_ROWS else None
+        self.packed = pack_weight(linear.weight) if "packed" in rule.kernels else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        kernel = pick_kernel(rows, self.max_tokens, self.packed is not None and not torch.is_grad_enabled())
+        kernel = self.rule.pick(rows, self.max_tokens, self.packed is not None and not torch.is_grad_enabled())
         if kernel == "linear":
             return F.linear(x, self.weight, self.bias)
         return self.product(x.reshape(rows, x.shape[-1]), kernel).reshape(*x.shape[:-1], self.out_features)
@@ -115,9 +116,7 @@ class FewTokenLinear(nn.Module):
         return out[:, :rows].T.contiguous()
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, W @ xT up to "
-                f"{min(WXT_MAX_ROWS, self.max_tokens)} rows, {'packed' if self.packed is not None else 'W @ xT'} "
-                f"up to {self.max_tokens}")
+        return f"in_features={self.in_features}, out_features={self.out_features}, {self.rule}"
 
 
 @dataclass(frozen=True)
@@ -128,13 +127,16 @@ class RuntimeInfo:
     fixed_shapes: bool = False  # bucketed shapes over a cache reserved for the run (specbench.decode.runner)
     captured: bool = False  # ... replayed from CUDA graphs
     compiled: bool = False  # the target's forward compiled by torch.compile (kernels "inductor")
+    rule: KernelRule = FIXED_RULE  # the few-token kernels' (specbench.run.kernel_rule; drafters take the target's)
+    rule_source: str = "FIXED_RULE"  # where the rule came from (a stored measurement of this machine's)
 
 
-def swap_linears(model: PreTrainedModel, max_tokens: int = FEW_TOKENS) -> list[tuple[str, nn.Module]]:
+def swap_linears(model: nn.Module, max_tokens: int = FEW_TOKENS,
+                 rule: KernelRule = FIXED_RULE) -> list[tuple[str, nn.Module]]:
     """Replace every nn.Linear of the model by a FewTokenLinear; returns the originals (for `restore`)."""
     originals = [(name, module) for name, module in model.named_modules() if type(module) is nn.Linear]
     for name, module in originals:
-        model.set_submodule(name, FewTokenLinear(module, max_tokens))
+        model.set_submodule(name, FewTokenLinear(module, max_tokens, rule))
     return originals
 
 
@@ -159,19 +161,17 @@ def drafter_kernels(runtime: RuntimeInfo | None, device: torch.device) -> bool:
 
 
 def prepare_drafter(module: nn.Module, runtime: RuntimeInfo | None) -> None:
-    """A drafter's modules run on the target's runtime too: a draft step is a forward over a few rows, where
-    F.linear is slowest (an EAGLE tree level: 4 rows)."""
+    """A drafter's modules run on the target's kernels too (a draft step is a forward over a few rows)."""
     params = list(module.parameters())
     if params and drafter_kernels(runtime, params[0].device):
-        swap_linears(module)
+        swap_linears(module, rule=runtime.rule)
 
 
 def frozen_linear(weight: torch.Tensor, runtime: RuntimeInfo | None) -> nn.Module:
-    """A bias-free Linear layer over a frozen weight [out, in] (e.g. the target's lm_head rows a drafter scores),
-    on the runtime's kernels where the target runs on them."""
+    """A bias-free Linear layer over a frozen weight [out, in] (the target's lm_head rows), on the target's kernels."""
     linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
     linear.weight = nn.Parameter(weight, requires_grad=False)
-    return FewTokenLinear(linear, FEW_TOKENS) if drafter_kernels(runtime, weight.device) else linear
+    return FewTokenLinear(linear, FEW_TOKENS, runtime.rule) if drafter_kernels(runtime, weight.device) else linear
 
 
 def resolved(runtime: Runtime | str, device: torch.device) -> tuple[str, bool]:

@@ -145,6 +145,8 @@ def format_costs(result: dict) -> str:
              f"{result['cpu']}; runtime {result['runtime']}; fastest of {result['repeats']} after a warm-up in each of "
              f"{result.get('rounds', 1)} rounds, "
              "256 cached tokens; HF = transformers' own modules, engine = the runtime, tree = under a tree mask",
+             *([f"kernel rule: {result['kernel_rule']} ({result['kernel_rule_source']})"] if "kernel_rule" in result
+               else []),
              f"{'k':>4}{'HF ms':>9}{'engine ms':>11}{'tree ms':>9}{'HF GEMMs':>10}{'our GEMMs':>11}"]
     for i, n in enumerate(k):
         lines.append(f"{n:>4}{hf[i]:>9.1f}{eng[i]:>11.1f}{tree[i]:>9.1f}{result['hf_gemm_ms'][i]:>10.1f}"

@@ -106,7 +106,8 @@ def compare_to_vanilla(run_dir: Path) -> tuple[dict[str, tuple[int, int]], list[
 
 def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
     """Fill in the target's logit margin at each first divergence (loads the run's target)."""
-    from specbench.decode.target import chat_tokens, load_model
+    from specbench.decode.target import chat_tokens
+    from specbench.run.kernel_rule import load_target
     from specbench.run.tasks import resolve_questions, selection_from_settings
 
     todo = [m for m in mismatches if not m.follows_earlier and m.expected is not None and m.got is not None]
@@ -117,7 +118,7 @@ def add_margins(run_dir: Path, mismatches: list[Mismatch]) -> None:
     if device.startswith("cuda") and not torch.cuda.is_available():  # the resolved device, not `auto`
         raise SpecbenchError(f"{run_dir} decoded on {device}: its departures' logit margins are that device's, so "
                              "check it there (or pass --no-margins)")
-    target = load_model(settings["target"], settings.get("device"), settings.get("dtype"), Runtime.of(settings.get("runtime")))
+    target = load_target(settings["target"], settings.get("device"), settings.get("dtype"), Runtime.of(settings.get("runtime")))
     records = [r for r in read_records(run_dir) if r.method == "vanilla" and r.temperature == 0.0]
     reference = min(r.batch_size for r in records)
     vanilla = {(_key(r)[:2]): r.choice for r in records if r.batch_size == reference}

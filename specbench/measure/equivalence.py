@@ -22,10 +22,11 @@ from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.decode.shapes import is_shape
-from specbench.decode.target import DEFAULT_TARGET, chat_tokens, load_model
+from specbench.decode.target import DEFAULT_TARGET, chat_tokens
 from specbench.decode.verify import VerifyFn
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
+from specbench.run.kernel_rule import load_target
 from specbench.run.records import environment
 from specbench.run.registry import available_methods, select_methods
 from specbench.run.tasks import QuestionSelection, resolve_questions
@@ -126,7 +127,7 @@ def run_sampled_check(cfg: SampledCheckConfig) -> tuple[str, bool]:
     if not methods:
         raise SpecbenchError("name at least one method besides vanilla to compare with it")
     prompts_text = [(t.name, q) for t, questions in resolve_questions(cfg.questions) for q in questions]
-    target = load_model(cfg.target, cfg.device, cfg.dtype)
+    target = load_target(cfg.target, cfg.device, cfg.dtype)
     build = BuildContext(target, cfg.draft, device=cfg.device, dtype=cfg.dtype,
                          methods=available_methods(cfg.method_files))
     drafters = {m.name: m.drafter(build) for m in methods}

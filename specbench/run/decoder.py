@@ -19,7 +19,6 @@ from specbench.decode.layout import AttentionLayout
 from specbench.decode.runner import BATCH_SIZES, BLOCK_SIZES, ModelRunner, bucket
 from specbench.decode.runtime import fastest_seconds
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import load_model
 from specbench.method import BuildContext, MethodInfo
 from specbench.run.answer import answer_questions, check_prompts_fit, conversation_capacity, warm_up
 from specbench.run.cost_rounds import CostPlan, CostRounds, CostWatch, measure_curve
@@ -27,6 +26,7 @@ from specbench.run.cost_store import Machine, MachineWatch, machine_costs, store
 from specbench.run.energy import open_counter
 from specbench.run.failures import target_step
 from specbench.run.footprint import target_bytes
+from specbench.run.kernel_rule import load_target, rule_record
 from specbench.run.plan import Job, RunConfig
 from specbench.run.progress import TokenProgress
 from specbench.run.record import BatchPlace, Record, Worker
@@ -58,10 +58,11 @@ class Decoder:
         costs are kept (a run that the load made decode with fewer reuses the idle run's costs, so it decides
         the same); default the threads it has."""
         self.cfg, self.budgets, self.idle_threads = cfg, budgets, idle_threads
-        self.target = load_model(cfg.target, cfg.device, cfg.dtype, cfg.runtime)
+        self.target = load_target(cfg.target, cfg.device, cfg.dtype, cfg.runtime)
         device = self.target.model.device
         env = environment(str(device), str(self.target.model.dtype).replace("torch.", ""))
         env["runtime"] = self.target.runtime.name if self.target.runtime else "stock"
+        env.update(rule_record(self.target.runtime))  # the few-token kernels' rule and where it came from
         env["cpu"] = cpu_description()
         env["target_bytes"] = target_bytes(self.target.model).to_dict()  # the report's roofline
         counter = open_counter(device)
@@ -77,7 +78,8 @@ class Decoder:
     def machine(self) -> Machine:
         env = self.info.environment
         threads = env["torch_threads"] if self.idle_threads is None else self.idle_threads
-        return Machine(self.cfg.target, self.info.device, env["dtype"], env["runtime"], threads, env["torch"],
+        runtime = env["runtime"] + (f" ({env['kernel_rule']})" if "kernel_rule" in env else "")  # costs follow the rule
+        return Machine(self.cfg.target, self.info.device, env["dtype"], runtime, threads, env["torch"],
                        env["transformers"])
 
     def reserve(self, questions: dict[str, list[Question]]) -> int:
