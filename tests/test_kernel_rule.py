@@ -64,6 +64,11 @@ def test_the_stored_rule_is_what_every_later_load_decodes_on(tiny_target_dir, tm
     # Stock kernels take no rule; a process that stores second decodes on the first one's rule.
     assert load_target(str(tiny_target_dir), runtime="stock").runtime.swapped_linears == 0
     assert store_rule(path, {**record, "rule": ["linear"] * len(ROW_COUNTS)})[0] == chosen
+    # A cache that cannot be written: the rule serves this load, and its source says it was not stored.
+    blocked = tmp_path / "a file, not a folder"
+    blocked.write_text("")
+    rule, source = store_rule(blocked / "rule.json", {**record, "rule": ["linear"] * len(ROW_COUNTS)})
+    assert rule == KernelRule(("linear",) * len(ROW_COUNTS)) and "not stored" in source
 
 
 def test_a_run_records_its_rule_and_where_it_came_from(tiny_target_dir, tmp_path, monkeypatch, capsys):

@@ -4,9 +4,9 @@ AMD EPYC is the slowest on an Intel Xeon (reports/cpu-kernels-intel), so a rule 
 another's default. A kernel replaces F.linear (transformers' own) at a row count only where it is faster by more
 than MARGIN, in the fastest of interleaved rounds over all the target's swapped products.
 
-The rule is stored per machine (its CPU, the thread count, torch, the products' shapes and dtype) and the first one
-stored is reused by every later run, process and command, so a loaded and an idle run decode on the same kernels and
-give the same token ids. A measurement during which other processes used more than BUSY_SHARE of the CPUs is made
+The rule is stored per machine (its CPU, torch, the products' shapes and dtype; not the thread count, so that a run
+the load made decode on fewer threads keeps the idle run's kernels) and the first one stored is reused by every later
+run, process and command, so a loaded and an idle run decode on the same kernels and give the same token ids. A measurement during which other processes used more than BUSY_SHARE of the CPUs is made
 again (ATTEMPTS in all); a last one still beside load is stored saying so. Every run records its rule and where it
 came from (delete the stored file to measure again). The rule decides which kernel computes a product, never what
 is drafted; nothing here runs while decoding.
@@ -89,8 +89,8 @@ def measure_rule(model: torch.nn.Module, rounds: int = ROUNDS) -> tuple[KernelRu
 def rule_path(model: torch.nn.Module) -> Path:
     """Where this machine's rule for these products is kept: cache_root()/kernels/<digest of what it is for>.json."""
     linears = swapped(model)
-    key = {"cpu": cpu_description(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-           "dtype": str(linears[0].weight.dtype), "shapes": sorted({(m.in_features, m.out_features) for m in linears})}
+    key = {"cpu": cpu_description(), "torch": torch.__version__, "dtype": str(linears[0].weight.dtype),
+           "shapes": sorted({(m.in_features, m.out_features) for m in linears})}
     return rule_store() / f"{hashlib.sha1(json.dumps(key).encode()).hexdigest()[:16]}.json"
 
 
@@ -120,17 +120,22 @@ def stored_rules() -> list[str]:
 
 
 def store_rule(path: Path, record: dict) -> tuple[KernelRule, str]:
-    """Keep a rule unless another process kept one first (its rule then wins: every process decodes on one)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as f:
-        json.dump(record, f, indent=1)
+    """Keep a rule unless another process kept one first (its rule then wins: every process decodes on one); the
+    rule kept and where it came from. A cache that cannot be written keeps nothing, and the source says why."""
     try:
-        os.link(f.name, path)
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(f.name)
-    return read_rule(path) or (KernelRule(tuple(record["rule"])), record["measured"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as f:
+            json.dump(record, f, indent=1)
+        try:
+            os.link(f.name, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(f.name)
+    except OSError as exc:
+        return KernelRule(tuple(record["rule"])), f"measured {record['measured']}, not stored ({exc})"
+    rule, measured = read_rule(path) or (KernelRule(tuple(record["rule"])), record["measured"])
+    return rule, f"stored {path} (measured {measured})"
 
 
 def machine_rule(model: torch.nn.Module) -> tuple[KernelRule, str]:
@@ -150,8 +155,7 @@ def machine_rule(model: torch.nn.Module) -> tuple[KernelRule, str]:
         measured += f", beside other processes using {busy:.0%} of the CPUs"
     record = {"rule": list(rule.kernels), "row_counts": list(ROW_COUNTS), "ms": table, "measured": measured,
               "margin": MARGIN, "cpu": cpu_description(), "threads": torch.get_num_threads()}
-    stored, when = store_rule(path, record)
-    return stored, f"stored {path} (measured {when})"
+    return store_rule(path, record)
 
 
 def rule_record(runtime: RuntimeInfo | None) -> dict[str, str]:
