@@ -6,19 +6,11 @@ import json
 
 import torch
 
-from specbench.decode.names import Runtime
-from specbench.decode.runtime import FIXED_RULE, ROW_COUNTS, FewTokenLinear, KernelRule
+from specbench.decode.names import FIXED_RULE, ROW_COUNTS, KernelRule, Runtime
+from specbench.decode.runtime import FewTokenLinear
 from specbench.decode.target import load_model
-from specbench.run.kernel_rule import (
-    MARGIN,
-    choose,
-    describe,
-    load_target,
-    measure_rule,
-    read_rule,
-    rule_path,
-    store_rule,
-)
+from specbench.run.kernel_rule import MARGIN, choose, load_target, measure_rule, rule_path
+from specbench.run.kernel_store import describe, read_rule, store_rule
 
 FEW_TOKEN = Runtime(kernels="few-token", graphs="off")
 

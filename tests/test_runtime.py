@@ -8,13 +8,10 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import DynamicCache
 
-from specbench.decode.names import Runtime
+from specbench.decode.names import FIXED_RULE, PRODUCT_KERNELS, KernelRule, Runtime
 from specbench.decode.runtime import (
     FEW_TOKENS,
-    FIXED_RULE,
-    KERNELS,
     FewTokenLinear,
-    KernelRule,
     prepare,
     restore,
     stock_linears,
@@ -41,7 +38,7 @@ def test_every_kernel_computes_the_linear_layer(bias, rows):
     swapped = FewTokenLinear(linear, FEW_TOKENS)
     x = torch.randn(rows, 48)
     expected = F.linear(x, linear.weight, linear.bias)
-    kernels = [k for k in KERNELS if k != "packed" or swapped.packed is not None]
+    kernels = [k for k in PRODUCT_KERNELS if k != "packed" or swapped.packed is not None]
     assert "packed" in kernels or not torch.backends.mkldnn.is_available(), "oneDNN present but nothing packed"
     with torch.inference_mode():
         for kernel in kernels:

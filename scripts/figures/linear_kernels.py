@@ -12,8 +12,8 @@ import argparse
 import torch
 
 from specbench.decode.costs import cpu_description
-from specbench.decode.names import Runtime
-from specbench.decode.runtime import KERNELS, FewTokenLinear, fastest_seconds
+from specbench.decode.names import PRODUCT_KERNELS, Runtime
+from specbench.decode.runtime import FewTokenLinear, fastest_seconds
 from specbench.decode.target import load_model
 from specbench.run.kernel_rule import choose
 
@@ -29,7 +29,7 @@ def main() -> None:
     model = target.model
     linears = [m for name, m in model.named_modules() if isinstance(m, FewTokenLinear) and ".layers." in f".{name}"]
     megabytes = sum(m.weight.numel() * m.weight.element_size() for m in linears) / 1e6
-    kernels = [k for k in KERNELS if k != "packed" or all(m.packed is not None for m in linears)]
+    kernels = [k for k in PRODUCT_KERNELS if k != "packed" or all(m.packed is not None for m in linears)]
     best: dict[tuple[str, int], float] = {}
     with torch.inference_mode():
         for _ in range(args.rounds):

@@ -92,7 +92,7 @@ def add_costs_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_costs(args: argparse.Namespace) -> int:
     from specbench.run.cost_store import cost_store, describe_costs, stored_costs
-    from specbench.run.kernel_rule import rule_store, stored_rules
+    from specbench.run.kernel_store import rule_store, stored_rules
 
     check_threads(args.threads)
     if args.action == "show":
@@ -253,7 +253,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from specbench.decode.target import chat_tokens
     from specbench.measure.bench import benchmark, cost_benchmark, format_costs
-    from specbench.run.kernel_rule import load_target, rule_record
+    from specbench.run.kernel_rule import load_target
+    from specbench.run.kernel_store import rule_record
     from specbench.run.tasks import resolve_questions
 
     tokens = args.max_new_tokens or (32 if args.overhead else 128)

@@ -1,7 +1,8 @@
-"""Names the command line offers before torch is imported (its choices and defaults), defined here once: the
-target's runtime (specbench.decode.runtime) and the default target (specbench.decode.target)."""
+"""Names the command line and `costs show` read before torch is imported, defined here once: the target's runtime
+(specbench.decode.runtime) with its few-token kernels' rule, and the default target (specbench.decode.target)."""
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
@@ -40,3 +41,20 @@ class Runtime:
         if value not in RUNTIME_NAMES:
             raise ValueError(f"unknown runtime {value!r}; valid: {', '.join(RUNTIME_NAMES)} (or --kernels and --graphs)")
         return Runtime(*RUNTIME_NAMES[value])
+
+
+PRODUCT_KERNELS = ("pair", "wxt", "packed", "linear")  # the few-token kernels (specbench.decode.runtime)
+ROW_COUNTS = (1, 2, 4, 8, 16, 32)  # a rule names a kernel for each; a row count between two takes the larger's
+
+
+@dataclass(frozen=True)
+class KernelRule:
+    """The kernel for each of ROW_COUNTS (pair at one row only; packed is F.linear where nothing is packed)."""
+    kernels: tuple[str, ...]
+
+    def pick(self, rows: int, max_tokens: int, packed: bool) -> str:
+        kernel = self.kernels[bisect_left(ROW_COUNTS, rows)] if 0 < rows <= min(max_tokens, ROW_COUNTS[-1]) else "linear"
+        return "linear" if kernel == "packed" and not packed else kernel
+
+
+FIXED_RULE = KernelRule(("pair", "wxt", "wxt", "packed", "packed", "packed"))  # measured on a 2-core AVX2 EPYC

@@ -24,7 +24,6 @@ own shapes), for comparison with published numbers (`--runtime eager` names it).
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Callable
 
@@ -33,28 +32,11 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 
-from specbench.decode.names import Runtime
+from specbench.decode.names import FIXED_RULE, KernelRule, Runtime
 from specbench.errors import SpecbenchError
 
 FEW_TOKENS = 32  # above this many rows (prefills) F.linear is as fast as anything else
 PACK_ROWS_HINT = 16  # the row count oneDNN lays the packed weights out for (8, 16 or 32 measured alike)
-KERNELS = ("pair", "wxt", "packed", "linear")
-ROW_COUNTS = (1, 2, 4, 8, 16, 32)  # a rule names a kernel for each; a row count between two takes the larger's
-
-
-@dataclass(frozen=True)
-class KernelRule:
-    """The kernel for each of ROW_COUNTS (pair at one row only; packed is F.linear where nothing is packed)."""
-    kernels: tuple[str, ...]
-
-    def pick(self, rows: int, max_tokens: int, packed: bool) -> str:
-        kernel = self.kernels[bisect_left(ROW_COUNTS, rows)] if 0 < rows <= min(max_tokens, ROW_COUNTS[-1]) else "linear"
-        return "linear" if kernel == "packed" and not packed else kernel
-
-
-FIXED_RULE = KernelRule(("pair", "wxt", "wxt", "packed", "packed", "packed"))  # measured on a 2-core AVX2 EPYC
-
-
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (around timed regions: a GPU runs asynchronously)."""
     if device.type == "cuda":

@@ -26,7 +26,8 @@ from specbench.run.cost_store import Machine, MachineWatch, machine_costs, store
 from specbench.run.energy import open_counter
 from specbench.run.failures import target_step
 from specbench.run.footprint import target_bytes
-from specbench.run.kernel_rule import load_target, rule_record
+from specbench.run.kernel_rule import load_target
+from specbench.run.kernel_store import rule_record
 from specbench.run.plan import Job, RunConfig
 from specbench.run.progress import TokenProgress
 from specbench.run.record import BatchPlace, Record, Worker

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
-import tempfile
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,11 +23,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from specbench.cache import cache_root
 from specbench.decode.costs import cpu_description
-from specbench.decode.names import Runtime
-from specbench.decode.runtime import KERNELS, ROW_COUNTS, FewTokenLinear, KernelRule, RuntimeInfo, fastest_seconds
+from specbench.decode.names import PRODUCT_KERNELS, ROW_COUNTS, KernelRule, Runtime
+from specbench.decode.runtime import FewTokenLinear, fastest_seconds
 from specbench.decode.target import LoadedModel, load_model
+from specbench.run.kernel_store import read_rule, rule_store, store_rule
 from specbench.run.load import BUSY_SHARE, LoadMeter
 
 MARGIN = 0.1  # a kernel replaces F.linear only where it is faster by more than this
@@ -38,19 +36,8 @@ REPEATS = 2  # timed calls per cell and round, after one untimed
 ATTEMPTS = 3  # measurements while other processes used more than BUSY_SHARE of the CPUs, before the last is kept
 
 
-def describe(rule: KernelRule) -> str:
-    """e.g. "1 pair, 2-4 wxt, 5-32 packed": each run of row counts that takes one kernel."""
-    spans: list[list] = []
-    for low, high, kernel in zip((1,) + tuple(r + 1 for r in ROW_COUNTS), ROW_COUNTS, rule.kernels):
-        if spans and spans[-1][2] == kernel:
-            spans[-1][1] = high
-        else:
-            spans.append([low, high, kernel])
-    return ", ".join(f"{low}{'' if low == high else f'-{high}'} {kernel}" for low, high, kernel in spans)
-
-
 def candidates(rows: int, packed: bool) -> list[str]:
-    return [k for k in KERNELS if (k != "pair" or rows == 1) and (k != "packed" or packed)]
+    return [k for k in PRODUCT_KERNELS if (k != "pair" or rows == 1) and (k != "packed" or packed)]
 
 
 def choose(ms: dict[str, float]) -> str:
@@ -82,7 +69,7 @@ def measure_rule(model: torch.nn.Module, rounds: int = ROUNDS) -> tuple[KernelRu
                     best[kernel, rows] = min(best.get((kernel, rows), seconds), seconds)
                 bar.update()
     rule = KernelRule(tuple(choose({k: best[k, rows] for k in candidates(rows, packed)}) for rows in ROW_COUNTS))
-    table = {k: [round(best[k, r] * 1000, 3) if (k, r) in best else None for r in ROW_COUNTS] for k in KERNELS}
+    table = {k: [round(best[k, r] * 1000, 3) if (k, r) in best else None for r in ROW_COUNTS] for k in PRODUCT_KERNELS}
     return rule, table
 
 
@@ -92,50 +79,6 @@ def rule_path(model: torch.nn.Module) -> Path:
     key = {"cpu": cpu_description(), "torch": torch.__version__, "dtype": str(linears[0].weight.dtype),
            "shapes": sorted({(m.in_features, m.out_features) for m in linears})}
     return rule_store() / f"{hashlib.sha1(json.dumps(key).encode()).hexdigest()[:16]}.json"
-
-
-def read_rule(path: Path) -> tuple[KernelRule, str] | None:
-    """A stored rule and when it was measured, or None where there is none (or it is not one)."""
-    try:
-        raw = json.loads(path.read_text())
-        rule = KernelRule(tuple(raw["rule"]))
-        fits = len(rule.kernels) == len(ROW_COUNTS) and set(rule.kernels) <= set(KERNELS)
-        return (rule, str(raw["measured"])) if fits else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def rule_store() -> Path:
-    return cache_root() / "kernels"
-
-
-def stored_rules() -> list[str]:
-    """A line per rule kept on this machine (`costs show`)."""
-    lines = []
-    for path in sorted(rule_store().glob("*.json")):
-        found = read_rule(path)
-        lines.append(f"{path}: kernel rule {describe(found[0])} (measured {found[1]})" if found else
-                     f"{path}: not a kernel rule (delete it: the next load measures again)")
-    return lines
-
-
-def store_rule(path: Path, record: dict) -> tuple[KernelRule, str]:
-    """Keep a rule unless another process kept one first (its rule then wins: every process decodes on one); the
-    rule kept and where it came from. A cache that cannot be written keeps nothing, and the source says why."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as f:
-            json.dump(record, f, indent=1)
-        try:
-            os.link(f.name, path)
-        except FileExistsError:
-            pass
-        finally:
-            os.unlink(f.name)
-    except OSError as exc:
-        return KernelRule(tuple(record["rule"])), f"measured {record['measured']}, not stored ({exc})"
-    rule, measured = read_rule(path) or (KernelRule(tuple(record["rule"])), record["measured"])
-    return rule, f"stored {path} (measured {measured})"
 
 
 def machine_rule(model: torch.nn.Module) -> tuple[KernelRule, str]:
@@ -156,13 +99,6 @@ def machine_rule(model: torch.nn.Module) -> tuple[KernelRule, str]:
     record = {"rule": list(rule.kernels), "row_counts": list(ROW_COUNTS), "ms": table, "measured": measured,
               "margin": MARGIN, "cpu": cpu_description(), "threads": torch.get_num_threads()}
     return store_rule(path, record)
-
-
-def rule_record(runtime: RuntimeInfo | None) -> dict[str, str]:
-    """What a run records of its kernel rule: the rule and where it came from (nothing on stock kernels)."""
-    if runtime is None or not runtime.swapped_linears:
-        return {}
-    return {"kernel_rule": describe(runtime.rule), "kernel_rule_source": runtime.rule_source}
 
 
 def load_target(name: str, device: str | None = None, dtype: str | None = None,
