@@ -1,15 +1,16 @@
-"""The few-token kernels' rule (specbench.decode.runtime.KernelRule) measured on this machine, once, before anything
+"""The few-token kernels' rule (specbench.decode.names.KernelRule) measured on this machine, once, before anything
 is decoded. Which product kernel is fastest at a row count depends on the CPU: the one-row kernel fastest on a 2-core
 AMD EPYC is the slowest on an Intel Xeon (reports/cpu-kernels-intel), so a rule measured on one machine is not
 another's default. A kernel replaces F.linear (transformers' own) at a row count only where it is faster by more
 than MARGIN, in the fastest of interleaved rounds over all the target's swapped products.
 
-The rule is stored per machine (its CPU, torch, the products' shapes and dtype; not the thread count, so that a run
-the load made decode on fewer threads keeps the idle run's kernels) and the first one stored is reused by every later
-run, process and command, so a loaded and an idle run decode on the same kernels and give the same token ids. A measurement during which other processes used more than BUSY_SHARE of the CPUs is made
-again (ATTEMPTS in all); a last one still beside load is stored saying so. Every run records its rule and where it
-came from (delete the stored file to measure again). The rule decides which kernel computes a product, never what
-is drafted; nothing here runs while decoding.
+The rule is stored per machine (specbench.run.kernel_store: its CPU, torch, the products' shapes and dtype; not the
+thread count, so that a run the load made decode on fewer threads keeps the idle run's kernels), and the first one
+stored is reused by every later run, process and command, so a loaded and an idle run decode on the same kernels
+and give the same token ids. A measurement during which other processes used more than BUSY_SHARE of the CPUs is
+made again (ATTEMPTS in all); a last one still beside load is stored saying so. Every run records its rule and where
+it came from (delete the stored file to measure again). The rule decides which kernel computes a product, never
+what is drafted; nothing here runs while decoding.
 """
 from __future__ import annotations
 

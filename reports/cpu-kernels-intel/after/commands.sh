@@ -1,8 +1,8 @@
 #!/bin/bash
 # What made this folder: the bench before (6f13d18, the EPYC's fixed rule) and after (ed73389, the rule measured
 # here, then transformers' kernels), one after the other. Run from the repository root, in the project environment,
-# with a clone of this repository at 6f13d18 in /tmp/kr-before. (Run as /work/scratch/kr/bench2.sh, which wrote
-# into reports/cpu-kernels-intel/after directly.)
+# with a clone of this repository at 6f13d18 in /tmp/kr-before. (It ran as a copy of this script kept outside the
+# repository, with this folder's absolute path for $out.)
 set -u
 out=$(realpath reports/cpu-kernels-intel/after)
 cd /tmp
