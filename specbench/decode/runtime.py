@@ -3,13 +3,12 @@ ratios stay honest.
 
 On a CPU, speculation lives on forwards over a few tokens (1 to 32), where the fastest product kernel depends on
 the token count and the machine (reports/cost/linear_kernels.txt, reports/cpu-kernels-intel). So the runtime swaps
-the target's Linear modules for `FewTokenLinear`s, whose `KernelRule` names a kernel per row count: "pair" (the first
-column of W @ [x; x]ᵀ), "wxt" (W @ xᵀ), "packed" (oneDNN-prepacked weights, as inductor's CPU freezing; a copy made
-once, the target is frozen) or "linear" (F.linear); prefills take F.linear. specbench.run.kernel_rule measures the
-rule once per machine, before any decoding, and stores it (loaded here alone: FIXED_RULE). A kernel is picked by
-row count alone, never by a clock, so equal inputs give equal floats. Outputs are contiguous like F.linear's (a
-transposed view sends attention to its slow kernel). Modules are swapped through the model's public module tree
-(`set_submodule`); its forward, masks and caches are untouched. Not on a GPU: cuBLAS has no such hole.
+the target's Linear modules (through `set_submodule`; forward, masks and caches untouched) for `FewTokenLinear`s,
+whose `KernelRule` names a kernel per row count: "pair" (the first column of W @ [x; x]ᵀ), "wxt" (W @ xᵀ), "packed"
+(oneDNN-prepacked weights, as inductor's CPU freezing; copied once, the target is frozen) or "linear" (F.linear);
+prefills take F.linear. specbench.run.kernel_rule measures the rule once per machine before any decoding and stores
+it (loaded here alone: FIXED_RULE). The row count alone picks the kernel, never a clock: equal inputs, equal floats.
+Outputs are contiguous like F.linear's (a transposed view sends attention to its slow kernel). Not on a GPU.
 
 The runtime is two orthogonal choices (`--kernels`, `--graphs`; specbench.decode.names.Runtime):
 - kernels: "few-token" (the kernels above; the CPU's default), "stock" (transformers' modules as they are; the GPU's
@@ -37,6 +36,8 @@ from specbench.errors import SpecbenchError
 
 FEW_TOKENS = 32  # above this many rows (prefills) F.linear is as fast as anything else
 PACK_ROWS_HINT = 16  # the row count oneDNN lays the packed weights out for (8, 16 or 32 measured alike)
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (around timed regions: a GPU runs asynchronously)."""
     if device.type == "cuda":
