@@ -109,8 +109,9 @@ def load_target(name: str, device: str | None = None, dtype: str | None = None,
     if target.runtime is None or not target.runtime.swapped_linears:
         return target
     rule, source = machine_rule(target.model)
-    for m in swapped(target.model):
+    linears = swapped(target.model)
+    for m in linears:
         m.rule, m.packed = rule, m.packed if "packed" in rule.kernels else None
     target.runtime = replace(target.runtime, rule=rule, rule_source=source,
-                             packed_linears=sum(m.packed is not None for m in swapped(target.model)))
+                             packed_linears=sum(m.packed is not None for m in linears))
     return target
