@@ -21,6 +21,8 @@ OUT=$HERE/reports/cpu-regression${TAG:+/$TAG}
 ORDER=${ORDER:-base head}
 TREE=${TMPDIR:-/tmp}/specbench-base-$BASE
 [[ -d $TREE ]] || git worktree add --detach "$TREE" "$BASE" >/dev/null 2>&1
+# The trained heads are not tracked: the base tree reads this checkout's (the methods name them by relative paths).
+[[ -e $TREE/heads ]] || ln -s "$HERE/heads" "$TREE/heads"
 # The base tree's own environment: this one's packages, its own code (an editable install maps its package data).
 BPY=$TREE/.venv/bin/python
 if [[ ! -x $BPY ]]; then
