@@ -2,6 +2,11 @@
 (`BuildContext`), and what it builds (a `Drafter` proposing `Draft`s; specbench.decode.draft). A method imports this
 module and the decode core, nothing from run/ or analysis/.
 
+A method's declaration (its MethodInfo, Options and tuning) imports nothing heavy: `build` and a trainer may be a
+`Ref` ("module:function", imported at its first call), so the registry lists every method without importing torch
+or the methods' code (`list`, argument errors and bad paths answer at once). This module imports no torch either;
+the drafter contract's types are re-exported from specbench.decode.draft on first use.
+
 Options are declared, never guessed: `@key=value` and `--opt key=value` are checked against a method's declarations
 before any model loads (an unknown key or a bad value is one line naming the method, the key, the valid keys and
 the closest match), and a builder reads only declared options, typed, with their defaults filled in.
@@ -9,17 +14,28 @@ the closest match), and a builder reads only declared options, typed, with their
 from __future__ import annotations
 
 import difflib
+import importlib
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from specbench.decode.cost_model import CostModel
-from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
-from specbench.decode.target import LoadedModel
 from specbench.errors import SpecbenchError
 
-__all__ = ["BuildContext", "DecodeContext", "Draft", "Drafter", "MethodInfo", "OBJECTIVE_KEY", "Option", "StepResult",
-           "TUNING_BUDGET", "closest", "join_options", "key_values", "parse_options"]
+if TYPE_CHECKING:
+    from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
+    from specbench.decode.target import LoadedModel
+
+__all__ = ["BuildContext", "DecodeContext", "Draft", "Drafter", "MethodInfo", "OBJECTIVE_KEY", "Option", "Ref",
+           "StepResult", "TUNING_BUDGET", "closest", "join_options", "key_values", "parse_options"]
+CONTRACT = ("DecodeContext", "Draft", "Drafter", "StepResult")  # re-exported from specbench.decode.draft
+
+
+def __getattr__(name: str) -> Any:
+    """The drafter contract's types (`from specbench.method import Drafter`), imported with torch on first use."""
+    if name in CONTRACT:
+        return getattr(importlib.import_module("specbench.decode.draft"), name)
+    raise AttributeError(f"module 'specbench.method' has no attribute {name!r}")
 
 # How many settings `tune` may try per method: the same grid budget for every method.
 TUNING_BUDGET = 4
@@ -79,6 +95,26 @@ class Option:
         return f"{self.name} ({self.range()}; default {default}): {self.help}"
 
 
+@dataclass(frozen=True)
+class Ref:
+    """A function named by "module:function", with keyword arguments bound, imported at its first call: a method's
+    `build` or a trainer that the registry can list without importing its module (and torch)."""
+
+    function: str
+    bound: tuple[tuple[str, Any], ...] = ()
+
+    @staticmethod
+    def to(function: str, **bound: Any) -> "Ref":
+        return Ref(function, tuple(bound.items()))
+
+    def resolve(self) -> Callable:
+        module, _, name = self.function.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()(*args, **dict(self.bound), **kwargs)
+
+
 def closest(key: str, names: list[str]) -> str:
     """"; did you mean X?" for the closest of names, or ""."""
     match = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
@@ -114,7 +150,7 @@ class BuildContext:
     defaults filled in), the run's fixed costs, and every known method (for a method that builds on another, as
     samd on its auxiliary drafter)."""
 
-    target: LoadedModel
+    target: "LoadedModel"
     draft: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     device: str | None = None
@@ -140,7 +176,7 @@ class MethodInfo:
     name: str
     description: str
     lossless: bool
-    build: Callable[[BuildContext], Drafter]
+    build: Callable[[BuildContext], "Drafter"]  # a function, or a Ref to one
     tuning: tuple[str, ...] = ()
     options: tuple[Option, ...] = ()
     given: Mapping[str, str] = field(default_factory=dict)
@@ -178,7 +214,7 @@ class MethodInfo:
         self.resolve(given)
         return replace(self, name=label, given=dict(given))
 
-    def drafter(self, ctx: BuildContext) -> Drafter:
+    def drafter(self, ctx: BuildContext) -> "Drafter":
         """The drafter, built with this row's options over ctx.options (the API's keywords)."""
         return self.build(replace(ctx, options=self.resolve({**ctx.options, **self.given})))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 
 PROMPTS = [[3, 9, 14, 2], [1, 2, 3], [20, 21, 5, 5, 7]]
 

@@ -62,8 +62,9 @@ def test_version_and_doctor(capsys):
     code = main(["doctor"])
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("ok") and "torch" in line for line in lines)
-    assert all(line.split()[0] in ("ok", "warn", "FAIL") for line in lines)
-    assert code == (1 if any(line.startswith("FAIL") for line in lines) else 0)
+    assert all(line.split()[0] in ("ok", "warn", "note", "FAIL") for line in lines)
+    # A complete install (the suite's: scripts/install.sh) fails nothing: every method of `list` has its drafter.
+    assert [line for line in lines if line.startswith("FAIL")] == [] and code == 0
 
 
 @pytest.mark.parametrize("command", ["run", "tune", "report", "export", "check", "list", "doctor", "train", "distill", "tasks",

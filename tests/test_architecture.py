@@ -55,7 +55,7 @@ def graph() -> nx.DiGraph:
 def test_the_graph_sees_the_layers(graph):
     # A check that reads nothing would pass everything: the known edges must be there.
     assert graph.has_edge("specbench.decode.engine", "specbench.decode.verify")
-    assert graph.has_edge("specbench.methods.eagle", "specbench.methods.common.feature_tree")
+    assert graph.has_edge("specbench.methods.eagle.drafter", "specbench.methods.common.feature_tree")
     assert graph.has_edge("specbench.run.runner", "specbench.run.distributed")
 
 

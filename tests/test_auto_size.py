@@ -16,8 +16,8 @@ from specbench.decode.engine import generate, generate_batch
 from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling
 from specbench.methods.common.feature_tree import TreeSpec, measure_level_seconds
-from specbench.methods.eagle import EagleDrafter
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.eagle.drafter import EagleDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.decoder import measure_cost_model
 from tests.test_eagle3 import target  # noqa: F401 (fixture)
 from tests.test_head_cache import PROMPTS, beside, trained_eagle

@@ -61,7 +61,7 @@ def test_greedy_rows_equal_single_decoding(target, draft_model, prompt, name):
 
 
 def test_finished_rows_leave_and_stop_ids_end_rows(target, prompt):
-    from specbench.methods.pld import PromptLookupDrafter
+    from specbench.methods.pld.drafter import PromptLookupDrafter
 
     stop = generate(target, prompt, PromptLookupDrafter(), Sampling(), 40, set()).token_ids[6]
     prompts = [prompt, prompt[:6], prompt[2:]]
@@ -73,7 +73,7 @@ def test_finished_rows_leave_and_stop_ids_end_rows(target, prompt):
 
 
 def test_one_drafter_per_row_is_required(target, prompt):
-    from specbench.methods.vanilla import VanillaDrafter
+    from specbench.methods.vanilla.drafter import VanillaDrafter
 
     drafter = VanillaDrafter()
     with pytest.raises(ValueError, match="one distinct drafter per prompt"):

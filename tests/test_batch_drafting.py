@@ -11,8 +11,9 @@ from specbench.decode.engine import generate, generate_batch
 from specbench.decode.sampling import Sampling
 from specbench.methods.common.feature_tree import TreeSpec
 from specbench.methods.common.tree_search import Nodes, best_k, finish
-from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.eagle import EAGLE1_TREE
+from specbench.methods.eagle.drafter import EagleDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from tests.drafters import fitted_eagle_head
 from tests.test_distribution import VOCAB, prompt, target  # noqa: F401  (shared fixtures)
 

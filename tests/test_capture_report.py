@@ -12,7 +12,7 @@ from specbench.decode.engine import generate, generate_batch
 from specbench.decode.graphs import CaptureError
 from specbench.decode.runner import BATCH_SIZES, BLOCK_SIZES, ModelRunner
 from specbench.decode.sampling import Sampling
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.decoder import capture_report, prepare_shapes
 from specbench.run.run_info import RunInfo, uncaptured_note
 from tests.conftest import tiny_llama

@@ -10,8 +10,8 @@ from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import DEFAULT_TARGET, chat_tokens, load_model
 from specbench.method import BuildContext
-from specbench.methods.pld import PromptLookupDrafter
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.pld.drafter import PromptLookupDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.registry import available_methods
 from tests.conftest import SHARED_DATA
 

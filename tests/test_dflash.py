@@ -18,10 +18,10 @@ from specbench.decode.target import chat_tokens, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.methods.common.target_layers import fused_layers
-from specbench.methods.dflash import DFlashDrafter
+from specbench.methods.dflash.drafter import DFlashDrafter
 from specbench.methods.dflash.model import DFlashDraft, dflash_config
 from specbench.methods.dflash.training import DFlashTrainable, anchors, block_mask
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.registry import available_methods
 from specbench.train.features import FeatureCache
 from specbench.train.training import Batch, load_conversations, make_batch

@@ -15,7 +15,7 @@ from specbench.cli import main
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import chat_tokens, load_model
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.train.dataset import finished_chunks
 from specbench.train.distill import DistillConfig, answer_batch, length_batches
 from specbench.train.features import (

@@ -31,33 +31,33 @@ from specbench.decode.verify import (
     residual_after_one_hot,
 )
 from specbench.methods.common.datastore import Datastore
-from specbench.methods.common.draft_model import draft_chain
+from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
 from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec
 from specbench.methods.common.feature_tree import TreeSpec as FeatureTreeSpec
 from specbench.methods.common.static_tree import DEFAULT_NODES, first_paths
-from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
+from specbench.methods.eagle import EAGLE1_TREE
+from specbench.methods.eagle.drafter import EagleDrafter
 from specbench.methods.eagle.head import EagleHead, head_config
-from specbench.methods.eagle3 import Eagle3FeatureHead
 from specbench.methods.eagle3.checkpoint import head_config as eagle3_config
+from specbench.methods.eagle3.drafter import Eagle3FeatureHead
 from specbench.methods.eagle3.head import Eagle3Head
 from specbench.methods.eagle3.training import Eagle3Trainable, set_draft_vocabulary
-from specbench.methods.hydra import HydraDrafter
+from specbench.methods.hydra.drafter import HydraDrafter
 from specbench.methods.hydra.head import HydraHeads
 from specbench.methods.hydra.training import HydraTrainable
-from specbench.methods.lookahead import LookaheadDrafter
-from specbench.methods.medusa import MedusaDrafter, typical_verifier
+from specbench.methods.lookahead.drafter import LookaheadDrafter
+from specbench.methods.medusa.drafter import MedusaDrafter, typical_verifier
 from specbench.methods.medusa.head import MedusaHeads
 from specbench.methods.medusa.training import MedusaTrainable
-from specbench.methods.pard import PardDrafter
-from specbench.methods.pld import PromptLookupDrafter
+from specbench.methods.pard.drafter import PardDrafter
+from specbench.methods.pld.drafter import PromptLookupDrafter
 from specbench.methods.recycling import DEFAULT_TREE as RECYCLING_TREE
-from specbench.methods.recycling import RecyclingDrafter
-from specbench.methods.rest import RestDrafter
-from specbench.methods.samd import SamDrafter
-from specbench.methods.sps import DraftModelDrafter
-from specbench.methods.suffix import SuffixDrafter
-from specbench.methods.swift import layer_skip_view
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.recycling.drafter import RecyclingDrafter
+from specbench.methods.rest.drafter import RestDrafter
+from specbench.methods.samd.drafter import SamDrafter
+from specbench.methods.suffix.drafter import SuffixDrafter
+from specbench.methods.swift.drafter import layer_skip_view
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.train.training import Batch
 from tests.conftest import tiny_llama
 from tests.drafters import ModelTreeDrafter, RandomTreeDrafter

@@ -12,8 +12,8 @@ from specbench.decode.engine import generate, generate_batch
 from specbench.decode.runner import CAPACITY_STEP, ModelRunner, keep_rows
 from specbench.decode.sampling import Sampling
 from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
-from specbench.methods.swift import layer_skip_view
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.swift.drafter import layer_skip_view
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from tests.conftest import tiny_llama
 from tests.test_distribution import (  # noqa: F401 (fixtures)
     LOSSLESS,

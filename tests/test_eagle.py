@@ -17,10 +17,10 @@ from specbench.decode.target import chat_tokens, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.methods.common.feature_tree import TreeSpec
-from specbench.methods.eagle import EagleDrafter
 from specbench.methods.eagle.checkpoint import load_head, save_head
+from specbench.methods.eagle.drafter import EagleDrafter
 from specbench.methods.eagle.head import INPUTS, EagleHead, head_config
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.registry import available_methods
 from tests.conftest import tiny_llama, write_prompts
 

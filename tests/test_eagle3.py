@@ -12,11 +12,11 @@ from specbench.decode.kv import SlotCache
 from specbench.decode.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec
-from specbench.methods.eagle3 import Eagle3FeatureHead
 from specbench.methods.eagle3.checkpoint import head_config, load_head, save_head
+from specbench.methods.eagle3.drafter import Eagle3FeatureHead
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers
 from specbench.methods.eagle3.training import Eagle3Trainable, set_draft_vocabulary, unroll
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.train.training import Batch
 from tests.conftest import tiny_llama
 

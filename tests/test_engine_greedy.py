@@ -14,9 +14,9 @@ from specbench.decode.inputs import ancestors, row_blocks, target_forward
 from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling
 from specbench.decode.verify import child_with
-from specbench.methods.pld import PromptLookupDrafter
-from specbench.methods.sps import DraftModelDrafter
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.common.draft_model import DraftModelDrafter
+from specbench.methods.pld.drafter import PromptLookupDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from tests.conftest import tiny_llama
 from tests.drafters import ModelTreeDrafter, RandomTreeDrafter
 
@@ -179,7 +179,7 @@ def test_bad_tree_is_rejected():
 
 @pytest.mark.parametrize("shape", [(5, 7, 7), (3, 4, 2), (2, 1, 0)])
 def test_lookahead_emits_vanilla_tokens(target, prompts, shape):
-    from specbench.methods.lookahead import LookaheadDrafter
+    from specbench.methods.lookahead.drafter import LookaheadDrafter
 
     drafter = LookaheadDrafter(*shape)
     accepted_more_than_one = 0

@@ -7,8 +7,8 @@ import pytest
 
 from specbench.decode.sampling import Sampling
 from specbench.measure.equivalence import compare, detectable_w, homogeneity, sample_prefixes
-from specbench.methods.sps import DraftModelDrafter
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.common.draft_model import DraftModelDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from tests.conftest import tiny_llama
 from tests.test_distribution import bonus_from_unprocessed_softmax
 

@@ -26,10 +26,10 @@ from specbench.decode.layout import AttentionLayout
 from specbench.decode.sampling import Sampling, target_probs
 from specbench.decode.target import LoadedModel, load_model
 from specbench.errors import SpecbenchError
-from specbench.methods.lookahead import LookaheadDrafter
-from specbench.methods.pld import PromptLookupDrafter
-from specbench.methods.sps import DraftModelDrafter
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.common.draft_model import DraftModelDrafter
+from specbench.methods.lookahead.drafter import LookaheadDrafter
+from specbench.methods.pld.drafter import PromptLookupDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.failures import target_step
 from tests.conftest import tiny_tokenizer
 from tests.drafters import ModelTreeDrafter, RandomTreeDrafter, fitted_eagle_head
@@ -246,7 +246,7 @@ def test_an_eagle_head_trained_for_a_moment_drafts_for_the_family(name):
     the target's sizes. Trained briefly on the target's own greedy outputs, it drafts, and drafts are accepted."""
     from specbench.methods.common.feature_tree import TreeSpec
     from specbench.methods.common.official import target_embedding
-    from specbench.methods.eagle import EagleDrafter
+    from specbench.methods.eagle.drafter import EagleDrafter
 
     target = tiny(name, seed=0)
     ids = torch.tensor([PROMPTS[0]])

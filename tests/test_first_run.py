@@ -63,7 +63,7 @@ def test_bad_threads_is_one_line(tiny_target_dir, tmp_path, capsys):
 
 
 def test_the_step_callback_counts_every_token_and_changes_nothing(target, prompt):  # noqa: F811
-    from specbench.methods.pld import PromptLookupDrafter
+    from specbench.methods.pld.drafter import PromptLookupDrafter
 
     prompts = [prompt, prompt[3:]]
     plain = generate_batch(target, prompts, [PromptLookupDrafter(), PromptLookupDrafter()], Sampling(), 30, set())

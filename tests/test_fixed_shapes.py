@@ -15,7 +15,7 @@ from specbench.decode.names import Runtime
 from specbench.decode.runner import BLOCK_SIZES, ModelRunner, bucket
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import load_model
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.decoder import capture_report
 from tests.conftest import tiny_llama
 from tests.drafters import RandomTreeDrafter

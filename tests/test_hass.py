@@ -22,7 +22,7 @@ from specbench.methods.eagle.checkpoint import save_head
 from specbench.methods.eagle.head import EagleHead, head_config
 from specbench.methods.eagle.objective import OBJECTIVE_KEY, Objective, objective_from, top_k_distillation
 from specbench.methods.eagle.training import EagleTrainable, aligned_predictions
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.registry import available_methods
 from specbench.train.training import Batch
 from tests.conftest import save_tiny_target, tiny_llama, write_prompts

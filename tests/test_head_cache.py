@@ -16,12 +16,13 @@ from specbench.decode.engine import generate, generate_batch
 from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import Sampling
 from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec
-from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
+from specbench.methods.eagle import EAGLE1_TREE
+from specbench.methods.eagle.drafter import EagleDrafter
 from specbench.methods.eagle.head import EagleHead
-from specbench.methods.eagle3 import Eagle3FeatureHead
-from specbench.methods.hydra import HydraDrafter
-from specbench.methods.medusa import MedusaDrafter
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.eagle3.drafter import Eagle3FeatureHead
+from specbench.methods.hydra.drafter import HydraDrafter
+from specbench.methods.medusa.drafter import MedusaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.decoder import capture_report
 from tests.drafters import fitted_eagle_head
 from tests.test_distribution import hydra_drafter, medusa_drafter

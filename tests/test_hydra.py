@@ -15,10 +15,10 @@ from specbench.decode.sampling import Sampling
 from specbench.decode.target import chat_tokens, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
-from specbench.methods.hydra import HydraDrafter
 from specbench.methods.hydra.checkpoint import load_heads, save_heads
+from specbench.methods.hydra.drafter import HydraDrafter
 from specbench.methods.hydra.head import HydraHeads
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.registry import available_methods
 from tests.conftest import write_prompts
 

@@ -18,8 +18,9 @@ from specbench.decode.runtime import FewTokenLinear
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import load_model
 from specbench.methods.common.feature_tree import TreeSpec
-from specbench.methods.eagle import EAGLE1_TREE, EagleDrafter
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.eagle import EAGLE1_TREE
+from specbench.methods.eagle.drafter import EagleDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from tests.test_batch_drafting import head  # noqa: F401 (fixture: an EAGLE head fitted to the target)
 from tests.test_distribution import LOSSLESS, draft_model, prompt, target  # noqa: F401 (fixtures)
 

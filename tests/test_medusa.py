@@ -14,10 +14,10 @@ from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import chat_tokens, load_model
 from specbench.method import BuildContext
-from specbench.methods.medusa import MedusaDrafter, typical_verifier
 from specbench.methods.medusa.checkpoint import load_heads
+from specbench.methods.medusa.drafter import MedusaDrafter, typical_verifier
 from specbench.methods.medusa.head import MedusaHeads
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.registry import available_methods
 from tests.conftest import write_prompts
 

@@ -20,9 +20,9 @@ from specbench.decode.target import chat_tokens, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.methods.common.small_draft import small_draft
-from specbench.methods.pard import PardDrafter
+from specbench.methods.pard.drafter import PardDrafter
 from specbench.methods.pard.training import MASK_KEY, PardTrainable, copies, mask_token
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.registry import available_methods
 from specbench.train.training import Batch
 from tests.conftest import tiny_llama, write_prompts

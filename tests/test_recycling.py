@@ -9,7 +9,8 @@ from specbench.decode.draft import ROOT, parse_tree
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.errors import SpecbenchError
-from specbench.methods.recycling import DEFAULT_TREE, EMPTY, RecyclingDrafter
+from specbench.methods.recycling import DEFAULT_TREE
+from specbench.methods.recycling.drafter import EMPTY, RecyclingDrafter
 from tests.conftest import tiny_llama
 from tests.identity import assert_vanilla_tokens_with_deep_accepts
 

@@ -22,7 +22,7 @@ from specbench.methods.eagle3.head import Eagle3Head
 from specbench.methods.eagle3.training import set_draft_vocabulary
 from specbench.methods.medusa.checkpoint import save_heads
 from specbench.methods.medusa.head import MedusaHeads
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from tests.test_cli import run_args, write_questions
 
 

@@ -15,8 +15,8 @@ from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.methods.common.datastore import Datastore, datastore_folder, load_datastore
-from specbench.methods.rest import RestDrafter
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.rest.drafter import RestDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from tests.conftest import tiny_llama
 from tests.identity import assert_vanilla_tokens_with_deep_accepts
 

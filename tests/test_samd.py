@@ -11,9 +11,10 @@ from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.methods.common.datastore import Datastore
-from specbench.methods.recycling import DEFAULT_TREE, RecyclingDrafter
-from specbench.methods.samd import SamDrafter, SuffixAutomaton
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.recycling import DEFAULT_TREE
+from specbench.methods.recycling.drafter import RecyclingDrafter
+from specbench.methods.samd.drafter import SamDrafter, SuffixAutomaton
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from tests.conftest import tiny_llama
 from tests.identity import assert_vanilla_tokens_with_deep_accepts
 

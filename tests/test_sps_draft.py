@@ -13,7 +13,7 @@ from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import chat_tokens, load_model
 from specbench.method import BuildContext
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.registry import available_methods
 from tests.conftest import write_prompts
 

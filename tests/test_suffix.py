@@ -10,7 +10,7 @@ from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.methods.common.frequency_tree import speculate
-from specbench.methods.suffix import SuffixDrafter, SuffixTree, counted_children
+from specbench.methods.suffix.drafter import SuffixDrafter, SuffixTree, counted_children
 from tests.conftest import tiny_llama
 from tests.identity import assert_vanilla_tokens_with_deep_accepts
 

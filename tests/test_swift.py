@@ -12,8 +12,8 @@ from specbench.decode.engine import generate, generate_batch
 from specbench.decode.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.methods.common.draft_model import DraftModelDrafter
-from specbench.methods.swift import always_kept, evenly_skipped, layer_skip_view
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.swift.drafter import always_kept, evenly_skipped, layer_skip_view
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from tests.conftest import tiny_llama
 from tests.identity import assert_vanilla_tokens_with_deep_accepts
 from tests.stats import goodness_of_fit

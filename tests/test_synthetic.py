@@ -14,7 +14,7 @@ from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
 from specbench.errors import SpecbenchError
-from specbench.methods.vanilla import VanillaDrafter
+from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.synthetic import SyntheticAcceptance, best_path
 from tests.conftest import tiny_llama
 from tests.test_cli import run_args

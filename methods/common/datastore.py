@@ -23,11 +23,10 @@ from tqdm import tqdm
 from specbench.cache import cache_root
 from specbench.decode.target import load_tokenizer
 from specbench.errors import SpecbenchError
-from specbench.method import Option
+from specbench.methods.common.options import DEFAULT_DATA
 from specbench.shipped import shipped_drafters
 
 SEPARATOR = -1  # between documents: no match runs across two of them
-DEFAULT_DATA = Path("../shared/data/train/prompts.jsonl")
 FORMAT = "specbench-datastore-1"
 
 
@@ -145,13 +144,6 @@ def load_datastore(folder: Path) -> Datastore:
     except (OSError, ValueError) as exc:
         raise SpecbenchError(f"datastore {folder}: unreadable ({exc}); rebuild it with python -m specbench "
                              "datastore build") from None
-
-
-# The options of every method that reads the datastore (rest, samd).
-DATASTORE_OPTIONS = (
-    Option("datastore", None, "folder of a built retrieval datastore (default: this target's, built on first use)"),
-    Option("data", None, f"the training prompts a missing datastore is built from (default: {DEFAULT_DATA})"),
-)
 
 
 def open_datastore(target: str, options: Mapping[str, Any]) -> Datastore:

@@ -37,11 +37,10 @@ from specbench.decode.drafting import alike, propose_together
 from specbench.decode.inputs import to_device
 from specbench.decode.runner import ModelRunner, held_pairs
 from specbench.decode.runtime import fastest_seconds
-from specbench.method import BuildContext, Option
+from specbench.method import BuildContext
 from specbench.methods.common.head_cache import HeadCache, HeadRows
+from specbench.methods.common.options import AUTO_MAX_TOKENS
 from specbench.methods.common.tree_search import Search, dynamic, finish, static
-
-AUTO_MAX_TOKENS = 32  # total_tokens=auto chooses each tree's size up to this
 
 
 class FeatureHead(Protocol):
@@ -74,16 +73,6 @@ class TreeSpec:
     # verification curve and the time of one drafting level, both measured when the run started.
     costs: CostCurve | None = None
     level_seconds: float = 0.0
-
-
-def tree_options(depth: int) -> tuple[Option, ...]:
-    """The dynamic tree's options (eagle, eagle3), with the method's default depth."""
-    return (
-        Option("top_k", 4, "frontier nodes expanded per level, and children drafted per node", int, low=1),
-        Option("depth", depth, "draft levels", int, low=1),
-        Option("total_tokens", "auto", f"draft nodes verified per step (auto: sized per step, at most "
-               f"{AUTO_MAX_TOKENS}, from this machine's measured verification cost)", int, ("auto",), low=1),
-    )
 
 
 def dynamic_tree(options: Mapping[str, Any]) -> TreeSpec:

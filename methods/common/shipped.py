@@ -4,12 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
-from specbench.method import BuildContext, Option
+from specbench.method import BuildContext
 from specbench.shipped import shipped_folder
-
-# The option of every trained method: which trained drafter to load (heads side by side in one run).
-HEAD = Option("head", None, "folder of the trained drafter to load (default: --draft, else the one shipped for the "
-              "target)")
 
 
 def trained_folder(ctx: BuildContext, method: str, what: str, trainer: str, within: str | Path = "") -> Path:

@@ -1,33 +1,20 @@
-"""The static candidate trees of the head methods that rank each position's guesses (Medusa, Hydra): paths of child
-ranks, ordered so that every prefix of the list is a tree (a path's parent comes first) and nodes that are accepted
-more often come earlier; `nodes=N` takes the first N."""
+"""The static candidate trees of the head methods that rank each position's guesses (Medusa, Hydra): the first N paths
+of the ranked tree (methods/common/options.py, with the options that choose them), or the paths given."""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from specbench.decode.draft import parse_tree
 from specbench.errors import SpecbenchError
-from specbench.method import Option
+from specbench.methods.common.options import RANKED_PATHS, STATIC_TREE_OPTIONS
 
-RANKED_PATHS: tuple[tuple[int, ...], ...] = (
-    (0,), (0, 0), (1,), (0, 0, 0), (0, 1), (2,), (1, 0), (0, 0, 0, 0), (0, 0, 1), (0, 1, 0),
-    (3,), (0, 2), (1, 1), (0, 0, 0, 1), (2, 0), (0, 0, 2),
-)
-DEFAULT_NODES = 10  # sized for a 2-core CPU, where verifying 11 tokens costs ~1.6 forwards of one
-
+OPTIONS = STATIC_TREE_OPTIONS  # the tree options of medusa and hydra
 
 def first_paths(nodes: int) -> list[tuple[int, ...]]:
     """The first `nodes` paths, sorted by depth then rank (as parse_tree returns a tree)."""
     if not 1 <= nodes <= len(RANKED_PATHS):
         raise SpecbenchError(f"nodes={nodes}: choose 1 to {len(RANKED_PATHS)} (or give tree=JSON paths)")
     return sorted(RANKED_PATHS[:nodes], key=lambda p: (len(p), p))
-
-
-# The tree options of the methods that verify a static tree of ranks (medusa, hydra).
-OPTIONS = (
-    Option("nodes", DEFAULT_NODES, "the first N nodes of the ranked static tree", int, low=1, high=len(RANKED_PATHS)),
-    Option("tree", None, "the static tree as JSON paths of ranks (overrides nodes)"),
-)
 
 
 def static_tree(options: Mapping[str, Any]) -> list[tuple[int, ...]]:

@@ -18,8 +18,14 @@ from specbench.decode.drafting import propose_together
 from specbench.decode.inputs import to_device
 from specbench.decode.layout import additive
 from specbench.decode.runner import ModelRunner
+from specbench.decode.runtime import prepare_drafter
 from specbench.errors import SpecbenchError
-from specbench.methods.dflash.model import DFlashDraft
+from specbench.method import BuildContext
+from specbench.methods.common.random_drafter import RANDOM_FROM, seeded, wants_random
+from specbench.methods.common.shipped import trained_folder
+from specbench.methods.common.target_layers import fused_layers
+from specbench.methods.dflash.model import DFlashDraft, dflash_config
+from specbench.methods.dflash.training import load_dflash
 
 
 class DFlashDrafter(Drafter):
@@ -96,3 +102,29 @@ def block_drafts(drafters: list[DFlashDrafter], ctxs: list[DecodeContext]) -> li
         d.fed, d.pending = end, None
         drafts[b] = Draft.chain(row_tokens)
     return drafts
+
+
+RANDOM_BLOCK = 8  # a shape target's random draft: one layer, blocks of 8 (what `train dflash` trains by default)
+
+
+def random_draft(target) -> DFlashDraft:
+    """A shape target's draft (TIMING ONLY): one layer of the target's shape, random weights seeded by the name."""
+    config = dflash_config(target.config, 1, RANDOM_BLOCK, fused_layers(target.config.num_hidden_layers))
+    with seeded("dflash", target.device):
+        draft = DFlashDraft(config)
+    return draft.share(target).to(target.device, target.dtype).eval()
+
+
+def build(ctx: BuildContext) -> Drafter:
+    target = ctx.target.model
+    if wants_random(ctx):
+        draft, folder = random_draft(target), RANDOM_FROM
+    else:
+        folder = trained_folder(ctx, "dflash", "DFlash draft", "dflash")
+        draft = load_dflash(folder, target)
+    prepare_drafter(draft, ctx.target.runtime)
+    runner = ctx.target.runner
+    runner = runner.drafter_runner(draft) if runner is not None else ModelRunner(draft, fixed_shapes=False)
+    drafter = DFlashDrafter(draft, ctx.option("block") or draft.block_size, runner)
+    drafter.trained_from = str(folder)
+    return drafter

@@ -21,11 +21,11 @@ import torch
 
 from specbench.errors import SpecbenchError
 from specbench.method import OBJECTIVE_KEY, Option
+from specbench.methods.eagle import OBJECTIVES  # declared with the method (torch-free)
 
 __all__ = ["HASS_OPTIONS", "OBJECTIVES", "OBJECTIVE_KEY", "Objective", "alignment_mask", "objective_from",
            "top_k_distillation"]
 
-OBJECTIVES = ("eagle", "hass")
 HASS_OPTIONS = (
     Option("steps", 3, "forwards per batch: the plain one, then steps-1 alignment steps on the head's own features",
            int, low=1),

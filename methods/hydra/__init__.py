@@ -10,125 +10,18 @@ context (it would need a cache of the drafter's own). Verification is the engine
 """
 from __future__ import annotations
 
-import torch
+from specbench.method import MethodInfo, Ref
+from specbench.methods.common.options import HEAD, STATIC_TREE_OPTIONS
 
-from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
-from specbench.decode.drafting import propose_together
-from specbench.decode.graphs import Graphs
-from specbench.decode.runner import call_rows
-from specbench.decode.runtime import RuntimeInfo, frozen_linear, prepare_drafter
-from specbench.errors import SpecbenchError
-from specbench.method import BuildContext, MethodInfo
-from specbench.methods.common.random_drafter import RANDOM_FROM, seeded, wants_random
-from specbench.methods.common.shipped import HEAD, trained_folder
-from specbench.methods.common.static_tree import OPTIONS as TREE_OPTIONS
-from specbench.methods.common.static_tree import static_tree
-from specbench.methods.common.tree_search import best_k
-from specbench.methods.hydra.checkpoint import load_heads
-from specbench.methods.hydra.head import HydraHeads
-from specbench.methods.hydra.training import train
+BUILD = "specbench.methods.hydra.drafter:build"  # imported (with torch) when a drafter is built
 
 TUNING = ("", "nodes=4", "nodes=6", "nodes=16")  # Medusa's: the two compare at the same verification cost
 
 
-class HydraDrafter(Drafter):
-    hidden_layers = (-1,)
-
-    def __init__(self, heads: HydraHeads, embed: torch.nn.Module, lm_head: torch.Tensor,
-                 draft_vocab: torch.Tensor | None, tree: list[tuple[int, ...]],
-                 runtime: RuntimeInfo | None = None, graphs: Graphs | None = None) -> None:
-        """graphs: the target runner's for drafting (runner.call_rows: padded per row count with fixed shapes,
-        captured on CUDA); None: run at the batch's own shape."""
-        depth = max(len(p) for p in tree)
-        if depth > len(heads):
-            raise SpecbenchError(f"the Hydra tree is {depth} deep but there are only {len(heads)} heads")
-        self.heads = heads
-        self.embed = embed
-        self.dtype = heads.hydra_mlp[0][0].linear.weight.dtype
-        vocab = draft_vocab if draft_vocab is not None else torch.arange(lm_head.shape[0])
-        self.lm_head = frozen_linear(lm_head.detach()[vocab].to(lm_head.device, self.dtype).contiguous(), runtime)
-        self.vocab = vocab.to(lm_head.device)
-        self.tree = tree
-        self.parents = [ROOT if len(p) == 1 else tree.index(p[:-1]) for p in tree]
-        # Per depth d: the nodes of depth d - 1 that have children (() is the root), and how many ranks they need.
-        self.expanded = [sorted({p[:-1] for p in tree if len(p) == d}) for d in range(1, depth + 1)]
-        self.width = [1 + max(p[-1] for p in tree if len(p) == d) for d in range(1, depth + 1)]
-        self.graphs = graphs
-        self.last_feature: torch.Tensor | None = None
-
-    def begin(self, ctx: DecodeContext) -> None:
-        self.last_feature = None
-
-    def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
-        self.last_feature = step.hidden[-1]  # the feature that predicted the token just emitted last
-
-    @torch.inference_mode()
-    def propose(self, ctx: DecodeContext) -> Draft:
-        return hydra_drafts([self], [ctx])[0]
-
-    @classmethod
-    def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
-        return propose_together(HydraDrafter, drafters, ctxs, hydra_drafts, ("heads", "tree", "graphs"))
-
-    def guess(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Every node's target id [R, nodes] from the rows' last features [R, H] and last tokens [R], level by level:
-        each head over every row's expanded nodes in one forward, ties to the lower index."""
-        features, roots = inputs["features"].to(self.dtype), self.embed(inputs["roots"]).to(self.dtype)
-        # given[path]: [h, e(root), e(path's tokens)...] per row, the input of the head that guesses path's children.
-        given = {(): torch.cat([features, roots], dim=-1)}
-        token_of: dict[tuple[int, ...], torch.Tensor] = {}  # [R] target ids
-        for k, (parents, width) in enumerate(zip(self.expanded, self.width)):
-            x = torch.stack([given[p] for p in parents], dim=1)  # [R, n, (k + 2) H]
-            ranked = self.vocab[best_k(self.lm_head(self.heads(k, x)), width)[1]]  # [R, n, width]
-            for path in (p for p in self.tree if len(p) == k + 1):
-                token_of[path] = ranked[:, parents.index(path[:-1]), path[-1]]
-            if k + 1 < len(self.expanded):
-                grow = self.expanded[k + 1]
-                embeds = self.embed(torch.stack([token_of[p] for p in grow], dim=1)).to(self.dtype)  # [R, m, H]
-                for j, path in enumerate(grow):
-                    given[path] = torch.cat([given[path[:-1]], embeds[:, j]], dim=-1)
-        return torch.stack([token_of[p] for p in self.tree], dim=1)
-
-
-def hydra_drafts(drafters: list[HydraDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
-    """Every row's tree at once (the same heads and tree for all; `guess`, captured with fixed shapes on CUDA), and
-    every row's tokens back in one copy."""
-    drafts = [Draft() for _ in drafters]
-    ready = [b for b, d in enumerate(drafters) if d.last_feature is not None]
-    if not ready:
-        return drafts
-    first = drafters[ready[0]]
-    features = torch.stack([drafters[b].last_feature for b in ready])  # [R, H]
-    roots = torch.tensor([ctxs[b].token_ids[-1] for b in ready], device=first.vocab.device)
-    tokens = call_rows(first.graphs, first.guess, {"features": features, "roots": roots}).tolist()  # the one copy
-    for b, row in zip(ready, tokens):
-        drafts[b] = Draft(row, list(first.parents))
-    return drafts
-
-
-def _build(ctx: BuildContext) -> Drafter:
-    lm_head = ctx.target.model.get_output_embeddings().weight
-    if wants_random(ctx):  # a shape target: 4 random one-layer heads of its hidden size (as `train hydra` makes)
-        with seeded("hydra", lm_head.device):
-            heads, vocab, folder = HydraHeads(lm_head.shape[1], 4, 1), None, RANDOM_FROM
-    else:
-        folder = trained_folder(ctx, "hydra", "Hydra heads", "hydra")
-        heads, vocab = load_heads(folder)
-    if heads.hidden != lm_head.shape[1]:
-        raise SpecbenchError(f"Hydra heads {folder} do not fit target {ctx.target.name} (hidden size)")
-    heads.to(lm_head.device, lm_head.dtype)
-    prepare_drafter(heads, ctx.target.runtime)
-    graphs = ctx.target.runner.drafting_graphs() if ctx.target.runner is not None else None
-    drafter = HydraDrafter(heads, ctx.target.model.get_input_embeddings(), lm_head, vocab, static_tree(ctx.options),
-                           ctx.target.runtime, graphs)
-    drafter.trained_from = str(folder)
-    return drafter
-
-
 METHODS = [
     MethodInfo("hydra", "Hydra (Ankner et al. 2024): sequentially dependent draft heads (4, each reading the hidden "
-               "state and the drafted prefix's embeddings; teacher-distilled), Medusa's 10-node tree (nodes=N)", True, _build,
-               TUNING, (HEAD, *TREE_OPTIONS)),
+               "state and the drafted prefix's embeddings; teacher-distilled), Medusa's 10-node tree (nodes=N)", True, Ref.to(BUILD),
+               TUNING, (HEAD, *STATIC_TREE_OPTIONS)),
 ]
 
-TRAINERS = {"hydra": train}
+TRAINERS = {"hydra": Ref.to("specbench.methods.hydra.training:train")}

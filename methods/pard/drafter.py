@@ -10,8 +10,13 @@ from transformers import PreTrainedModel
 from specbench.decode.chain import DraftChain
 from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
+from specbench.decode.runtime import prepare_drafter
 from specbench.decode.sampling import sample, target_probs
-from specbench.methods.common.draft_model import DraftModelDrafter
+from specbench.method import BuildContext
+from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
+from specbench.methods.common.random_drafter import RANDOM_FROM, random_draft_model, wants_random
+from specbench.methods.common.shipped import trained_folder
+from specbench.methods.pard.training import load_pard, mask_token
 
 
 class PardDrafter(DraftModelDrafter):
@@ -54,3 +59,21 @@ def pard_rows(drafters: list[PardDrafter], ctxs: list[DecodeContext]) -> list[Dr
         q = torch.stack([target_probs(position, ctx.sampling) for position in row])
         drafts.append(Draft.chain([sample(p, ctx.generator) for p in q], q))
     return drafts
+
+
+def build(ctx: BuildContext) -> Drafter:
+    vocab = ctx.target.model.get_output_embeddings().weight.shape[0]
+    gamma = ctx.option("gamma")
+    if wants_random(ctx):  # a shape target: a random draft of sps's shape (timing only), as sps builds
+        model = random_draft_model(ctx.target.model, "pard")
+        prepare_drafter(model, ctx.target.runtime)
+        drafter = PardDrafter(model, gamma, vocab, mask_token(vocab, None, ctx.target.stop_ids),
+                              chain=draft_chain(model, ctx.target.runner))
+        drafter.trained_from = RANDOM_FROM
+        return drafter
+    folder = trained_folder(ctx, "pard", "PARD draft", "pard")
+    model, draft_vocab, mask = load_pard(folder, ctx.target.model)
+    prepare_drafter(model, ctx.target.runtime)
+    drafter = PardDrafter(model, gamma, vocab, mask, draft_vocab, draft_chain(model, ctx.target.runner, draft_vocab))
+    drafter.trained_from = str(folder)
+    return drafter

@@ -11,7 +11,7 @@ from typing import Any
 from specbench.errors import SpecbenchError
 from specbench.jsonl import json_lines
 from specbench.method import OBJECTIVE_KEY, parse_options
-from specbench.run.reference import REFERENCES
+from specbench.run.registry import REFERENCES
 from specbench.run.run_info import RunInfo
 from specbench.run.settings import read_settings
 

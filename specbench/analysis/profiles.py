@@ -30,7 +30,7 @@ from typing import Any
 
 from specbench.errors import SpecbenchError
 from specbench.run.record import Record
-from specbench.run.reference import REFERENCES
+from specbench.run.registry import REFERENCES
 from specbench.run.run_info import RunInfo
 from specbench.run.timing_only import run_timing_only
 

@@ -62,7 +62,7 @@ from specbench.run.load import describe as describe_load
 from specbench.run.lock import folder_lock
 from specbench.run.record import Record
 from specbench.run.records import read_records
-from specbench.run.reference import COMPILED
+from specbench.run.registry import COMPILED
 from specbench.run.run_info import RunInfo, read_run_info, uncaptured_note
 from specbench.run.timing_only import run_timing_only
 

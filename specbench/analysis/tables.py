@@ -10,7 +10,7 @@ import pandas as pd
 from specbench.analysis.intervals import delta_half_widths, interval_bounds, log_half_widths
 from specbench.analysis.pairs import finished, paired_speedups, paired_with
 from specbench.run.record import Record
-from specbench.run.reference import COMPILED, REFERENCES
+from specbench.run.registry import COMPILED, REFERENCES
 from specbench.run.tasks import DEFAULT_SUITE, suites
 
 

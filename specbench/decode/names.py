@@ -1,11 +1,25 @@
 """Names the command line and `costs show` read before torch is imported, defined here once: the target's runtime
-(specbench.decode.runtime) with its few-token kernels' rule, and the default target (specbench.decode.target)."""
+(specbench.decode.runtime) with its few-token kernels' rule, the default target (specbench.decode.target) and the
+shipped shapes (specbench.decode.shapes)."""
 from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
+from importlib import resources
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
+SHAPE_PREFIX = "shape:"  # --target shape:NAME: random weights of a real model's shape (specbench.decode.shapes)
+
+
+def is_shape(name: str) -> bool:
+    return name.lower().startswith(SHAPE_PREFIX)
+
+
+def shape_names() -> list[str]:
+    """The shapes shipped in the package."""
+    return sorted(p.name.removesuffix(".json") for p in resources.files("specbench.shapes").iterdir()
+                  if p.name.endswith(".json"))
+
 KERNELS = ("auto", "few-token", "stock", "inductor")  # the CPU's; transformers' modules; their forward torch.compile'd
 GRAPHS = ("auto", "on", "off")  # on: bucketed shapes over a cache reserved for the run, captured on CUDA
 # The runtime's single names from before the two choices (`--runtime NAME`), kept so that the commands and run folders

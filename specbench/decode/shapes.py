@@ -15,20 +15,10 @@ import psutil
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
+from specbench.decode.names import SHAPE_PREFIX, is_shape, shape_names
 from specbench.errors import SpecbenchError
 
-SHAPE_PREFIX = "shape:"
 SHAPE_SEED = 0  # every shape's weights are the same on every run and machine of one torch version
-
-
-def is_shape(name: str) -> bool:
-    return name.lower().startswith(SHAPE_PREFIX)
-
-
-def shape_names() -> list[str]:
-    """The shapes shipped in the package."""
-    return sorted(p.name.removesuffix(".json") for p in resources.files("specbench.shapes").iterdir()
-                  if p.name.endswith(".json"))
 
 
 def shape_config(name: str) -> PretrainedConfig:

@@ -20,7 +20,7 @@ from specbench.decode.names import Runtime
 from specbench.errors import SpecbenchError
 from specbench.run.record import Record
 from specbench.run.records import read_records
-from specbench.run.reference import REFERENCES
+from specbench.run.registry import REFERENCES
 from specbench.run.run_info import read_run_info
 from specbench.run.timing_only import LABEL, timing_only_reasons
 

@@ -34,13 +34,8 @@ from specbench.errors import SpecbenchError
 from specbench.run.answer import question_seed
 from specbench.run.energy import EnergyCounter
 from specbench.run.record import Choice
+from specbench.run.registry import COMPILED, REFERENCES
 from specbench.run.tasks import Question
-
-COMPILED = "hf-compiled"  # the reference every report also gives each method's speedup over
-REFERENCES = {
-    COMPILED: "HF generate, static KV cache, forward compiled with torch.compile (generate's CompileConfig)",
-    "hf-eager": "HF generate, default dynamic KV cache, no compilation",
-}
 
 # Every logits processor transformers would otherwise fill in from the model's generation config, set neutral:
 # a reference row samples from the same distribution as the methods (temperature, top-k, top-p only).

@@ -3,7 +3,8 @@ objectives in `OBJECTIVES_OF`, datastore builders in `DATASTORES`) is a source o
 - the modules of the `specbench.methods` package (the top-level methods/ folder);
 - the modules that installed packages declare in the entry-point group `specbench.methods`;
 - the files given with --method-file (`method_files`), a researcher's own method without a package.
-New methods appear in the CLI, records and reports this way; nothing here names a method.
+New methods appear in the CLI, records and reports this way; nothing here names a method. Nothing here imports torch
+or a method's code: a method's declaration names its build with a Ref (specbench.method), so `list` answers at once.
 """
 from __future__ import annotations
 
@@ -19,6 +20,14 @@ from specbench.errors import SpecbenchError
 from specbench.method import MethodInfo, closest, join_options, parse_options
 
 ENTRY_POINTS = "specbench.methods"  # the entry-point group of methods from other packages
+
+# The reference rows a run can add beside its methods (`run --reference NAME`; specbench.run.reference runs them):
+# transformers' own generate, not methods (nothing is drafted or verified).
+COMPILED = "hf-compiled"  # the reference every report also gives each method's speedup over
+REFERENCES = {
+    COMPILED: "HF generate, static KV cache, forward compiled with torch.compile (generate's CompileConfig)",
+    "hf-eager": "HF generate, default dynamic KV cache, no compilation",
+}
 
 
 def method_file(path: Path) -> ModuleType:

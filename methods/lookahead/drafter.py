@@ -19,7 +19,7 @@ import torch
 
 from specbench.decode.draft import ROOT, Branch, DecodeContext, Draft, Drafter, StepResult
 from specbench.errors import SpecbenchError
-from specbench.method import BuildContext, MethodInfo, Option
+from specbench.method import BuildContext
 
 
 class LookaheadDrafter(Drafter):
@@ -88,15 +88,3 @@ class LookaheadDrafter(Drafter):
 
 def build(ctx: BuildContext) -> Drafter:
     return LookaheadDrafter(ctx.option("N"), ctx.option("W"), ctx.option("G"))
-
-
-OPTIONS = (
-    Option("N", 5, "n-gram size (the Jacobi window has N-1 levels)", int, low=2),
-    Option("W", 7, "window width: positions guessed ahead per level", int, low=1),
-    Option("G", 7, "n-grams verified per step (from the pool)", int, low=1),
-)
-
-
-METHODS = [MethodInfo("lookahead", "Lookahead decoding: Jacobi window (N=5, W=7) + n-gram pool (G=7), one forward "
-                      "per step; pool per generation", True, build,
-                      ("", "N=3:W=2:G=2", "N=3:W=4:G=4", "N=4:W=3:G=3"), OPTIONS)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from specbench.decode.draft import DecodeContext, Draft, Drafter
-from specbench.method import BuildContext, MethodInfo, Option
+from specbench.method import BuildContext
 
 
 class PromptLookupDrafter(Drafter):
@@ -28,14 +28,3 @@ class PromptLookupDrafter(Drafter):
 def build(ctx: BuildContext) -> Drafter:
     return PromptLookupDrafter(max_ngram=ctx.option("max_ngram"), min_ngram=ctx.option("min_ngram"),
                                num_tokens=ctx.option("num_tokens"))
-
-
-OPTIONS = (
-    Option("max_ngram", 3, "the longest n-gram looked up", int, low=1),
-    Option("min_ngram", 1, "the shortest n-gram looked up", int, low=1),
-    Option("num_tokens", 10, "tokens drafted after a match", int, low=1),
-)
-
-
-METHODS = [MethodInfo("pld", "prompt lookup: copy what followed the last 3/2/1-gram earlier in the text (10 tokens)", True, build,
-                      ("", "num_tokens=2", "num_tokens=4", "num_tokens=6"), OPTIONS)]

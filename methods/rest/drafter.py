@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from specbench.decode.draft import DecodeContext, Draft, Drafter
 from specbench.errors import SpecbenchError
-from specbench.method import BuildContext, MethodInfo, Option
-from specbench.methods.common.datastore import DATASTORE_OPTIONS, Datastore, Range, build_datastore, open_datastore
+from specbench.method import BuildContext
+from specbench.methods.common.datastore import Datastore, Range, open_datastore
 from specbench.methods.common.frequency_tree import speculate
 
 
@@ -43,20 +43,3 @@ class RestDrafter(Drafter):
 def build(ctx: BuildContext) -> Drafter:
     return RestDrafter(open_datastore(ctx.target.name, ctx.options), max_ngram=ctx.option("max_ngram"),
                        min_ngram=ctx.option("min_ngram"), depth=ctx.option("depth"), max_tokens=ctx.option("max_tokens"))
-
-
-OPTIONS = (
-    *DATASTORE_OPTIONS,
-    Option("max_ngram", 16, "the longest suffix looked up", int, low=1),
-    Option("min_ngram", 2, "the shortest suffix looked up", int, low=1),
-    Option("depth", 10, "the deepest trie level drafted", int, low=1),
-    Option("max_tokens", 16, "the most tokens drafted (trie nodes)", int, low=1),
-)
-
-
-METHODS = [MethodInfo("rest", "REST (He et al. 2024): the most frequent continuations of the longest suffix (16..2 "
-                      "tokens) found in a datastore of training replies (suffix array), a trie of up to 16 tokens",
-                      True, build, ("", "max_tokens=4", "max_tokens=8", "max_tokens=32"), OPTIONS)]
-
-# `python -m specbench datastore build` finds it here; samd reads the same datastore.
-DATASTORES = {"retrieval datastore (rest, samd)": build_datastore}

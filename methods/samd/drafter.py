@@ -19,9 +19,8 @@ from dataclasses import dataclass, field, replace
 
 from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.errors import SpecbenchError
-from specbench.method import BuildContext, MethodInfo, Option
-from specbench.methods.common.datastore import DATASTORE_OPTIONS, SEPARATOR, Datastore, open_datastore
-from specbench.methods.common.shipped import HEAD
+from specbench.method import BuildContext
+from specbench.methods.common.datastore import SEPARATOR, Datastore, open_datastore
 
 
 @dataclass
@@ -137,26 +136,3 @@ def build(ctx: BuildContext) -> Drafter:
                          max_ngram=ctx.option("max_ngram"))
     drafter.trained_from = aux.trained_from  # samd-eagle's EAGLE head, for the budget table
     return drafter
-
-
-def samd_options(aux: str) -> tuple[Option, ...]:
-    return (
-        Option("aux", aux, "the method that drafts when the match is short (any that drafts from the engine's step "
-               "results alone)"),
-        HEAD,  # the auxiliary method's trained drafter
-        Option("static", "on", "also match in the retrieval datastore", choices=("on", "off")),
-        *DATASTORE_OPTIONS,
-        Option("draft_len", 8, "tokens drafted after a match", int, low=1),
-        Option("threshold", 3, "the shortest match used; shorter ones let the auxiliary method draft", int, low=1),
-        Option("max_ngram", 16, "the longest suffix looked up in the datastore", int, low=1),
-    )
-
-
-TUNING = ("", "draft_len=4", "draft_len=12", "draft_len=16")
-METHODS = [
-    MethodInfo("samd", "SAM-Decoding (Hu et al. 2024): the longest earlier repeat of the text's suffix, by a suffix "
-               "automaton over the generation and in the retrieval datastore, drafts 8 tokens; below 3 matched tokens "
-               "Token Recycling drafts (aux=recycling)", True, build, TUNING, samd_options("recycling")),
-    MethodInfo("samd-eagle", "SAM-Decoding with EAGLE-2 as the auxiliary drafter (Spec-Bench's first place): as samd, "
-               "with aux=eagle", True, build, TUNING, samd_options("eagle")),
-]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from specbench.decode.draft import DecodeContext, Draft, Drafter
-from specbench.method import BuildContext, MethodInfo
+from specbench.method import BuildContext
 
 
 class VanillaDrafter(Drafter):
@@ -12,6 +12,3 @@ class VanillaDrafter(Drafter):
 
 def build(_: BuildContext) -> Drafter:
     return VanillaDrafter()
-
-
-METHODS = [MethodInfo("vanilla", "autoregressive decoding, one target forward per token (the baseline)", True, build)]

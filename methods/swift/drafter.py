@@ -24,7 +24,7 @@ from transformers import PreTrainedModel
 
 from specbench.decode.draft import Drafter
 from specbench.errors import SpecbenchError
-from specbench.method import BuildContext, MethodInfo, Option
+from specbench.method import BuildContext
 from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
 
 
@@ -91,15 +91,3 @@ def build(ctx: BuildContext) -> Drafter:
     # The view's cache has a slot for every layer of the target (its layers keep their indices).
     chain = draft_chain(view, ctx.target.runner, layers=model.get_decoder().config.num_hidden_layers)
     return DraftModelDrafter(view, ctx.option("gamma"), vocab, chain=chain)
-
-
-OPTIONS = (
-    Option("ratio", 0.2, "share of the decoder layers skipped, spread evenly over the middle", float, low=0, high=1),
-    Option("skip", None, "the skipped layers, comma-separated indices (overrides ratio)"),
-    Option("gamma", 2, "tokens drafted per step (a chain)", int, low=1),
-)
-
-
-METHODS = [MethodInfo("swift", "SWIFT (Xia et al. 2024): the target drafts for itself with 20% of its layers skipped "
-                      "(ratio=R or skip=I,J,...), a chain of gamma=2 tokens; training-free", True, build,
-                      ("", "ratio=0.1:gamma=2", "ratio=0.2:gamma=1", "ratio=0.3:gamma=3"), OPTIONS)]

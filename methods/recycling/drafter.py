@@ -19,12 +19,10 @@ import torch
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult, parse_tree
 from specbench.errors import SpecbenchError
-from specbench.method import BuildContext, MethodInfo, Option
+from specbench.method import BuildContext
 
 # A small template for CPUs (a forward over 16 tokens costs ~1.5 forwards over one here); the paper's GPU template
 # has 80 nodes. Ranks decrease with depth: the first candidate is right far more often than the others.
-DEFAULT_TREE = ("[[0],[1],[2],[0,0],[0,1],[1,0],[2,0],[0,0,0],[0,0,1],[0,1,0],[1,0,0],[0,0,0,0],[0,0,0,1],"
-                "[0,0,0,0,0],[0,0,0,0,0,0]]")
 SCOPES = ("run", "generation")
 EMPTY = -1  # a matrix cell not yet filled
 
@@ -83,15 +81,3 @@ class RecyclingDrafter(Drafter):
 def build(ctx: BuildContext) -> Drafter:
     vocab = ctx.target.model.get_output_embeddings().weight.shape[0]
     return RecyclingDrafter(vocab, parse_tree(ctx.option("tree")), ctx.option("scope"))
-
-
-OPTIONS = (
-    Option("tree", DEFAULT_TREE, "the static tree, as JSON paths of ranks ([[0],[1],[0,0],...])"),
-    Option("scope", "run", "the adjacency matrix: kept across questions (as the paper), or cleared every generation",
-           choices=("run", "generation")),
-)
-
-
-METHODS = [MethodInfo("recycling", "Token Recycling (Luo et al. 2024): a top-k adjacency matrix of next tokens filled "
-                      "from every verification forward, drafted over a static 15-node tree; matrix kept across "
-                      "questions (scope=run)", True, build, options=OPTIONS)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.errors import SpecbenchError
-from specbench.method import BuildContext, MethodInfo, Option
+from specbench.method import BuildContext
 from specbench.methods.common.frequency_tree import Speculation, speculate
 
 SCOPES = ("run", "generation")
@@ -122,19 +122,3 @@ class SuffixDrafter(Drafter):
 def build(ctx: BuildContext) -> Drafter:
     return SuffixDrafter(depth=ctx.option("depth"), factor=ctx.option("factor"), min_prob=ctx.option("min_prob"),
                          max_tokens=ctx.option("max_tokens"), scope=ctx.option("scope"))
-
-
-OPTIONS = (
-    Option("depth", 24, "depth of the suffix trees (the longest match used)", int, low=1),
-    Option("factor", 1.0, "a speculation tree grows up to factor x the match length", float, low=0),
-    Option("min_prob", 0.1, "paths of lower estimated probability are dropped", float, low=0, high=1),
-    Option("max_tokens", 16, "the most tokens drafted", int, low=1),
-    Option("scope", "run", "suffix tree of earlier outputs: kept for the run, or cleared every generation",
-           choices=("run", "generation")),
-)
-
-
-METHODS = [MethodInfo("suffix", "SuffixDecoding (Oliaro et al. 2024): suffix trees over this generation and the run's "
-                      "earlier outputs, a frequency-scored speculation tree of up to 1.0 x the match length "
-                      "(depth=24, min_prob=0.1, at most 16 tokens; scope=run)", True, build,
-                      ("", "factor=0.5", "factor=2.0", "factor=4.0"), OPTIONS)]

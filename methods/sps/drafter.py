@@ -1,0 +1,49 @@
+"""SpS's build: the small draft LM (shipped, trained here, or any HF causal LM with the target's tokenizer) as a
+chain drafter (methods/common/draft_model.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from specbench.decode.draft import Drafter
+from specbench.decode.names import Runtime
+from specbench.decode.runtime import prepare_drafter
+from specbench.decode.target import load_model
+from specbench.errors import SpecbenchError
+from specbench.method import BuildContext
+from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
+from specbench.methods.common.random_drafter import RANDOM_FROM, random_draft_model, wants_random
+from specbench.methods.common.small_draft import is_small_draft, load_small_draft
+from specbench.shipped import shipped_folder
+
+__all__ = ["build"]
+
+
+def build(ctx: BuildContext) -> Drafter:
+    vocab = ctx.target.model.get_output_embeddings().weight.shape[0]
+    gamma = ctx.option("gamma")
+    chosen = ctx.option("head") or ctx.draft  # sps@head=FOLDER: drafts side by side in one run
+    if wants_random(ctx):  # a shape target: a 2-layer random draft of its own architecture and vocabulary
+        draft_model = random_draft_model(ctx.target.model, "sps")
+        prepare_drafter(draft_model, ctx.target.runtime)
+        drafter = DraftModelDrafter(draft_model, gamma, vocab, chain=draft_chain(draft_model, ctx.target.runner))
+        drafter.trained_from = RANDOM_FROM
+        return drafter
+    folder = Path(chosen) if chosen else shipped_folder("sps", ctx.target.name)
+    if folder is not None and is_small_draft(folder):
+        draft_model, draft_vocab = load_small_draft(folder, ctx.target.model)
+        prepare_drafter(draft_model, ctx.target.runtime)
+        drafter = DraftModelDrafter(draft_model, gamma, vocab, draft_vocab,
+                                     draft_chain(draft_model, ctx.target.runner, draft_vocab))
+        drafter.trained_from = str(folder)
+        return drafter
+    if not chosen:
+        raise SpecbenchError("sps needs a draft model: --draft NAME_OR_PATH (an HF causal LM with the target's tokenizer)")
+    # The draft runs on the target's kernels (stock when the target's are) at the shapes of the target's runner
+    # (specbench.decode.chain): loaded stock, at its own shapes, then swapped as any drafter's modules are.
+    draft = load_model(chosen, ctx.device, ctx.dtype, Runtime(kernels="stock", graphs="off"))
+    prepare_drafter(draft.model, ctx.target.runtime)
+    if draft.tokenizer.get_vocab() != ctx.target.tokenizer.get_vocab():
+        raise SpecbenchError(f"--draft {chosen} has a different tokenizer from the target {ctx.target.name}")
+    drafter = DraftModelDrafter(draft.model, gamma, vocab, chain=draft_chain(draft.model, ctx.target.runner))
+    drafter.trained_from = chosen
+    return drafter
