@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 from specbench.decode.engine import generate
+from specbench.decode.names import DEFAULT_TARGET
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import DEFAULT_TARGET, chat_tokens, load_model
+from specbench.decode.target import chat_tokens, load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.run.registry import available_methods, select_methods

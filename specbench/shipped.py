@@ -6,7 +6,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from specbench.decode.target import PACKAGED_MODELS
+from specbench.decode.model_files import PACKAGED_MODELS
 
 
 def shipped_drafters(method: str) -> Path:

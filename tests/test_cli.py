@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -257,6 +258,59 @@ def test_version_help_and_argument_errors_answer_before_torch_is_imported():
     assert result.stdout.splitlines()[-1] == "imported: []", result.stderr
     assert "specbench " in result.stdout and "unrecognized arguments: --bogus" in result.stderr
     assert "invalid choice: 'nope'" in result.stderr and "invalid choice: 'fp8'" in result.stderr
+
+
+# Commands and refused inputs that must answer before torch loads: (argv, what stderr or stdout says). Each runs in a
+# fresh interpreter of its own, which then reports whether torch or transformers was imported.
+AT_ONCE = [
+    (["list"], "methods:"),
+    (["list", "eagle"], "eagle (lossless)"),
+    (["run", "--methods", "vanilla,pldd"], "did you mean pld?"),
+    (["run", "--methods", "vanilla", "--tasks", "gsm8kk"], "unknown task gsm8kk"),
+    (["run", "--methods", "vanilla", "--limit", "0"], "--limit must be > 0"),
+    (["run", "--methods", "eagle", "--draft", "/no/such/folder"], "--draft /no/such/folder: no such folder"),
+    (["run", "--methods", "eagle@head=/no/such/head"], "head=/no/such/head: no such folder"),
+    (["run", "--methods", "sps", "--draft", "nobody/no-such-model"], "HF_HUB_OFFLINE=1 while it is not in the local cache"),
+    (["run", "--methods", "vanilla", "--target", "nobody/no-such-model"], "HF_HUB_OFFLINE=1 while it is not in"),
+    (["run", "--methods", "vanilla", "--target", "/no/such/model"], "cannot resolve model '/no/such/model'"),
+    (["run", "--methods", "vanilla", "--question-file", "/no/such.jsonl"], "no such question file"),
+    (["run", "--methods", "vanilla", "--out", "OUT_IS_A_FILE"], "a file, not a run folder"),
+]
+
+
+@pytest.mark.parametrize("argv,says", AT_ONCE, ids=[" ".join(a) for a, _ in AT_ONCE])
+def test_listing_and_refused_inputs_import_no_torch(argv, says, tmp_path):
+    afile = tmp_path / "a-file"
+    afile.write_text("not a folder")
+    argv = [str(afile) if a == "OUT_IS_A_FILE" else a for a in argv]
+    if argv[0] == "run" and "--out" not in argv:
+        argv += ["--out", str(tmp_path / "out")]
+    script = ("import sys\nfrom specbench.cli import main\ncode = main(sys.argv[1:])\n"
+              "print('imported:', sorted(m for m in ('torch', 'transformers') if m in sys.modules), 'exit:', code)")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}  # an empty hub cache
+    result = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, cwd=REPO, env=env)
+    last = result.stdout.splitlines()[-1]
+    assert last == f"imported: [] exit: {0 if argv[0] == 'list' else 2}", result.stderr
+    assert says in result.stdout + result.stderr
+    if argv[0] == "run":  # one error line, and no run folder left behind
+        assert [line for line in result.stderr.splitlines() if line.startswith("specbench: error:")] != []
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_finished_run_rerun_loads_nothing(finished_run, tiny_target_dir, capsys, monkeypatch):
+    out = finished_run
+    args = run_args(tiny_target_dir, out, "--methods", "vanilla,pld", "--tasks", "mt_bench,gsm8k", "--limit", "3",
+                    "--temperatures", "0,1")
+    before = (out / "run.json").read_text()
+
+    def no_load(*_, **__):
+        raise AssertionError("a finished run's rerun loaded the target")
+
+    monkeypatch.setattr("specbench.run.runner.Decoder", no_load)
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "nothing to do" in capsys.readouterr().err
+    assert (out / "run.json").read_text() == before  # no resumed session recorded
 
 
 def test_list_shows_methods_and_tasks(capsys):

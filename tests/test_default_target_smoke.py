@@ -7,8 +7,9 @@ import importlib.util
 import pytest
 
 from specbench.decode.engine import generate
+from specbench.decode.names import DEFAULT_TARGET
 from specbench.decode.sampling import Sampling
-from specbench.decode.target import DEFAULT_TARGET, chat_tokens, load_model
+from specbench.decode.target import chat_tokens, load_model
 from specbench.method import BuildContext
 from specbench.methods.pld.drafter import PromptLookupDrafter
 from specbench.methods.vanilla.drafter import VanillaDrafter

@@ -34,7 +34,8 @@ from specbench.methods.common.datastore import Datastore
 from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
 from specbench.methods.common.feature_tree import FeatureTreeDrafter, TreeSpec
 from specbench.methods.common.feature_tree import TreeSpec as FeatureTreeSpec
-from specbench.methods.common.static_tree import DEFAULT_NODES, first_paths
+from specbench.methods.common.options import DEFAULT_NODES
+from specbench.methods.common.static_tree import first_paths
 from specbench.methods.eagle import EAGLE1_TREE
 from specbench.methods.eagle.drafter import EagleDrafter
 from specbench.methods.eagle.head import EagleHead, head_config

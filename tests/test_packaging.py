@@ -33,12 +33,15 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_carries_methods_tasks_and_shipped_drafters(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in ("decode/engine.py", "run/runner.py", "analysis/report.py", "train/training.py", "cli/__init__.py",
-                   "methods/pld.py", "methods/eagle/__init__.py", "methods/eagle3/head.py", "methods/medusa/head.py",
+                   "methods/pld/__init__.py", "methods/pld/drafter.py", "methods/eagle/__init__.py", "methods/eagle3/head.py", "methods/medusa/head.py",
                    "methods/common/small_draft.py", "methods/common/feature_tree.py", "builtin_tasks/mt_bench.yaml",
                    "shapes/llama-3.2-1b.json", "shapes/tiny-llama.json"):
         assert f"specbench/{module}" in names
     defaults = ["eagle/smollm2-135m-instruct/self-t0-12m", "eagle3/smollm2-135m-instruct",
-                "medusa/smollm2-135m-instruct", "sps/smollm2-135m-instruct"]
+                "medusa/smollm2-135m-instruct", "sps/smollm2-135m-instruct",
+                # every method of `list` runs by name: the fair comparison's 640k drafters (dflash's in fp16)
+                "dflash/smollm2-135m-instruct/fair-640k-fp16", "pard/smollm2-135m-instruct/fair-640k",
+                "eagle-hass/smollm2-135m-instruct/fair-640k"]
     if (REPO / "heads/hydra/smollm2-135m-instruct/fair-4m/config.json").is_file():
         defaults.append("hydra/smollm2-135m-instruct/fair-4m")
     for drafter in defaults:
@@ -49,12 +52,14 @@ def test_wheel_carries_methods_tasks_and_shipped_drafters(wheel):
     for left_out in ("eagle/smollm2-135m-instruct/self-t0-all/", "eagle/smollm2-135m-instruct/ablation/",
                      "eagle3/smollm2-135m-instruct-640k/", "data/", "medusa/smollm2-135m-instruct/fair-640k/",
                      "hydra/smollm2-135m-instruct/fair-640k/", "eagle/smollm2-135m-instruct/fair-4m/",
+                     "dflash/smollm2-135m-instruct/fair-640k/",
                      "medusa/smollm2-135m-instruct/fair-4m/", "sps/smollm2-135m-instruct/fair-4m/"):
         assert not any(n.startswith(f"specbench/heads/{left_out}") for n in names), left_out
     assert not any(n.startswith(("methods/", "tasks/", "heads/")) for n in names)  # no top-level packages
     size = wheel.stat().st_size
     print(f"wheel: {size / 1e6:.1f} MB")
-    assert size <= 60e6, f"the wheel is {size / 1e6:.1f} MB"
+    # Eight methods' default drafters (88 MB here): under PyPI's default upload limit of 100 MB, with room.
+    assert size <= 92e6, f"the wheel is {size / 1e6:.1f} MB"
 
 
 def _distribution(requirement: str) -> str:

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from specbench.decode.costs import cpu_description
-from specbench.decode.target import DEFAULT_TARGET, load_model
+from specbench.decode.names import DEFAULT_TARGET
+from specbench.decode.target import load_model
 from specbench.errors import SpecbenchError
 from specbench.run.registry import available_trainers
 from specbench.train.features import FeatureCache

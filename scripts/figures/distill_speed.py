@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from specbench.decode.costs import cpu_description
-from specbench.decode.target import DEFAULT_TARGET, load_model
+from specbench.decode.names import DEFAULT_TARGET
+from specbench.decode.target import load_model
 from specbench.errors import SpecbenchError
 from specbench.train.dataset import read_dataset
 from specbench.train.distill import DistillConfig, distill

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from specbench.decode.costs import cpu_description
-from specbench.decode.target import DEFAULT_TARGET, load_model
+from specbench.decode.names import DEFAULT_TARGET
+from specbench.decode.target import load_model
 from specbench.errors import SpecbenchError
 from specbench.train.distill import DistillConfig, distill
 from specbench.train.features import ExtractConfig, FeatureCache, extract

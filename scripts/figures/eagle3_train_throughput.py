@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from specbench.decode.costs import cpu_description
-from specbench.decode.target import DEFAULT_TARGET, load_model
+from specbench.decode.names import DEFAULT_TARGET
+from specbench.decode.target import load_model
 from specbench.errors import SpecbenchError
 from specbench.methods.eagle3.checkpoint import head_config
 from specbench.methods.eagle3.head import Eagle3Head, fused_layers

@@ -17,7 +17,8 @@ import torch
 from eagle3_train_throughput import timed_steps  # this folder (the script's own) is on sys.path
 
 from specbench.decode.costs import cpu_description
-from specbench.decode.target import DEFAULT_TARGET, LoadedModel, load_model
+from specbench.decode.names import DEFAULT_TARGET
+from specbench.decode.target import LoadedModel, load_model
 from specbench.errors import SpecbenchError
 from specbench.methods.eagle3 import training as this_training
 from specbench.methods.eagle3.checkpoint import head_config

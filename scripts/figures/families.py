@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 from specbench.cli import main as cli
-from specbench.decode.target import DEFAULT_TARGET, load_tokenizer
+from specbench.decode.names import DEFAULT_TARGET
+from specbench.decode.target import load_tokenizer
 from specbench.run.records import read_records
 from specbench.run.registry import available_methods
 from tests.test_families import FAMILIES, tiny

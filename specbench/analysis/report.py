@@ -20,7 +20,6 @@ repeat, the 95% interval over the questions, each paired with vanilla's answer (
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -39,6 +38,7 @@ from specbench.analysis.latency import latency_long, latency_samples, latency_ta
 from specbench.analysis.latex import flat_latex, to_latex
 from specbench.analysis.notes import caption_notes, fewer_questions, latency_note
 from specbench.analysis.profiles import profiles_line, write_profiles
+from specbench.analysis.report_folder import check_report_dir
 from specbench.analysis.tables import (
     batch_cost_table,
     batch_frame,
@@ -197,24 +197,6 @@ def throughput_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, or
         write_table(speedup_table(batches), out_dir, f"throughput_T{t}_B{size}", caption, origin,
                     counts=question_counts(at_size), tag=tag)
     return [f"Throughput T={shown}\n{markdown}", f"Cost per forward T={shown}\n{costs}"]
-
-
-def runs_in(out_dir: Path) -> set[str]:
-    """When the runs whose tables a report folder holds were started (from the tables' provenance headers)."""
-    found = set()
-    for table in out_dir.glob("*.md"):
-        match = re.search(r"; started (\S+?)(?:;| -->)", table.read_text(encoding="utf-8")[:4000])
-        if match:
-            found.add(match.group(1))
-    return found
-
-
-def check_report_dir(out_dir: Path, started: str | None) -> None:
-    """Refuse to write a run's tables over another run's (a committed report, say); the same run, resumed, may."""
-    others = runs_in(out_dir) - {started}
-    if others:
-        raise SpecbenchError(f"{out_dir} holds the tables of another run (started {', '.join(sorted(others))}): "
-                             "pass --report-dir DIR, or remove that folder first")
 
 
 def build_report(run_dir: Path, out_dir: Path, plots: bool = True, slo_tpot_ms: float | None = None) -> str:

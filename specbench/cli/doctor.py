@@ -26,7 +26,8 @@ def checks(method_files: list[Path]) -> list[Check]:
     from packaging.requirements import Requirement
 
     from specbench.decode.costs import cpu_description
-    from specbench.decode.target import DEFAULT_TARGET, PACKAGED_MODELS
+    from specbench.decode.model_files import PACKAGED_MODELS
+    from specbench.decode.names import DEFAULT_TARGET
     from specbench.run.registry import ENTRY_POINTS, available_methods
     from specbench.shipped import shipped_folder
 

@@ -82,10 +82,10 @@ def add_run_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from specbench.analysis.report import build_report, check_report_dir
-    from specbench.run.plan import RunConfig
+    # Everything up to validate imports no torch: a bad argument or path is refused at once.
+    from specbench.analysis.report_folder import check_report_dir
+    from specbench.run.plan import RunConfig, validate
     from specbench.run.run_info import read_run_info
-    from specbench.run.runner import run
 
     out = args.out or Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
     report_dir = args.report_dir or out / "report"
@@ -105,10 +105,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         ray_address=args.ray_address, require_graphs=args.require_graphs,
         batch_sizes=parse_batch_sizes(args.batch_size), **synthetic_settings(args.synthetic_acceptance),
     )
+    checked = validate(cfg)
     if cfg.method_names() != cfg.methods:
         print("vanilla is not among --methods: it runs as the baseline, interleaved like the others "
               "(--no-baseline skips it)", file=sys.stderr)
-    run(cfg)
+    from specbench.analysis.report import build_report
+    from specbench.run.runner import run
+
+    run(cfg, checked)
     print(build_report(out, report_dir))
     print(f"\nrecords: {out}\ntables:  {report_dir}")
     return 0
@@ -118,11 +122,11 @@ def synthetic_settings(text: str | None) -> dict[str, Any]:
     """--synthetic-acceptance as RunConfig's synthetic (and synthetic_categories, for a profile): a file's name (an
     existing file, or a name ending in .json) is read as a speculation profile, anything else as rates (one error
     line when it is neither)."""
+    if text is None:
+        return {}
     from specbench.analysis.profiles import read_replay_rates
     from specbench.run.synthetic import SyntheticAcceptance
 
-    if text is None:
-        return {}
     if text.endswith(".json") or Path(text).is_file():
         replay = read_replay_rates(Path(text))
         return {"synthetic": replay.overall, "synthetic_categories": replay.categories or None}

@@ -1,6 +1,7 @@
 """Names the command line and `costs show` read before torch is imported, defined here once: the target's runtime
 (specbench.decode.runtime) with its few-token kernels' rule, the default target (specbench.decode.target) and the
-shipped shapes (specbench.decode.shapes)."""
+shipped shapes (specbench.decode.shapes), and the sampling settings (specbench.decode.sampling: what every sampled token
+is drawn under), checked with the other arguments before torch loads."""
 from __future__ import annotations
 
 from bisect import bisect_left
@@ -72,3 +73,22 @@ class KernelRule:
 
 
 FIXED_RULE = KernelRule(("pair", "wxt", "wxt", "packed", "packed", "packed"))  # measured on a 2-core AVX2 EPYC
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = no top-k filter
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0

@@ -1,28 +1,11 @@
 """Sampling settings and the one logits processing shared by vanilla sampling and every verifier."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from specbench.decode.names import Sampling
 
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0  # 0 = no top-k filter
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
+__all__ = ["Sampling", "target_probs"]
 
 
 def target_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:

