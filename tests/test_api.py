@@ -76,3 +76,14 @@ def test_every_command_help_has_an_example(command, capsys):
     with pytest.raises(SystemExit):
         main([command, "--help"])
     assert "example: python -m specbench " in capsys.readouterr().out
+
+
+def test_load_target_takes_the_threads_it_is_given(tiny_target_dir):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        specbench.load_target(str(tiny_target_dir), threads=1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -148,6 +148,27 @@ def test_resume_skips_finished_questions_and_keeps_them(tiny_target_dir, tmp_pat
     assert {json.loads(x)["question_id"] for x in after[4:]} == {json.loads(x)["question_id"] for x in lines[4:]}
 
 
+def test_a_question_interrupted_between_its_methods_is_decoded_again_whole(tiny_target_dir, tmp_path, capsys):
+    out = tmp_path / "r"
+    args = run_args(tiny_target_dir, out, "--methods", "vanilla,pld", "--tasks", "gsm8k", "--limit", "2",
+                    "--temperatures", "0")
+    assert main(args) == 0
+    path = out / "records.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    assert len(lines) == 4
+    # An interrupt after the last question's first method: its second method would be timed in another process.
+    path.write_text("".join(lines[:3]))
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "1 earlier record(s) of questions that only some methods had finished" in capsys.readouterr().err
+    after = path.read_text().splitlines(keepends=True)
+    assert after[:2] == lines[:2] and len(after) == 4  # the first question stays; the last is decoded whole again
+    assert (out / "records.superseded.jsonl").read_text() == lines[2]
+    last = {json.loads(x)["question_id"] for x in lines[2:]}
+    assert {json.loads(x)["question_id"] for x in after[2:]} == last
+    assert {json.loads(x)["method"] for x in after[2:]} == {"vanilla", "pld"}
+
+
 def bad_input(capsys, args: list[str]) -> str:
     capsys.readouterr()
     code = main(args)

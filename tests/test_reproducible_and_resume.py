@@ -143,7 +143,10 @@ def test_resume_refuses_changed_questions_runtime_and_device(tiny_target_dir, tm
     info = json.loads((out / "run.json").read_text())
     info["environment"]["device"] = "cuda:0"  # as if the run had started on a GPU
     (out / "run.json").write_text(json.dumps(info))
-    assert main([*base, "--question-dir", str(a)]) == 2
+    assert main([*base, "--question-dir", str(a)]) == 0  # finished: nothing is decoded, on any device
+    assert "nothing to do" in capsys.readouterr().err
+    more = run_args(tiny_target_dir, out, "--methods", "vanilla,pld", "--tasks", "gsm8k", "--temperatures", "0")
+    assert main([*more, "--question-dir", str(a)]) == 2  # pld would decode on another device than vanilla did
     assert "device" in capsys.readouterr().err
     assert (out / "records.jsonl").read_text() == finished  # nothing finished is lost
 

@@ -94,7 +94,7 @@ def hydra_drafts(drafters: list[HydraDrafter], ctxs: list[DecodeContext]) -> lis
     return drafts
 
 
-def _build(ctx: BuildContext) -> Drafter:
+def build(ctx: BuildContext) -> Drafter:
     lm_head = ctx.target.model.get_output_embeddings().weight
     if wants_random(ctx):  # a shape target: 4 random one-layer heads of its hidden size (as `train hydra` makes)
         with seeded("hydra", lm_head.device):

@@ -118,7 +118,7 @@ def typical_verifier(threshold: float, alpha: float):
     return verify
 
 
-def _build(ctx: BuildContext, typical: bool) -> Drafter:
+def build(ctx: BuildContext, typical: bool) -> Drafter:
     lm_head = ctx.target.model.get_output_embeddings().weight
     if wants_random(ctx):  # a shape target: 4 random heads of its hidden size (as `train medusa` makes)
         with seeded("medusa", lm_head.device):

@@ -1,6 +1,7 @@
 """95% intervals for the report's ratios, on the log scale: a cell v with log half-width h has the interval
 [v·e^-h, v·e^h] (interval_bounds), which stays above zero however few the questions; τ's lower end is also kept at
-1 (a step emits at least its bonus token).
+1 (a step emits at least its bonus token), and its upper end at the longest step the method's records hold (a mean
+over steps cannot pass its longest one: tables.longest_steps).
 
 With a single repeat, over the questions, each method's paired with the baseline's answer to the same question (the
 delta method): a table cell is a product of totals over the paired questions, each to the power ±1 (speedup =
@@ -24,10 +25,12 @@ from specbench.analysis.pairs import paired_with
 LOWER_BOUNDS = {"τ": 1.0}  # a statistic's least possible value above zero (a speedup's is zero itself)
 
 
-def interval_bounds(value: float, log_half_width: float, stat: str) -> tuple[float, float]:
-    """The 95% interval of a cell: [v·e^-h, v·e^h], its lower end at least the statistic's bound."""
+def interval_bounds(value: float, log_half_width: float, stat: str,
+                    upper: float | None = None) -> tuple[float, float]:
+    """The 95% interval of a cell: [v·e^-h, v·e^h], its lower end at least the statistic's bound, its upper end at
+    most `upper` (τ: the longest step of the method) where given."""
     low, high = value * math.exp(-log_half_width), value * math.exp(log_half_width)
-    return max(low, LOWER_BOUNDS.get(stat, 0.0)), high
+    return max(low, LOWER_BOUNDS.get(stat, 0.0)), high if upper is None else min(high, max(upper, value))
 
 
 def _log_variance(parts: list[tuple[np.ndarray, int]]) -> tuple[float, int]:

@@ -14,7 +14,7 @@ matplotlib.use("Agg")  # files only: no display on servers and CI
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator  # noqa: E402
 
 from specbench.analysis.latency import turns_per_method  # noqa: E402
 from specbench.analysis.tables import (  # noqa: E402
@@ -99,20 +99,38 @@ def speedup_figure(part: pd.DataFrame, colours: dict[str, tuple], t: str):
             errors = None if bounds is None else np.array(
                 [[v - bounds[(task, stat)].loc[row, "low"], bounds[(task, stat)].loc[row, "high"] - v]
                  for task, v in zip(tasks, values)]).T
-            ax.bar(x + i * width - 0.4 + width / 2, values, width,
+            # Bars grow from vanilla's 1.0 (up: faster, down: slower), on the log scale of their intervals.
+            ax.bar(x + i * width - 0.4 + width / 2, np.asarray(values, float) - 1.0, width, bottom=1.0,
                    yerr=errors, capsize=1.5, error_kw={"elinewidth": 0.7}, color=colours[method],
                    label=labels[method])
+        if stat == "Speedup":
+            ratio_axis(ax)
         ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
         ax.set_ylabel("speedup over vanilla (×)" if stat == "Speedup" else "τ (tokens per forward)", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(axis="y", linewidth=0.4, alpha=0.5)
         ax.set_axisbelow(True)
     axes[1].set_xticks(x, [f"{names.get(task, task)}\n{_n(counts[task])}" for task in tasks])
-    axes[0].set_title(f"Speedup and τ per task, T={t} (dashed: vanilla; error bars: 95% intervals, log scale; "
+    axes[0].set_title(f"Speedup (log axis) and τ per task, T={t} (dashed: vanilla; error bars: 95% intervals; "
                       "n: questions)", fontsize=9)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=min(len(methods), 7),
                fontsize=7.5, frameon=False, handlelength=1.2, columnspacing=1.2)
     return fig
+
+
+RATIO_TICKS = (0.1, 0.2, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 4, 6, 8, 16, 32, 64, 128)
+FINE_TICKS = (0.6, 0.7, 0.8, 0.9, 1, 1.1, 1.2, 1.3, 1.4, 1.6, 1.8)  # where the range holds fewer than 3 of those
+
+
+def ratio_axis(ax) -> None:
+    """A speedup axis on the log scale (its intervals' scale: 2x and 0.5x stand as far from 1x), ticked 0.5x, 1x,
+    2x ... within the data's range."""
+    ax.set_yscale("log", base=2)
+    low, high = ax.get_ylim()
+    ticks = [t for t in RATIO_TICKS if low <= t <= high]
+    ax.yaxis.set_major_locator(FixedLocator(ticks if len(ticks) >= 3 else [t for t in FINE_TICKS if low <= t <= high]))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}×"))
 
 
 def _n(counts: pd.Series) -> str:

@@ -92,13 +92,14 @@ def report_labels(info: RunInfo) -> tuple[list[str], str, list[str]]:
 
 def write_table(table: pd.DataFrame, out_dir: Path, stem: str, caption: str, origin: list[str],
                 half_width: pd.DataFrame | None = None, counts: pd.DataFrame | None = None, notes: str = "",
-                tag: str = "", pairs: pd.DataFrame | None = None) -> str:
+                tag: str = "", pairs: pd.DataFrame | None = None, unit: str = "task") -> str:
     """stem.md (every cell's interval), stem.tex (a float for a paper, specbench.analysis.latex) and stem.csv
     (one header row, rounded numbers). The caption gets the number of questions when `counts` are given, then
     `notes` (caption_notes: what the intervals and (lossy) mean). `pairs` (uneven_counts): the questions a speedup
     is over, in its cell, where fewer than the rows finished. The LaTeX label is tab:TAG:STEM (TAG: the run
-    folder's name, so that the tables of several reports can share a paper)."""
-    caption += f", {questions_note(counts)}." if counts is not None else "."
+    folder's name, so that the tables of several reports can share a paper). `unit`: what a column of `counts`
+    is (a task, or a category of one task's questions)."""
+    caption += f", {questions_note(counts, unit)}." if counts is not None else "."
     if pairs is not None:
         caption += (" A speedup is over the questions both rows finished; (n=N): the questions behind a cell where "
                     "they are not vanilla's.")
@@ -171,7 +172,7 @@ def temperature_tables(part: pd.DataFrame, t: str, target: str, out_dir: Path, o
             by_category = rows.assign(task=rows["category"])
             table, half = table_with_interval(by_category)
             write_table(table, out_dir, f"categories_{task}_T{t}", caption, origin, half,
-                        question_counts(by_category), notes, tag, uneven_counts(by_category))
+                        question_counts(by_category), notes, tag, uneven_counts(by_category), unit="category")
     if "vanilla" not in set(part["method"]):
         printed.append("(no vanilla records at this temperature: speedups cannot be computed)")
     return printed
@@ -218,11 +219,12 @@ def build_report(run_dir: Path, out_dir: Path, plots: bool = True, slo_tpot_ms: 
 
 
 def latency_tables(samples: pd.DataFrame, out_dir: Path, origin: list[str], target: str, tag: str,
-                   plots: bool, marks: list[str]) -> None:
+                   plots: bool, marks: list[str]) -> list[Path]:
     """latency_T<t>[_B<b>]: TTFT, TPOT and ITL percentiles per method, per task and over all tasks (md and csv),
     the pooled table as a LaTeX float (specbench.analysis.latency), and latency_cdf_T<t>[_B<b>] (ITL per task).
-    Nothing for records without step times."""
+    Nothing for records without step times. Returns the plots it wrote."""
     sizes = sorted(samples["batch_size"].unique())
+    written: list[Path] = []
     for (temperature, size), part in samples.groupby(["temperature", "batch_size"]):
         stem = f"latency_T{temperature:g}" + ("" if sizes == [1] else f"_B{size}")
         caption = (f"Per-token latency (ms): time to first token, time per output token after it, and inter-token "
@@ -238,7 +240,8 @@ def latency_tables(samples: pd.DataFrame, out_dir: Path, origin: list[str], targ
         if plots:
             from specbench.analysis.plots import latency_cdf
 
-            latency_cdf(part, out_dir, stem.replace("latency", "latency_cdf"), marks)
+            written += latency_cdf(part, out_dir, stem.replace("latency", "latency_cdf"), marks)
+    return written
 
 
 def _write_report(frame: pd.DataFrame, latency: pd.DataFrame, info: RunInfo, out_dir: Path, plots: bool,
@@ -270,12 +273,12 @@ def _write_report(frame: pd.DataFrame, latency: pd.DataFrame, info: RunInfo, out
                                                   out_dir, origin, tag))
         if sizes != [1]:
             printed.extend(throughput_tables(part, t, target_on, out_dir, origin, tag))
-    latency_tables(latency, out_dir, origin, target, tag, plots, marks)
+    latency_plots = latency_tables(latency, out_dir, origin, target, tag, plots, marks)
     if plots:
         from specbench.analysis.plots import make_plots
 
         written = make_plots(frame, out_dir, marks)
-        printed.append("plots: " + ", ".join(p.name for p in written))
+        printed.append("plots: " + ", ".join(p.name for p in [*written, *latency_plots]))
     return "\n\n".join(printed)
 
 

@@ -191,6 +191,23 @@ def leaderboard(table: pd.DataFrame, half: pd.DataFrame | None) -> tuple[pd.Data
     return table.loc[order, keep], (half.loc[order, keep] if half is not None else None)
 
 
+LONGEST_STEP = "longest step"  # a half-width frame's attrs key: per row, the most tokens one of its steps emitted
+
+
+def longest_steps(frame: pd.DataFrame) -> dict[str, int]:
+    """Per method (labelled as the tables' rows): the most tokens one decoding step emitted in these records, which
+    bounds its τ; {} where the frame holds no accept lengths."""
+    if "accept_lengths" not in frame:
+        return {}
+    lossless = frame.groupby("method")["lossless"].first()
+    found = {}
+    for method, lengths in frame.groupby("method", sort=False)["accept_lengths"]:
+        steps = [a for turn in lengths if isinstance(turn, list) for a in turn]
+        if steps:
+            found[method_label(method, bool(lossless[method]))] = max(steps)
+    return found
+
+
 def table_with_interval(frame: pd.DataFrame, per_question_means: bool = False,
                         baseline: str = "vanilla") -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The table (mean over repeats) and the log half-widths of the 95% intervals: over repeats, or with a single
@@ -199,13 +216,18 @@ def table_with_interval(frame: pd.DataFrame, per_question_means: bool = False,
     if len(repeats) < 2:
         raw = raw_speedup_table(frame, per_question_means, baseline)
         half = delta_half_widths(frame.assign(repeat=repeats[0]), raw, per_question_means, baseline)
-        return labelled_rows(raw, frame), None if half.isna().all().all() else labelled_rows(half, frame)
+        if half.isna().all().all():
+            return labelled_rows(raw, frame), None
+        half = labelled_rows(half, frame)
+        half.attrs[LONGEST_STEP] = longest_steps(frame)  # τ's intervals end there (intervals)
+        return labelled_rows(raw, frame), half
     tables = [speedup_table(frame[frame["repeat"] == r], per_question_means, baseline) for r in repeats]
     mean = pd.concat(tables, keys=range(len(tables))).groupby(level=1, sort=False).mean()
     order = tables[0].index
     half = log_half_widths(tables).loc[order]
     mean = mean.loc[order]
     mean.index.name = half.index.name = "method"
+    half.attrs[LONGEST_STEP] = longest_steps(frame)
     return mean, half
 
 
@@ -218,11 +240,14 @@ def bold_threshold(table: pd.DataFrame, column: tuple[str, str]) -> float | None
 
 
 def intervals(table: pd.DataFrame, half_width: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
-    """Each column's 95% interval as a frame (low, high) per row, from the log half-widths (NaN where none)."""
+    """Each column's 95% interval as a frame (low, high) per row, from the log half-widths (NaN where none); a τ
+    interval ends at the row's longest step where the half-widths carry it (table_with_interval)."""
     out = {}
+    longest = half_width.attrs.get(LONGEST_STEP, {})
     for column in table.columns:
-        bounds = [interval_bounds(v, h, column[1]) if not (pd.isna(v) or pd.isna(h)) else (float("nan"),) * 2
-                  for v, h in zip(table[column], half_width[column])]
+        upper = longest if column[1] == "τ" else {}
+        bounds = [interval_bounds(v, h, column[1], upper.get(row)) if not (pd.isna(v) or pd.isna(h))
+                  else (float("nan"),) * 2 for row, v, h in zip(table.index, table[column], half_width[column])]
         out[column] = pd.DataFrame(bounds, index=table.index, columns=["low", "high"])
     return out
 
@@ -279,14 +304,15 @@ def question_counts(frame: pd.DataFrame) -> pd.DataFrame:
     return labelled_rows(counts[list(dict.fromkeys(frame["task"]))].fillna(0).astype(int), frame)
 
 
-def questions_note(counts: pd.DataFrame) -> str:
-    """"10 questions per task", or each task's count (a range where the methods answered different numbers)."""
+def questions_note(counts: pd.DataFrame, unit: str = "task") -> str:
+    """"10 questions per task", or each task's count (a range where the methods answered different numbers); `unit`:
+    what a column is (task, or category)."""
     low, high = counts.min(), counts.max()
     if low.nunique() == 1 and (low == high).all():
         n = low.iloc[0]
-        return f"{n} question{'s' if n != 1 else ''}" + (" per task" if len(counts.columns) > 1 else "")
+        return f"{n} question{'s' if n != 1 else ''}" + (f" per {unit}" if len(counts.columns) > 1 else "")
     names = display_names()
-    return "questions per task: " + ", ".join(
+    return f"questions per {unit}: " + ", ".join(
         f"{names.get(task, task)} {low[task]}" + (f"–{high[task]}" if high[task] != low[task] else "")
         for task in counts.columns)
 

@@ -122,7 +122,7 @@ def _decode(cfg: RunConfig, plan: RunPlan, actors: list[Any], infos: list[dict[s
             log: LoadLog) -> Path:
     ray = _ray()
     writer = RunWriter(cfg.out, cfg.settings(), infos[0]["environment"], costs, infos,
-                       row_options(cfg, plan.methods))
+                       row_options(cfg, plan.methods), plan.rerun_keys)
     writer.write_load(log)
     pending: deque[Job] = deque(plan.jobs)
     idle = list(actors)

@@ -171,8 +171,8 @@ def stored_costs(cfg: RunConfig) -> CostModel | None:
 @dataclass
 class Job:
     """Questions decoded together (one, or a batch of batch_size) at one temperature and repeat, by `methods` in
-    that order (rotated from job to job, so that no method always runs first or right after another; methods that
-    finished every question of the job are left out on resume)."""
+    that order (rotated from job to job, so that no method always runs first or right after another). A job runs whole
+    or not at all: on resume, a job of which some methods finished is decoded again by all (plan_run)."""
     temperature: float
     task: str
     questions: list[Question]
@@ -203,11 +203,16 @@ def plan_jobs(cfg: RunConfig, methods: list[MethodInfo], tasks: list[Task], ques
     for index, (temperature, task, batch, repeat, size, batch_index) in enumerate(every):
         shift = index % len(names)
         order = names[shift:] + names[:shift]
-        todo = [m for m in order if any(
-            record_key(m, task.name, temperature, q.question_id, repeat, size) not in done for q in batch)]
-        if todo:
-            jobs.append(Job(temperature, task.name, batch, repeat, todo, size, batch_index))
+        keys = [record_key(m, task.name, temperature, q.question_id, repeat, size) for m in order for q in batch]
+        if any(k not in done for k in keys):  # every method again: a job's methods are timed in one process
+            jobs.append(Job(temperature, task.name, batch, repeat, order, size, batch_index))
     return jobs
+
+
+def job_keys(job: Job) -> set[tuple]:
+    """The records a job writes: one per method and question."""
+    return {record_key(m, job.task, job.temperature, q.question_id, job.repeat, job.batch_size)
+            for m in job.methods for q in job.questions}
 
 
 def row_options(cfg: RunConfig, methods: list[MethodInfo]) -> dict[str, dict[str, Any]]:
@@ -225,6 +230,7 @@ class RunPlan:
     budgets: dict[str, int]
     jobs: list[Job]
     costs: CostModel | None  # fixed before the run: its own on resume, or --cost-curve
+    rerun_keys: set[tuple] = field(default_factory=set)  # records of jobs decoded again whole (plan_run)
 
 
 Checked = tuple[list[MethodInfo], dict[str, tuple[Task, list[Question]]]]  # what validate returns
@@ -239,4 +245,8 @@ def plan_run(cfg: RunConfig, checked: Checked) -> RunPlan:
     check_resumable(cfg.out, cfg.settings())
     costs = stored_costs(cfg)
     done = {r.key() for r in read_records(cfg.out)} if (cfg.out / RECORDS).is_file() else set()
-    return RunPlan(methods, questions, budgets, plan_jobs(cfg, methods, tasks, questions, done), costs)
+    jobs = plan_jobs(cfg, methods, tasks, questions, done)
+    # A job some of whose methods finished in an earlier process (an interrupt, or methods added on resume) is
+    # decoded again whole, so that its speedups pair times taken in one process, under one load.
+    rerun = set().union(*(job_keys(job) & done for job in jobs))  # RunWriter moves them aside as decoding starts
+    return RunPlan(methods, questions, budgets, jobs, costs, rerun)

@@ -115,6 +115,37 @@ def git_commit() -> str | None:
     return result.stdout.strip() or None
 
 
+SUPERSEDED = "records.superseded.jsonl"  # records of questions decoded again whole (supersede), kept for the record
+
+
+def supersede(out: Path, keys: set[tuple]) -> int:
+    """Move the records with these keys out of records.jsonl (rewritten whole or not at all) to the end of
+    records.superseded.jsonl; returns how many moved. The caller holds the run folder's lock."""
+    path = out / RECORDS
+    if not keys or not path.is_file():
+        return 0
+    kept, moved = [], []
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.endswith("\n") and line.strip():
+                raw = json.loads(line)
+                (moved if Record.from_json(raw, str(path)).key() in keys else kept).append(line)
+    if not moved:
+        return 0
+    with (out / SUPERSEDED).open("a", encoding="utf-8") as handle:
+        handle.writelines(moved)
+        handle.flush()
+        os.fsync(handle.fileno())
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text("".join(kept), encoding="utf-8")
+        os.replace(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
+    return len(moved)
+
+
 def write_json(path: Path, data: Any) -> None:
     """Replace path whole or not at all: a full disk leaves the old file, never a cut one."""
     partial = path.with_name(f".{path.name}.partial")

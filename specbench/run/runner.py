@@ -51,7 +51,7 @@ def _run_here(cfg: RunConfig, plan: RunPlan, meter: LoadMeter, log: LoadLog) -> 
     if plan.costs is None and not log.busy:
         decoder.store_costs(costs)  # once, with the drafting costs the methods measured while being built
     writer = RunWriter(cfg.out, cfg.settings(), decoder.info.environment, costs, [asdict(decoder.info)],
-                       row_options(cfg, plan.methods))
+                       row_options(cfg, plan.methods), plan.rerun_keys)
     meter.other_share(wait=True)  # the per-question windows start here, after loading and warm-up
     unread, warned = 0, log.busy  # one warning line per session
     bar = tqdm(plan.jobs, desc="questions" if cfg.batch_sizes == [1] else "batches",
