@@ -3,8 +3,11 @@ report next to the run (never into the working directory's reports/), and `tasks
 files --question-dir reads (offline: the fetcher and the HF loader are parameters)."""
 from __future__ import annotations
 
+import functools
 import hashlib
+import http.server
 import json
+import threading
 
 import pytest
 import torch
@@ -19,6 +22,7 @@ from specbench.run.progress import TokenProgress
 from specbench.run.question_sets import (
     EAGLE_COMMIT,
     EAGLE_FILES,
+    EAGLE_URL,
     eagle_files,
     fetch_url,
     hf_files,
@@ -142,6 +146,29 @@ def test_eagle_download_writes_what_question_dir_reads(tmp_path):
     (paths[0]).write_text('{"question_id": 1, "turns": ["mine"]}\n')
     with pytest.raises(SpecbenchError, match="holds other questions"):
         write_question_files(tmp_path / "tasks", eagle_files(fetch, table))
+
+
+def test_eagle_download_over_http_from_a_local_server(tmp_path):
+    """The real fetch (urllib, HTTP, the pinned digests' check, the writes), against a server on the loopback that
+    holds the repository's layout: everything but the host is what `tasks download` does."""
+    blobs, table = fake_eagle_repository()
+    root = tmp_path / "repository"
+    for folder, data in blobs.items():
+        (root / EAGLE_COMMIT / "eagle" / "data" / folder).mkdir(parents=True)
+        (root / EAGLE_COMMIT / "eagle" / "data" / folder / "question.jsonl").write_bytes(data)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *_: None
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        local = f"http://127.0.0.1:{server.server_address[1]}"
+        try:
+            files = eagle_files(lambda url: fetch_url(url.replace(EAGLE_URL.split("/{commit}")[0], local), timeout=10),
+                                table)
+        finally:
+            server.shutdown()
+    paths = write_question_files(tmp_path / "tasks", files)
+    assert [p.read_bytes() for p in paths] == [blobs[folder] for folder, _ in table.values()]
+    assert len(resolve_questions(QuestionSelection(question_dir=tmp_path / "tasks"))) == 6
 
 
 def test_eagle_download_refuses_other_bytes_and_writes_nothing(tmp_path):

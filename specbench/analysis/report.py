@@ -79,7 +79,19 @@ def provenance(info: RunInfo) -> list[str]:
         + f"); {env.get('cpu_count', '?')} CPUs, {env.get('torch_threads', '?')} torch threads",
         f"python {env.get('python', '?')}, torch {env.get('torch', '?')}, transformers {env.get('transformers', '?')}; "
         f"{env.get('platform', '?')}",
-    ] + [line for line in [describe_load(info.load), uncaptured_note(info)] if line]
+    ] + [line for line in [describe_load(info.load), uncaptured_note(info), refused_costs(info)] if line]
+
+
+def refused_costs(info: RunInfo) -> str | None:
+    """The header's line for a run that decided with a cost curve refused for storing (measured beside other work,
+    or unsteady): what the cost-sized choices (EAGLE's tree sizes) rested on."""
+    costs = info.costs or {}
+    source, measured = costs.get("source") or "", costs.get("measured") or {}
+    if "refused for storing" not in source:
+        return None
+    loads = measured.get("loads") or []
+    load = f"; others' load up to {max(loads):.0%} while it was measured" if loads else ""
+    return f"costs: {source}{load}"
 
 
 def report_labels(info: RunInfo) -> tuple[list[str], str, list[str]]:

@@ -23,6 +23,8 @@ from specbench.run.decoder import Decoder
 from specbench.run.load import LoadLog, decoding_threads
 from specbench.run.plan import Job, RunConfig, RunPlan, row_options
 from specbench.run.record import Record
+from specbench.run.records import write_json
+from specbench.run.run_info import FOLDER_COSTS
 from specbench.run.writer import RunWriter
 
 NAMESPACE = "specbench"
@@ -93,6 +95,8 @@ def start_workers(cfg: RunConfig, plan: RunPlan, busy: bool) -> tuple[list[Any],
     try:
         infos = ray.get([a.info.remote() for a in actors])
         costs = plan.costs.to_dict() if plan.costs else ray.get(actors[0].machine_costs.remote(not busy))
+        if plan.costs is None:  # kept for this folder's resumes at once (specbench.run.run_info.FOLDER_COSTS)
+            write_json(cfg.out / FOLDER_COSTS, costs)
         ray.get([a.setup.remote(plan, costs) for a in actors])
     except ray.exceptions.RayError as exc:
         for actor in actors:

@@ -8,6 +8,7 @@ and SIGKILL included: resuming after a crash needs no cleanup. Who holds it is w
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -37,7 +38,9 @@ def holder(folder: Path) -> str:
 @contextmanager
 def folder_lock(folder: Path, role: str) -> Iterator[None]:
     """Hold `folder`'s writer lock for the block (creating the folder); refuse at once if another process holds
-    it. `role` names the folder in the message ("run folder", "report folder")."""
+    it. `role` names the folder in the message ("run folder", "report folder"). A folder this lock created and
+    nothing was written in (a run refused as it loaded) is removed again with its lock file."""
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     lock = FileLock(folder / LOCK, timeout=0)
     try:
@@ -54,3 +57,7 @@ def folder_lock(folder: Path, role: str) -> Iterator[None]:
     finally:
         (folder / OWNER).unlink(missing_ok=True)
         lock.release()
+        if created and {p.name for p in folder.iterdir()} <= {LOCK}:
+            with contextlib.suppress(OSError):  # another process took the folder meanwhile: it stays
+                (folder / LOCK).unlink(missing_ok=True)
+                folder.rmdir()

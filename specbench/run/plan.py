@@ -2,6 +2,7 @@
 (checked once, here), and the jobs still to do in the run folder."""
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from specbench.method import MethodInfo
 from specbench.run.record import record_key
 from specbench.run.records import RECORDS, read_records
 from specbench.run.registry import check_references, select_methods
-from specbench.run.run_info import check_resumable, read_run_info
+from specbench.run.run_info import FOLDER_COSTS, check_resumable, read_run_info
 from specbench.run.settings import check_disjoint, read_settings
 from specbench.run.tasks import Question, QuestionSelection, Task, resolve_questions
 
@@ -158,11 +159,15 @@ def check_one_rate_per_task(cfg: RunConfig, selected: dict[str, tuple[Task, list
 
 
 def stored_costs(cfg: RunConfig) -> CostModel | None:
-    """The run's fixed costs if they exist before it starts: its own (a resumed run decides as it did), else
-    --cost-curve. Read before any model is loaded, so that a bad file costs one line and nothing else."""
+    """The run's fixed costs if they exist before it starts: its own (a resumed run decides as it did: run.json, or
+    costs.json when the session that measured them stopped before writing run.json), else --cost-curve. Read before any model is loaded, so that a bad file costs one line and nothing else."""
     own = read_run_info(cfg.out).costs
     if own:
         return CostModel.from_dict(own, str(cfg.out / "run.json"))
+    early = cfg.out / FOLDER_COSTS  # measured by an earlier session that stopped before it wrote run.json
+    if early.is_file():
+        kept = CostModel.from_dict(json.loads(early.read_text(encoding="utf-8")), str(early))
+        return replace(kept, source=f"{kept.source or 'measured'} (kept in {early} for this run folder's resumes)")
     if cfg.cost_curve is not None:
         return replace(read_cost_model(cfg.cost_curve, cfg.target), source=f"--cost-curve {cfg.cost_curve}")
     return None

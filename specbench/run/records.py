@@ -22,6 +22,8 @@ RECORDS = "records.jsonl"
 
 def read_records(out: Path) -> list[Record]:
     path = out / RECORDS
+    if not out.exists():
+        raise SpecbenchError(f"{out}: no such folder (a run folder: what run --out wrote)")
     if not path.is_file():
         raise SpecbenchError(f"{out}: no {RECORDS} (not a specbench run directory)")
     return list(_complete_lines(path))

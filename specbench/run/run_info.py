@@ -16,6 +16,10 @@ from specbench.decode.names import Runtime
 from specbench.errors import SpecbenchError
 from specbench.run.records import command_line, utc_now, write_json
 
+# The costs a run measured, written as soon as they are (before the drafters load and warm up): a session stopped
+# before run.json exists leaves them to its resumes, which decide with them instead of measuring again.
+FOLDER_COSTS = "costs.json"
+
 RUN_INFO = "run.json"
 SCHEMA = 2
 

@@ -16,7 +16,8 @@ from specbench.run.load import LoadLog, LoadMeter, decoding_threads, threads_not
 from specbench.run.lock import folder_lock
 from specbench.run.plan import Checked, RunConfig, RunPlan, plan_run, row_options, validate
 from specbench.run.progress import TokenProgress
-from specbench.run.records import RECORDS, utc_now
+from specbench.run.records import RECORDS, utc_now, write_json
+from specbench.run.run_info import FOLDER_COSTS
 from specbench.run.writer import RunWriter
 
 
@@ -44,9 +45,14 @@ def run(cfg: RunConfig, checked: Checked | None = None) -> Path:
 
 
 def _run_here(cfg: RunConfig, plan: RunPlan, meter: LoadMeter, log: LoadLog) -> Path:
+    say(cfg, f"specbench: loading {cfg.target} ({len(plan.jobs)} {'question' if cfg.batch_sizes == [1] else 'batch'}"
+             f"{'s' if len(plan.jobs) != 1 else ''} to decode)")
     decoder = Decoder(cfg, plan.budgets, idle_threads=decoding_threads(cfg.threads, busy=False))
     decoder.reserve(plan.questions)  # the target's cache, before its costs are measured on it
     costs = decoder.with_bandwidth(plan.costs) if plan.costs else decoder.machine_costs(not log.busy, store=False)
+    if plan.costs is None:  # kept for this folder's resumes at once, should this session stop before run.json
+        write_json(cfg.out / FOLDER_COSTS, costs.to_dict())
+    say(cfg, f"specbench: building {', '.join(m.name for m in plan.methods)} and warming each up (untimed)")
     decoder.setup(plan.methods, costs, plan.questions)
     if plan.costs is None and not log.busy:
         decoder.store_costs(costs)  # once, with the drafting costs the methods measured while being built
@@ -75,3 +81,9 @@ def _run_here(cfg: RunConfig, plan: RunPlan, meter: LoadMeter, log: LoadLog) -> 
     writer.write_load(log)
     writer.write_capture(decoder.capture_report())
     return cfg.out
+
+
+def say(cfg: RunConfig, line: str) -> None:
+    """What a run does in a phase that shows no bar (loading, building, warming up), when it shows progress."""
+    if cfg.progress:
+        tqdm.write(line, file=sys.stderr)

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 import yaml
 
 from specbench.errors import SpecbenchError
+from specbench.method import closest
 from specbench.run.questions import (
     Question,
     question_from_raw,
@@ -138,7 +139,8 @@ def select_tasks(names: list[str], suite: str = DEFAULT_SUITE, task_files: Itera
         return list(known.values())
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise SpecbenchError(f"unknown task {', '.join(unknown)}; valid: all, {', '.join(known)}")
+        raise SpecbenchError(f"unknown task {', '.join(unknown)}; valid: all, {', '.join(known)}"
+                             f"{closest(unknown[0], list(known))}")
     return [known[n] for n in names]
 
 
@@ -260,7 +262,8 @@ def _tasks_of_question_files(sel: QuestionSelection) -> list[tuple[Task, list[Qu
         names = {t.name: t for t in tasks}
         unknown = [n for n in sel.tasks if n not in names]
         if unknown:
-            raise SpecbenchError(f"unknown task {', '.join(unknown)}: {where} gives the tasks all, {', '.join(names)}")
+            raise SpecbenchError(f"unknown task {', '.join(unknown)}: {where} gives the tasks all, {', '.join(names)}"
+                                 f"{closest(unknown[0], list(names))}")
         tasks = [names[n] for n in sel.tasks]
     sliced = _slice(rows, sel.begin, sel.end)
     selected = []
