@@ -131,14 +131,19 @@ def test_report_command(finished_run, tmp_path, capsys):
     assert (tmp_path / "speedup_T1.tex").read_text().count(r"\toprule") == 1
 
 
-def test_resume_skips_finished_questions_and_keeps_them(tiny_target_dir, tmp_path):
-    out = tmp_path / "r"
-    args = run_args(tiny_target_dir, out, "--methods", "vanilla,pld", "--tasks", "gsm8k", "--limit", "3",
+def finished_gsm8k_run(tiny_target_dir: Path, out: Path, questions: int) -> tuple[list[str], Path, list[str]]:
+    """vanilla and pld on the first `questions` of gsm8k, finished: (its arguments, records.jsonl, its lines)."""
+    args = run_args(tiny_target_dir, out, "--methods", "vanilla,pld", "--tasks", "gsm8k", "--limit", str(questions),
                     "--temperatures", "0")
     assert main(args) == 0
     path = out / "records.jsonl"
     lines = path.read_text().splitlines(keepends=True)
-    assert len(lines) == 6
+    assert len(lines) == 2 * questions
+    return args, path, lines
+
+
+def test_resume_skips_finished_questions_and_keeps_them(tiny_target_dir, tmp_path):
+    args, path, lines = finished_gsm8k_run(tiny_target_dir, tmp_path / "r", 3)
     # A kill during the last write leaves a cut line behind, and the last question unfinished.
     path.write_text("".join(lines[:4]) + lines[4][:25])
     assert main(args) == 0
@@ -150,12 +155,7 @@ def test_resume_skips_finished_questions_and_keeps_them(tiny_target_dir, tmp_pat
 
 def test_a_question_interrupted_between_its_methods_is_decoded_again_whole(tiny_target_dir, tmp_path, capsys):
     out = tmp_path / "r"
-    args = run_args(tiny_target_dir, out, "--methods", "vanilla,pld", "--tasks", "gsm8k", "--limit", "2",
-                    "--temperatures", "0")
-    assert main(args) == 0
-    path = out / "records.jsonl"
-    lines = path.read_text().splitlines(keepends=True)
-    assert len(lines) == 4
+    args, path, lines = finished_gsm8k_run(tiny_target_dir, out, 2)
     # An interrupt after the last question's first method: its second method would be timed in another process.
     path.write_text("".join(lines[:3]))
     capsys.readouterr()

@@ -7,8 +7,10 @@ own column's lower levels: the path it continues is root, level-0 tokens up to c
 After the forward, each column read bottom to top plus its top output is an N-gram for the pool, and every cell
 takes the output that predicted its position (a Jacobi step).
 
-drafter.py: the drafter and its build; this file declares the method (names, options, tuning) without
-importing torch, so that the registry lists it at once."""
+The n-gram pool and the window belong to one generation (one turn): nothing carries over between questions.
+Guesses are deterministic, so the engine verifies them losslessly at any temperature (one-hot candidates).
+
+The drafter: drafter.py."""
 from __future__ import annotations
 
 from specbench.method import MethodInfo, Option, Ref

@@ -1,15 +1,4 @@
-"""Lookahead decoding (Fu et al. 2024): no draft model. One target forward per step holds
-  - the verification branch: up to G n-grams from a pool, keyed by the last emitted token, merged into a trie;
-  - the lookahead branch: a Jacobi window of W columns x (N-1) levels, whose greedy outputs refine the window and
-    fill the pool with new n-grams.
-Cell (level l, column i) sits l + i + 1 positions after the root and attends to level 0's columns 0..i and to its
-own column's lower levels: the path it continues is root, level-0 tokens up to column i, then its column upwards.
-After the forward, each column read bottom to top plus its top output is an N-gram for the pool, and every cell
-takes the output that predicted its position (a Jacobi step).
-
-The n-gram pool and the window belong to one generation (one turn): nothing carries over between questions.
-Guesses are deterministic, so the engine verifies them losslessly at any temperature (one-hot candidates).
-"""
+"""The drafter and its build (what the method is, and its options: __init__.py)."""
 from __future__ import annotations
 
 import random

@@ -1,7 +1,6 @@
 """Prompt lookup decoding (Saxena 2023): copy the continuation of an earlier occurrence of the last n-gram.
 
-drafter.py: the drafter and its build; this file declares the method (names, options, tuning) without
-importing torch, so that the registry lists it at once."""
+The drafter: drafter.py."""
 from __future__ import annotations
 
 from specbench.method import MethodInfo, Option, Ref

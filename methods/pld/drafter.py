@@ -1,4 +1,4 @@
-"""Prompt lookup decoding (Saxena 2023): copy the continuation of an earlier occurrence of the last n-gram."""
+"""The drafter and its build (what the method is, and its options: __init__.py)."""
 from __future__ import annotations
 
 import torch

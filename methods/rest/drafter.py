@@ -1,12 +1,4 @@
-"""REST (He et al. 2024, "REST: Retrieval-Based Speculative Decoding"): no draft model and no training; drafts come
-from a datastore of text (methods/common/datastore.py: training replies and their suffix array).
-
-Each step takes the longest suffix of the text (16 tokens down to 2) that occurs in the corpus; its occurrences form
-one range of the suffix array, and every continuation of it is a sub-range, so the continuations' exact counts come
-from the array itself. The draft is the trie of the most frequent continuations (REST's frequency-based selection),
-grown best first by path probability up to `max_tokens` nodes of at most `depth` tokens each, and verified as a
-tree. The candidates are deterministic, so the engine verifies them losslessly at any temperature.
-"""
+"""The drafter and its build (what the method is, and its options: __init__.py)."""
 from __future__ import annotations
 
 from specbench.decode.draft import DecodeContext, Draft, Drafter

@@ -2,8 +2,17 @@
 the text that occurred before, found with a suffix automaton over the current generation (dynamic) and in a corpus
 (static), drafts what followed that occurrence; when both matches are short an auxiliary method drafts instead.
 
-drafter.py: the drafter and its build; this file declares the method (names, options, tuning) without
-importing torch, so that the registry lists it at once."""
+The dynamic automaton grows with every emitted token (amortised O(1)); the longest earlier repeat of the text's
+suffix is the suffix link of its last state, and the state keeps the end of its first occurrence. The static side
+is the retrieval datastore REST uses too (methods/common/datastore.py, built once per target), whose suffix array answers
+the same longest-match query; the earliest occurrence's continuation is drafted, as a suffix automaton's first end position
+gives. The longer of the two matches wins; if it is shorter than `threshold` tokens the auxiliary method drafts.
+
+The auxiliary method is built by name through the build context (`aux=recycling`, the default: "SAM-Decoding with Token
+Recycling"; any method that drafts from the engine's step results alone), so this file knows no other method.
+It sees every step, whoever drafted, so its state stays current.
+
+The drafter: drafter.py."""
 from __future__ import annotations
 
 from specbench.method import MethodInfo, Option, Ref

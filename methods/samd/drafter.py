@@ -1,17 +1,4 @@
-"""SAM-Decoding (Hu et al. 2024, "SAM Decoding: Speculative Decoding via Suffix Automaton"): the longest suffix of
-the text that occurred before, found with a suffix automaton over the current generation (dynamic) and in a corpus
-(static), drafts what followed that occurrence; when both matches are short an auxiliary method drafts instead.
-
-The dynamic automaton grows with every emitted token (amortised O(1)); the longest earlier repeat of the text's
-suffix is the suffix link of its last state, and the state keeps the end of its first occurrence. The static side
-is the retrieval datastore REST uses too (methods/common/datastore.py, built once per target), whose suffix array answers
-the same longest-match query; the earliest occurrence's continuation is drafted, as a suffix automaton's first end position
-gives. The longer of the two matches wins; if it is shorter than `threshold` tokens the auxiliary method drafts.
-
-The auxiliary method is built by name through the build context (`aux=recycling`, the default: "SAM-Decoding with Token
-Recycling"; any method that drafts from the engine's step results alone), so this file knows no other method.
-It sees every step, whoever drafted, so its state stays current.
-"""
+"""The drafter and its build (what the method is, and its options: __init__.py)."""
 from __future__ import annotations
 
 import copy

@@ -1,8 +1,19 @@
 """SuffixDecoding (Oliaro et al. 2024, "SuffixDecoding: Extreme Speculative Decoding for Emerging AI Applications";
 the method behind vLLM's suffix decoding): no draft model and no training.
 
-drafter.py: the drafter and its build; this file declares the method (names, options, tuning) without
-importing torch, so that the registry lists it at once."""
+Two suffix trees of bounded depth with occurrence counts: one per generation over its prompt and output so far,
+one over the earlier outputs of the run (global). Each step finds the longest suffix of the text (at most `depth`
+tokens) that the tree has seen followed by something, and grows a speculation tree from there, best first, by the
+empirical probability of each path (the product of child count / sum of its siblings' counts), keeping nodes of
+probability >= min_prob, up to `factor` x the match length nodes (the paper's adaptive speculation length: a long
+match is trusted further) and at most max_tokens. Of the two trees' proposals the one with the larger expected
+number of accepted tokens (the sum of its nodes' probabilities) is drafted.
+
+State: the global tree lives for the run (scope=run, the default, as in the paper) or is cleared every turn
+(scope=generation). A finished output enters it when the next generation begins. The candidates are deterministic,
+so the engine verifies them losslessly at any temperature.
+
+The drafter: drafter.py."""
 from __future__ import annotations
 
 from specbench.method import MethodInfo, Option, Ref

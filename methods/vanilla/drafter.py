@@ -1,4 +1,4 @@
-"""Vanilla autoregressive decoding: proposes nothing, so every step emits the target's own token (τ = 1)."""
+"""The drafter and its build (what the method is, and its options: __init__.py)."""
 from __future__ import annotations
 
 from specbench.decode.draft import DecodeContext, Draft, Drafter

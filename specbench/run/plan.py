@@ -160,7 +160,8 @@ def check_one_rate_per_task(cfg: RunConfig, selected: dict[str, tuple[Task, list
 
 def stored_costs(cfg: RunConfig) -> CostModel | None:
     """The run's fixed costs if they exist before it starts: its own (a resumed run decides as it did: run.json, or
-    costs.json when the session that measured them stopped before writing run.json), else --cost-curve. Read before any model is loaded, so that a bad file costs one line and nothing else."""
+    costs.json when the session that measured them stopped before writing run.json), else --cost-curve. Read before
+    any model is loaded, so that a bad file costs one line and nothing else."""
     own = read_run_info(cfg.out).costs
     if own:
         return CostModel.from_dict(own, str(cfg.out / "run.json"))

@@ -138,25 +138,23 @@ def supersede(out: Path, keys: set[tuple]) -> int:
         handle.writelines(moved)
         handle.flush()
         os.fsync(handle.fileno())
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        partial.write_text("".join(kept), encoding="utf-8")
-        os.replace(partial, path)
-    except OSError:
-        partial.unlink(missing_ok=True)
-        raise
+    replace_text(path, "".join(kept))
     return len(moved)
 
 
-def write_json(path: Path, data: Any) -> None:
+def replace_text(path: Path, text: str) -> None:
     """Replace path whole or not at all: a full disk leaves the old file, never a cut one."""
     partial = path.with_name(f".{path.name}.partial")
     try:
-        partial.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        partial.write_text(text, encoding="utf-8")
         os.replace(partial, path)
     except OSError:
         partial.unlink(missing_ok=True)
         raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    replace_text(path, json.dumps(data, indent=2))
 
 
 def command_line() -> str:
