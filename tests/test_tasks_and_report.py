@@ -250,7 +250,7 @@ def test_a_cut_run_gives_speedups_over_the_shared_questions_only(tmp_path):
 
 
 def test_throughput_speedup_pairs_the_batches_both_decoded():
-    from specbench.analysis.tables import throughput_counts, throughput_table
+    from specbench.analysis.throughput import throughput_counts, throughput_table
 
     frame = cut_frame().assign(batch_size=2, device="cpu", accept_lengths=None, turn_steps=None,
                                turn_verify_time=None, draft_time=0.0, verify_time=0.0)

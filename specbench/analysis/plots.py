@@ -27,8 +27,8 @@ from specbench.analysis.tables import (  # noqa: E402
     short_labels,
     speedup_table,
     table_with_interval,
-    throughput_table,
 )
+from specbench.analysis.throughput import throughput_table  # noqa: E402
 
 
 def _save(fig, out_dir: Path, stem: str, marks: list[str]) -> list[Path]:

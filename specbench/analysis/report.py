@@ -40,8 +40,6 @@ from specbench.analysis.notes import caption_notes, fewer_questions, latency_not
 from specbench.analysis.profiles import profiles_line, write_profiles
 from specbench.analysis.report_folder import check_report_dir
 from specbench.analysis.tables import (
-    batch_cost_table,
-    batch_frame,
     display_names,
     flat_frame,
     leaderboard,
@@ -50,12 +48,11 @@ from specbench.analysis.tables import (
     questions_note,
     speedup_table,
     table_with_interval,
-    throughput_counts,
-    throughput_table,
     to_markdown,
     uneven_counts,
     with_reference_column,
 )
+from specbench.analysis.throughput import batch_cost_table, batch_frame, throughput_counts, throughput_table
 from specbench.analysis.verify import write_made_from
 from specbench.errors import SpecbenchError
 from specbench.run.load import describe as describe_load
