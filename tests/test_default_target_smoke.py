@@ -55,3 +55,19 @@ def test_shipped_drafters_match_vanilla(target, method):
     assert drafted.token_ids == plain.token_ids
     if method != "lookahead":  # more than one token per forward on a GSM8K-style question (recycling: 1.56 when written)
         assert len(drafted.token_ids) / len(drafted.accept_lengths) > 1.3
+
+
+def test_a_gguf_target_unpacked_once_loads_the_same_model(target, tmp_path):
+    import torch
+
+    first = load_model(DEFAULT_TARGET, "cpu", "float32", unpacked=tmp_path)  # unpacks the GGUF and keeps it
+    kept = [p for p in tmp_path.iterdir() if (p / "config.json").is_file()]
+    assert len(kept) == 1 and (kept[0] / "model.safetensors").is_file()
+    again = load_model(DEFAULT_TARGET, "cpu", "float32", unpacked=tmp_path)  # from the kept folder
+    for loaded in (first, again):
+        plain, ours = target.model.state_dict(), loaded.model.state_dict()
+        assert plain.keys() == ours.keys() and all(torch.equal(plain[k], ours[k]) for k in plain)
+        assert loaded.stop_ids == target.stop_ids
+        messages = [{"role": "user", "content": "What is 7 * 8?"}]
+        assert chat_tokens(loaded.tokenizer, messages) == chat_tokens(target.tokenizer, messages)
+    assert again.model.get_output_embeddings().weight is again.model.get_input_embeddings().weight  # still tied

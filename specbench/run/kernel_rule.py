@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from specbench.cache import cache_root
 from specbench.decode.costs import cpu_description
 from specbench.decode.names import PRODUCT_KERNELS, ROW_COUNTS, KernelRule, Runtime
 from specbench.decode.runtime import FewTokenLinear, fastest_seconds
@@ -31,6 +32,7 @@ from specbench.decode.target import LoadedModel, load_model
 from specbench.run.kernel_store import read_rule, rule_store, store_rule
 from specbench.run.load import BUSY_SHARE, LoadMeter
 
+UNPACKED = "unpacked"  # cache_root()/unpacked: GGUF targets unpacked once per machine (decode.target.load_model)
 MARGIN = 0.1  # a kernel replaces F.linear only where it is faster by more than this
 ROUNDS = 3  # interleaved (ascending row counts, then descending); each cell is its fastest over the rounds
 REPEATS = 2  # timed calls per cell and round, after one untimed
@@ -104,8 +106,9 @@ def machine_rule(model: torch.nn.Module) -> tuple[KernelRule, str]:
 
 def load_target(name: str, device: str | None = None, dtype: str | None = None,
                 runtime: Runtime | str = "auto") -> LoadedModel:
-    """A model ready to decode (specbench.decode.target.load_model), its few-token kernels on this machine's rule."""
-    target = load_model(name, device, dtype, runtime)
+    """A model ready to decode (specbench.decode.target.load_model), its few-token kernels on this machine's rule; a
+    GGUF target's unpacked weights are kept in specbench's cache (cache_root()/unpacked) for later loads."""
+    target = load_model(name, device, dtype, runtime, unpacked=cache_root() / UNPACKED)
     if target.runtime is None or not target.runtime.swapped_linears:
         return target
     rule, source = machine_rule(target.model)
