@@ -137,6 +137,13 @@ def cpu() -> str:
     return f"{model}, {os.cpu_count()} cores, flags: {' '.join(wanted)}"
 
 
+def with_ratios(times: dict) -> dict:
+    """times with the API's time over the CLI's, decoding and whole process, per condition (rounded as shown)."""
+    def over(key: str) -> dict:
+        return {c: round(times[c]["api"][key] / times[c]["cli_same"][key], 2) for c in ("idle", "busy")}
+    return {**times, "api_over_cli_decoding": over("decode_s"), "api_over_cli_process": over("seconds")}
+
+
 def readme(times: dict) -> str:
     rows = []
     for name in times["idle"]["at_once"]:
@@ -146,8 +153,7 @@ def readme(times: dict) -> str:
     def cell(key: str, field: str, fmt: str = ".1f") -> str:
         return " | ".join(format(times[c][key][field], fmt) if times[c][key][field] is not None else "—"
                           for c in ("idle", "busy"))
-    ratio = {c: times[c]["api"]["decode_s"] / times[c]["cli_same"]["decode_s"] for c in ("idle", "busy")}
-    process = {c: times[c]["api"]["seconds"] / times[c]["cli_same"]["seconds"] for c in ("idle", "busy")}
+    ratio, process = times["api_over_cli_decoding"], times["api_over_cli_process"]
     lines = [
         "# A newcomer's first hour, timed", "",
         f"Made by `python scripts/figures/newcomer_times.py` on {times['date']} at {times['commit']}.",
@@ -183,7 +189,14 @@ def readme(times: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "newcomer")
+    parser.add_argument("--readme-only", action="store_true",
+                        help="measure nothing: remake OUT/README.md (and the ratios in times.json) from OUT/times.json")
     args = parser.parse_args()
+    if args.readme_only:
+        times = with_ratios(json.loads((args.out / "times.json").read_text(encoding="utf-8")))
+        (args.out / "times.json").write_text(json.dumps(times, indent=1) + "\n", encoding="utf-8")
+        (args.out / "README.md").write_text(readme(times), encoding="utf-8")
+        return 0
     times: dict = {"cpu": cpu(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
                    "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                             cwd=ROOT).stdout.strip(),
@@ -193,7 +206,7 @@ def main() -> int:
             print(f"{name}: measuring", file=sys.stderr)
             times[name] = condition(busy, Path(work))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "times.json").write_text(json.dumps(times, indent=1) + "\n", encoding="utf-8")
+    (args.out / "times.json").write_text(json.dumps(with_ratios(times), indent=1) + "\n", encoding="utf-8")
     (args.out / "README.md").write_text(readme(times), encoding="utf-8")
     print((args.out / "README.md").read_text(encoding="utf-8"))
     return 0
