@@ -24,8 +24,8 @@ class Parser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     top = Parser(prog="specbench", description="Benchmark harness for speculative decoding",
-                                  epilog="example: python -m specbench run --methods vanilla,eagle,pld --tasks gsm8k "
-                                         "--limit 2 --max-new-tokens 64 --temperatures 0")
+                 epilog="example: python -m specbench run --methods vanilla,eagle,pld --tasks gsm8k --limit 2 "
+                        "--max-new-tokens 64 --temperatures 0")
     top.add_argument("--version", action="version", version=f"specbench {__version__}")
     sub = top.add_subparsers(dest="command", required=True)
     for add in PARSERS:
