@@ -57,7 +57,14 @@ def folder_lock(folder: Path, role: str) -> Iterator[None]:
     finally:
         (folder / OWNER).unlink(missing_ok=True)
         lock.release()
-        if created and {p.name for p in folder.iterdir()} <= {LOCK}:
-            with contextlib.suppress(OSError):  # another process took the folder meanwhile: it stays
-                (folder / LOCK).unlink(missing_ok=True)
-                folder.rmdir()
+        if created:
+            remove_if_empty(folder)
+
+
+def remove_if_empty(folder: Path) -> None:
+    """Remove a folder that holds nothing but its lock file; nothing else (a folder vanished meanwhile, or taken by
+    another process, stays as it is: the error in flight, if any, is the one to report)."""
+    with contextlib.suppress(OSError):
+        if {p.name for p in folder.iterdir()} <= {LOCK}:
+            (folder / LOCK).unlink(missing_ok=True)
+            folder.rmdir()
