@@ -12,12 +12,10 @@ engine, drafters and verification are the CLI's own, so `run` and this emit the 
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import psutil
 import torch
 
 from specbench.decode.draft import Drafter
@@ -28,7 +26,7 @@ from specbench.decode.target import LoadedModel, chat_tokens
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.run.kernel_rule import load_target as load_on_this_machine
-from specbench.run.load import BUSY_SHARE, LoadMeter, decoding_threads, threads_note, warning
+from specbench.run.load import LoadMeter, session_start
 from specbench.run.registry import available_methods, select_methods
 from specbench.run.synthetic import SyntheticAcceptance
 
@@ -57,12 +55,7 @@ def load_target(name: str, device: str | None = None, dtype: str | None = None,
     (kernels and graphs) or one of its single names (specbench.decode.names.RUNTIME_NAMES). `threads`: torch's
     threads for this process; None decides as `run` does (OMP_NUM_THREADS when set, else one thread when other work
     holds the CPUs, said once on stderr, else the usable cores)."""
-    meter = LoadMeter()
-    share = meter.other_share(wait=True) or 0.0
-    chosen = decoding_threads(threads, busy=share > BUSY_SHARE)
-    if share > BUSY_SHARE:
-        print(warning(share, psutil.cpu_count() or 1, "as the target loaded", threads_note(chosen)), file=sys.stderr)
-    torch.set_num_threads(chosen)
+    torch.set_num_threads(session_start(LoadMeter(), threads, "as the target loaded")[1])
     return load_on_this_machine(name, device, dtype, runtime)
 
 

@@ -9,11 +9,15 @@ load once, before its workers start. Nothing here decides what gets drafted.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psutil
+from tqdm import tqdm
+
+from specbench.run.records import utc_now
 
 BUSY_SHARE = 0.25  # other processes using more than this share of all cores: timings are beside other work
 MIN_WINDOW = 0.5  # seconds: a shorter reading is too noisy to judge
@@ -133,3 +137,14 @@ def describe(logs: list[dict[str, Any]]) -> str | None:
     start = ", and at the start" if any(busy_start(log) for log in busy) else ""
     return (f"WARNING: timed beside other work: other processes used up to {worst:.0%} of the CPUs "
             f"({counted} of {total} questions past {busy[0].get('threshold', BUSY_SHARE):.0%}{start})")
+
+
+def session_start(meter: LoadMeter, requested: int | None, where: str, note: bool = True) -> tuple[LoadLog, int]:
+    """The load as a session starts (one reading of `meter`, which goes on reading the session), the torch threads
+    it decodes with (decoding_threads), and its one warning line on stderr when other work holds the CPUs (`note`:
+    the line says the threads chosen). `run` and the API's load_target both start this way."""
+    log = LoadLog(started=utc_now(), at_start=meter.other_share(wait=True) or 0.0)
+    threads = decoding_threads(requested, log.busy)
+    if log.busy:
+        tqdm.write(warning(log.at_start, log.cores, where, threads_note(threads) if note else ""), file=sys.stderr)
+    return log, threads

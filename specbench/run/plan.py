@@ -209,9 +209,9 @@ def plan_jobs(cfg: RunConfig, methods: list[MethodInfo], tasks: list[Task], ques
     for index, (temperature, task, batch, repeat, size, batch_index) in enumerate(every):
         shift = index % len(names)
         order = names[shift:] + names[:shift]
-        keys = [record_key(m, task.name, temperature, q.question_id, repeat, size) for m in order for q in batch]
-        if any(k not in done for k in keys):  # every method again: a job's methods are timed in one process
-            jobs.append(Job(temperature, task.name, batch, repeat, order, size, batch_index))
+        job = Job(temperature, task.name, batch, repeat, order, size, batch_index)
+        if job_keys(job) - done:  # every method again: a job's methods are timed in one process
+            jobs.append(job)
     return jobs
 
 

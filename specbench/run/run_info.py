@@ -17,7 +17,8 @@ from specbench.errors import SpecbenchError
 from specbench.run.records import command_line, utc_now, write_json
 
 # The costs a run measured, written as soon as they are (before the drafters load and warm up): a session stopped
-# before run.json exists leaves them to its resumes, which decide with them instead of measuring again.
+# before run.json exists leaves them to its resumes, which decide with them instead of measuring again. Removed once
+# run.json holds them (RunWriter).
 FOLDER_COSTS = "costs.json"
 
 RUN_INFO = "run.json"

@@ -12,11 +12,11 @@ from tqdm import tqdm
 
 from specbench.run.decoder import Decoder
 from specbench.run.distributed import run_distributed
-from specbench.run.load import LoadLog, LoadMeter, decoding_threads, threads_note, warning
+from specbench.run.load import LoadLog, LoadMeter, decoding_threads, session_start, warning
 from specbench.run.lock import folder_lock
 from specbench.run.plan import Checked, RunConfig, RunPlan, plan_run, row_options, validate
 from specbench.run.progress import TokenProgress
-from specbench.run.records import RECORDS, utc_now, write_json
+from specbench.run.records import RECORDS, write_json
 from specbench.run.run_info import FOLDER_COSTS
 from specbench.run.writer import RunWriter
 
@@ -31,12 +31,9 @@ def run(cfg: RunConfig, checked: Checked | None = None) -> Path:
             tqdm.write(f"nothing to do: every question of this run is in {cfg.out / RECORDS}", file=sys.stderr)
             return cfg.out
         meter = LoadMeter()
-        log = LoadLog(started=utc_now(), at_start=meter.other_share(wait=True) or 0.0)
-        distributed = cfg.workers > 1 or cfg.ray_address
-        threads = decoding_threads(cfg.threads, log.busy)  # a Ray run's workers choose theirs (start_workers)
-        if log.busy:
-            note = "" if distributed else threads_note(threads)
-            tqdm.write(warning(log.at_start, log.cores, "as the run started", note), file=sys.stderr)
+        distributed = bool(cfg.workers > 1 or cfg.ray_address)
+        # A Ray run's workers choose their threads (start_workers): its warning names none.
+        log, threads = session_start(meter, cfg.threads, "as the run started", note=not distributed)
         if distributed:
             return run_distributed(cfg, plan, log)
         torch.set_num_threads(threads)  # before the target loads: run.json's environment records it

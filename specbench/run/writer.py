@@ -13,7 +13,13 @@ from specbench.decode.cost_model import CostModel
 from specbench.run.load import LoadLog
 from specbench.run.record import Record
 from specbench.run.records import SUPERSEDED, RecordWriter, supersede
-from specbench.run.run_info import check_same_hardware, write_capture_report, write_load_log, write_run_info
+from specbench.run.run_info import (
+    FOLDER_COSTS,
+    check_same_hardware,
+    write_capture_report,
+    write_load_log,
+    write_run_info,
+)
 
 
 class RunWriter:
@@ -25,6 +31,7 @@ class RunWriter:
         loads (a bad draft, say) leaves every record where it was."""
         check_same_hardware(out, environment)
         write_run_info(out, settings, environment, costs.to_dict(), workers, methods)
+        (out / FOLDER_COSTS).unlink(missing_ok=True)  # run.json holds the costs now: the early copy is not needed
         self.out = out
         moved = supersede(out, set(rerun))
         if moved:
