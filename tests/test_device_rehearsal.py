@@ -43,11 +43,12 @@ def test_the_device_calls_pass_as_the_device_gets_them(tmp_path):
 
 @needs_shared
 def test_a_drafter_pointer_left_out_of_the_carried_folders_fails_the_rehearsal(tmp_path):
-    done = rehearse(tmp_path, OMIT=".dev3/heads/eagle/smollm2-135m-instruct/DEFAULT", CALLS="1")
+    done = rehearse(tmp_path, OMIT="heads/eagle/smollm2-135m-instruct/DEFAULT", CALLS="1")
     log = done.stdout + done.stderr
     assert done.returncode != 0
     steps = (tmp_path / "device" / "out" / "log.txt").read_text()  # what the steps printed
     assert "FAIL  eagle for smollm2-135m-instruct: no DEFAULT file names a drafter" in steps, log[-4000:]
+    assert "rehearse: left out .dev" in log
     assert "stopping: nothing after the failed step can work" in log  # no device time spent on runs that would fail
     assert "graphs fp32 (limit" not in log
 

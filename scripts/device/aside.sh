@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What travels to the device machine (scripts/device/README.md): the repository's files without the tracked data
-# folders that do not fit a call (heads/, reports/, results/: about 270 MB); the carried folders (.dev1-.dev3) bring
+# folders that do not fit a call (heads/, reports/, results/: about 270 MB); the carried folders (.dev1-.dev4) bring
 # what the scripts need of them.
 #   aside.sh out    move those folders beside the checkout (../specbench-aside/), before the device calls
 #   aside.sh back   move them back, after the calls

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU-runtime comparison, call 1 of 2 on a lent device machine, after the three carry calls of
-# scripts/device/README.md (.dev1, .dev2, then .dev3 with this script); gpu_runtime_checks.sh is the next call.
+# The GPU-runtime comparison, call 1 of 2 on a lent device machine, after the four carry calls of
+# scripts/device/README.md (.dev1, .dev2, .dev3, then .dev4 with this script); gpu_runtime_checks.sh is the next call.
 #   setup, then doctor (every drafter the runs load is found: a missing DEFAULT pointer stops here, not in a run);
 #   A. B=1, fp32 then bf16: vanilla and eagle, and the reference row hf-compiled, on CUDA graphs (--graphs on: fixed
 #      shapes, captured) over KERNELS (default inductor: the target's forward compiled by torch.compile, hf-compiled's

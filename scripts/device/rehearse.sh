@@ -10,8 +10,8 @@
 #      LIMIT_SCALE (default 4: this CPU runs the tiny sizes about as long as the GPU runs the real ones, plus the
 #      slower loading and torch.compile of two cores); it fails when any step of either does not exit 0.
 # Usage: bash scripts/device/rehearse.sh [WORK]   (WORK: a folder to keep everything in; default a temporary one)
-# Env: OMIT (a path inside the carried folders to leave out, e.g. .dev3/heads/eagle/smollm2-135m-instruct/DEFAULT:
-#      the test that shows a missing file fails the rehearsal), CALLS ("1 2": which device calls to rehearse).
+# Env: OMIT (a path the carried folders bring, to leave out of whichever holds it, e.g.
+#      heads/eagle/smollm2-135m-instruct/DEFAULT: the test that shows a missing file fails the rehearsal), CALLS ("1 2": which device calls to rehearse).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 work=${1:-$(mktemp -d)}; mkdir -p "$work"; work=$(cd "$work" && pwd)
@@ -21,19 +21,22 @@ cd "$repo"
 py_version=$(python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 echo "rehearse: carried folders (prepare.sh, wheels for Python $py_version)"
 DEST="$work" WHEEL_PYTHON="$py_version" bash scripts/device/prepare.sh >/dev/null
-[ -n "${OMIT:-}" ] && rm -rf "${work:?}/$OMIT" && echo "rehearse: left out $OMIT"
+carried=(.dev1 .dev2 .dev3 .dev4)
+if [ -n "${OMIT:-}" ]; then
+    for d in "${carried[@]}"; do [ -e "$work/$d/$OMIT" ] && rm -rf "${work:?}/$d/$OMIT" && echo "rehearse: left out $d/$OMIT"; done
+fi
 echo "rehearse: the tree as it travels"
 rm -rf "$work/device"; mkdir -p "$work/device/tree"
 bash scripts/device/aside.sh files | tar cf - -T - | tar xf - -C "$work/device/tree"
 tree_bytes=$(du -sb "$work/device/tree" | cut -f1)
-for d in .dev1 .dev2 .dev3; do
+for d in "${carried[@]}"; do
     bytes=$(( tree_bytes + $(du -sb "$work/$d" | cut -f1) ))
     echo "rehearse: the call carrying $d sends $((bytes / 1048576)) MiB"
     [ "$bytes" -le $((64 * 1048576)) ] || { echo "rehearse: FAILED: the call carrying $d is over 64 MiB" >&2; exit 1; }
 done
 python scripts/device/image.py "$work/device/image" >/dev/null
 keep="$work/device/keep"; mkdir -p "$keep"
-for d in .dev1 .dev2 .dev3; do cp -r "$work/$d/." "$keep/"; done  # the three carry calls
+for d in "${carried[@]}"; do cp -r "$work/$d/." "$keep/"; done  # the four carry calls
 cd "$work/device/tree"
 export PATH="$work/device/image/bin:$PATH" KEEP="$keep" OUT="$work/device/out" DEVICE=cpu
 # tiny sizes: one gsm8k question, 8 tokens; the batch step B=1,2 over 2 questions; the synthetic step on a tiny shape;

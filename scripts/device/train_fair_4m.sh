@@ -4,7 +4,7 @@
 # it at once, each for 4M positions (scripts/train_default_drafters.sh fair4m). Each finished head comes back under
 # $OUT as parts of one tar (weights, config, log and train.json; no optimizer state): join them here with
 #   cat heads-fair-4m.tar.part* | tar xf - -C heads
-# Carry .dev1 then .dev2 (prepare.sh; .dev3 is not needed). Env: DEVICE (cuda), KEEP (/tmp/specbench-keep), SKIP_SETUP,
+# Carry .dev1 then .dev2 (prepare.sh; .dev3 and .dev4 are not needed). Env: DEVICE (cuda), KEEP (/tmp/specbench-keep), SKIP_SETUP,
 # EXTRACT_BATCH (conversations per prefill, 64), T_FEATURES and T_TRAIN (seconds), EXTRA (more train arguments,
 # for a dry run on a CPU: "--dataset-chunks 1 --max-tokens 4096 --eval-every 1").
 set -u
