@@ -81,7 +81,7 @@ def test_opt_reaches_the_methods_that_declare_it_and_shows_in_the_label():
     rows = select_methods(["vanilla", "sps", "pld@num_tokens=3"], common={"gamma": "2", "num_tokens": "5"})
     assert [r.name for r in rows] == ["vanilla", "sps@gamma=2", "pld@num_tokens=3"]  # @ wins over --opt
     assert rows[1].effective() == {"head": None, "gamma": 2}
-    assert rows[2].effective() == {"max_ngram": 3, "min_ngram": 1, "num_tokens": 3}
+    assert rows[2].effective() == {"max_ngram": 3, "min_ngram": 1, "num_tokens": 3, "rule": "saxena"}
 
 
 def test_a_builder_reads_only_declared_options():
