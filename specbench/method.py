@@ -20,9 +20,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from specbench.decode.cost_model import CostModel
+from specbench.decode.model_files import local_folder
 from specbench.errors import SpecbenchError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
     from specbench.decode.target import LoadedModel
 
@@ -157,6 +160,13 @@ class BuildContext:
     dtype: str | None = None
     costs: CostModel | None = None  # the run's fixed costs, for methods that size trees by cost
     methods: Mapping[str, "MethodInfo"] = field(default_factory=dict)
+
+    def chosen_folder(self) -> "Path | None":
+        """The drafter the user chose: method@head=FOLDER (heads side by side in one run), else --draft; a hub id
+        (owner/name) is downloaded into the HF cache (decode.model_files.local_folder). None: the method's own
+        (shipped) drafter."""
+        chosen = self.options.get("head") or self.draft
+        return local_folder(chosen) if chosen else None
 
     def option(self, key: str) -> Any:
         """A declared option's value (its default when not set)."""

@@ -59,8 +59,7 @@ def _head_folder(ctx: BuildContext, ablation_inputs: str | None, hass: bool) -> 
     else the head shipped for the target: eagle-hass's under its own name."""
     if hass:
         return trained_folder(ctx, "eagle-hass", "EAGLE-HASS head", "eagle --objective hass")
-    chosen = ctx.option("head") or ctx.draft
-    return Path(chosen) if chosen else find_head(ctx.target.name, ablation_inputs)
+    return ctx.chosen_folder() or find_head(ctx.target.name, ablation_inputs)
 
 
 def _check_hass(head: EagleHead, folder: Path) -> None:

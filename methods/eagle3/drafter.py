@@ -58,11 +58,10 @@ def random_head(target) -> Eagle3Head:
 
 def build(ctx: BuildContext) -> Drafter:
     target = ctx.target.model
-    chosen = ctx.option("head") or ctx.draft
     if wants_random(ctx):
         head, folder = random_head(target), RANDOM_FROM
     else:
-        folder = Path(chosen) if chosen else find_head(ctx.target.name)
+        folder = ctx.chosen_folder() or find_head(ctx.target.name)
         head = load_head(folder, target_embedding(target))
     config = target.config
     if head.config.vocab_size != target.get_output_embeddings().weight.shape[0] or \

@@ -2,8 +2,6 @@
 chain drafter (methods/common/draft_model.py)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from specbench.decode.draft import Drafter
 from specbench.decode.names import Runtime
 from specbench.decode.runtime import prepare_drafter
@@ -28,7 +26,7 @@ def build(ctx: BuildContext) -> Drafter:
         drafter = DraftModelDrafter(draft_model, gamma, vocab, chain=draft_chain(draft_model, ctx.target.runner))
         drafter.trained_from = RANDOM_FROM
         return drafter
-    folder = Path(chosen) if chosen else shipped_folder("sps", ctx.target.name)
+    folder = ctx.chosen_folder() if chosen else shipped_folder("sps", ctx.target.name)
     if folder is not None and is_small_draft(folder):
         draft_model, draft_vocab = load_small_draft(folder, ctx.target.model)
         prepare_drafter(draft_model, ctx.target.runtime)

@@ -1,6 +1,7 @@
 """`specbench doctor`: one line per check of what a run needs (versions, device, CPU flags, the packaged targets and
 the drafters shipped for them, methods from plugins), each marked ok, warn (works, but not as tested), note (not
-installed or not shipped: a choice, not a fault) or FAIL (broken); exit 1 when any failed."""
+installed or not shipped: a choice, not a fault) or FAIL (broken: the default target missing, or one of its shipped
+drafters without the DEFAULT file that names it); exit 1 when any failed."""
 from __future__ import annotations
 
 import importlib.util
@@ -42,9 +43,12 @@ def checks(method_files: list[Path]) -> Iterator[Check]:
         found = [m for m in present if shipped_folder(m, name) is not None]
         yield ("ok" if found or name != DEFAULT_TARGET else "FAIL"), \
             f"drafters shipped for {name}: {', '.join(found) or 'none'}"
-        for method in sorted(set(present) - set(found)):  # weights there, but no DEFAULT naming a drafter
-            yield "note", (f"{method} for {name}: no DEFAULT file names a drafter in heads/{method}/{name}/ (a run "
-                           f"of {method} on it needs --draft FOLDER)")
+        # Weights there, but no DEFAULT naming a drafter: for the default target, every trained method ships one, so
+        # a lost pointer (a broken install or copy); for another target, drafters not shipped yet.
+        for method in sorted(set(present) - set(found)):
+            yield ("FAIL" if name == DEFAULT_TARGET else "note"), (
+                f"{method} for {name}: no DEFAULT file names a drafter in heads/{method}/{name}/ (a run of {method} "
+                f"on it needs --draft FOLDER)")
     try:
         methods = available_methods(method_files)
         plugins = sorted({e.name for e in metadata.entry_points(group=ENTRY_POINTS)})

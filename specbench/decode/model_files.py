@@ -96,6 +96,24 @@ def check_reachable(model_id: str, what: str = "") -> None:
                              "HF_HUB_OFFLINE to download it, or give a local folder")
 
 
+def local_folder(name: str) -> Path:
+    """The folder a drafter loads from: a local path as given; a hub id (owner/name, no such path here) downloaded
+    into the HF cache on first use and read from there after (offline: from the cache, or one line saying it is
+    not there)."""
+    path = Path(name).expanduser()
+    if path.exists() or not is_hub_id(name):
+        return path
+    check_reachable(name)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        return Path(snapshot_download(name))
+    except (RepositoryNotFoundError, LocalEntryNotFoundError, HfHubHTTPError, OSError) as exc:
+        raise SpecbenchError(f"{name}: could not be downloaded from the hub ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else 'no reason given'})") from None
+
+
 def check_draft(draft: str, what: str = "--draft ") -> None:
     """A drafter's folder (or, for a draft LM, anything resolve takes): one line when it names nothing, before the
     target loads. A folder that exists passes: the method that loads it checks what it holds."""
