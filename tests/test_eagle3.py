@@ -103,6 +103,47 @@ def test_drafter_receives_the_fused_layers(target):
     torch.testing.assert_close(features, expected, atol=1e-5, rtol=1e-4)
 
 
+def with_config(folder, **values):
+    import json
+
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **values}))
+    return folder
+
+
+def test_the_layers_an_export_names_are_the_layers_read(target, tmp_path):
+    """SpecForge's eagle_config ids count layer OUTPUTS (SGLang captures the input of layer i + 1), vLLM's top-level
+    ids layer INPUTS: both become output_hidden_states indices, and the drafter reads those states."""
+    head = random_head(target, list(range(VOCAB)))
+    save_head(head, tmp_path / "h", dtype=torch.float32)
+    embedding = target.get_input_embeddings().weight.detach()
+    specforge = load_head(with_config(tmp_path / "h", eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 2, 4],
+                                                                   "use_aux_hidden_state": True}), embedding)
+    spy = drafter(target, specforge)
+    assert spy.hidden_layers == (1, 3, 5)
+    prompt = [2, 3, 5, 7, 11]
+    out = generate(target, prompt, spy, Sampling(), 6, set())
+    with torch.no_grad():
+        states = target(torch.tensor([(prompt + out.token_ids)[:-1]]), output_hidden_states=True).hidden_states
+    expected = torch.cat([states[i][0] for i in (1, 3, 5)], dim=-1)
+    torch.testing.assert_close(spy.rows.features[0, : spy.known], expected, atol=1e-5, rtol=1e-4)
+    vllm = tmp_path / "v"
+    save_head(head, vllm, dtype=torch.float32)
+    assert drafter(target, load_head(with_config(vllm, eagle_aux_hidden_state_layer_ids=[1, 3, 5]),
+                                     embedding)).hidden_layers == (1, 3, 5)
+
+
+@pytest.mark.parametrize("values, says", [
+    ({"norm_before_residual": True}, "sets norm_before_residual: a head variant not implemented"),
+    ({"speculators_model_type": "eagle3"}, "a vLLM speculators checkpoint"),
+    ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}, "fuses three target layers"),
+], ids=["variant flag", "speculators", "two layers"])
+def test_an_export_this_head_cannot_follow_is_refused_not_misread(target, tmp_path, values, says):
+    save_head(random_head(target, list(range(VOCAB))), tmp_path / "h", dtype=torch.float32)
+    with pytest.raises(SpecbenchError, match=says):
+        load_head(with_config(tmp_path / "h", **values))
+
+
 def test_training_time_test_matches_incremental_drafting(target):
     """Step j of the unrolled training at position t is what the drafter computes for a node j levels below the
     root t, with the true tokens on its path: the context's keys up to t, then one key per ancestor."""

@@ -48,14 +48,46 @@ def save_head(head: Eagle3Head, folder: Path, dtype: torch.dtype = torch.float16
     write_checkpoint(folder, config, tensors)
 
 
+# Head variants other exporters write; the official EAGLE-3 head is each flag's false (vLLM's llama_eagle3 reads them).
+VARIANT_FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm")
+
+
+def aux_layers(raw: dict, folder: Path) -> tuple[int, ...] | None:
+    """The target layers the head was trained on, as output_hidden_states indices (index i: the input of decoder
+    layer i, as fused_layers gives them), or None: the official choice (fused_layers). SpecForge's export nests them
+    as eagle_config.eagle_aux_hidden_state_layer_ids, counting the OUTPUT of layer i (SGLang captures the input of
+    layer i + 1): index i + 1. vLLM reads eagle_aux_hidden_state_layer_ids at the top level as the INPUT of layer i:
+    index i."""
+    nested = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    ids = [i + 1 for i in nested.get("eagle_aux_hidden_state_layer_ids") or []] or \
+        list(raw.get("eagle_aux_hidden_state_layer_ids") or [])
+    if not ids:
+        return None
+    if len(ids) != 3 or not all(isinstance(i, int) and i >= 0 for i in ids):
+        raise SpecbenchError(f"{folder}/config.json: eagle_aux_hidden_state_layer_ids {ids} (as hidden-state indices): "
+                             "an EAGLE-3 head here fuses three target layers")
+    return tuple(ids)
+
+
 def load_head(folder: Path, target_embedding: torch.Tensor | None = None) -> Eagle3Head:
-    """An EAGLE-3 head (official or ours). Full-vocabulary heads may lack d2t/t2d: the identity map is used."""
+    """An EAGLE-3 head (official, SpecForge's or ours). Full-vocabulary heads may lack d2t/t2d: the identity map is
+    used. The target layers it reads: config.aux_layer_ids (None: the official ones)."""
     raw = read_config(folder, "EAGLE-3 head")
+    if "speculators_model_type" in raw or "speculators_config" in raw:
+        raise SpecbenchError(f"{folder}: a vLLM speculators checkpoint, whose layout is not read yet: convert it to "
+                             "the EAGLE-3 layout (config.json with draft_vocab_size; fc, midlayer, norm, lm_head, d2t, t2d)")
     if "draft_vocab_size" not in raw:
         raise SpecbenchError(f"{folder}/config.json has no draft_vocab_size: not an EAGLE-3 head (an EAGLE-1/2 head "
                              "goes with --methods eagle)")
-    skip = ("architectures", "model_type", "bias", "torch_dtype", "num_hidden_layers")
+    variants = [flag for flag in VARIANT_FLAGS if raw.get(flag)]
+    if variants:
+        raise SpecbenchError(f"{folder}/config.json sets {', '.join(variants)}: a head variant not implemented here "
+                             "(the official EAGLE-3 head has each of them false)")
+    layers = aux_layers(raw, folder)
+    skip = ("architectures", "model_type", "bias", "torch_dtype", "num_hidden_layers", "eagle_config",
+            "eagle_aux_hidden_state_layer_ids", *VARIANT_FLAGS)
     config = LlamaConfig(**{k: v for k, v in raw.items() if k not in skip}, num_hidden_layers=1)
+    config.aux_layer_ids = layers
     config._attn_implementation = "sdpa"
     state = read_weights(folder, target_embedding)
     head = Eagle3Head(config)

@@ -26,7 +26,8 @@ class Eagle3FeatureHead:
 
     def __init__(self, head: Eagle3Head, target_layers: int) -> None:
         self.head = head.eval()
-        self.hidden_layers = fused_layers(target_layers)
+        # The layers its checkpoint names (SpecForge's eagle_config), else EAGLE-3's own choice.
+        self.hidden_layers = getattr(head.config, "aux_layer_ids", None) or fused_layers(target_layers)
         self.device, self.dtype = head.fc.weight.device, head.fc.weight.dtype
         self.feature_size = head.fc.in_features
         self.target_ids = head.draft_to_target().tolist()
@@ -67,6 +68,10 @@ def build(ctx: BuildContext) -> Drafter:
     if head.config.vocab_size != target.get_output_embeddings().weight.shape[0] or \
             head.fc.in_features != 3 * config.hidden_size:
         raise SpecbenchError(f"EAGLE-3 head {folder} does not fit target {ctx.target.name} (vocabulary or hidden size)")
+    named = getattr(head.config, "aux_layer_ids", None) or ()
+    if any(i > config.num_hidden_layers for i in named):
+        raise SpecbenchError(f"EAGLE-3 head {folder} reads target hidden states {list(named)}; target "
+                             f"{ctx.target.name} has {config.num_hidden_layers} layers")
     head.to(target.device, target.dtype)
     prepare_drafter(head, ctx.target.runtime)
     adapter = Eagle3FeatureHead(head, config.num_hidden_layers)
