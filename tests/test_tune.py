@@ -87,8 +87,20 @@ def test_fixed_options_stay_fixed_and_merge_with_the_tuned_ones(tmp_path):
     from specbench.measure.tune import candidates
     from specbench.run.settings import TunedSettings, apply_settings
 
-    assert [spec for _, spec in candidates(["pld@max_ngram=2"])["pld"]] == [
+    assert [spec for _, spec in candidates(["pld@max_ngram=2"])["pld@max_ngram=2"]] == [
         "pld@max_ngram=2", "pld@max_ngram=2:num_tokens=2", "pld@max_ngram=2:num_tokens=4", "pld@max_ngram=2:num_tokens=6"]
     tuned = TunedSettings("t", {"0.0": {"pld": "num_tokens=4", "lookahead": ""}}, {})
     assert apply_settings(["pld@head=/x", "lookahead", "vanilla", "pld@num_tokens=9"], [0.0], tuned, tmp_path) == [
         "pld@head=/x:num_tokens=4", "lookahead", "vanilla", "pld@num_tokens=9"]
+
+
+def test_a_method_and_its_variant_are_tuned_side_by_side_each_under_its_own_key(tmp_path):
+    from specbench.measure.tune import candidates
+    from specbench.run.settings import TunedSettings, apply_settings
+
+    tried = candidates(["pld", "pld@rule=hf", "eagle@head=/h"])
+    assert list(tried) == ["pld", "pld@rule=hf", "eagle"]  # head= is not a variant: the same method's other weights
+    assert tried["pld@rule=hf"][1][1] == "pld@rule=hf:num_tokens=2"
+    tuned = TunedSettings("t", {"0.0": {"pld": "num_tokens=4", "pld@rule=hf": "num_tokens=6"}}, {})
+    assert apply_settings(["pld", "pld@rule=hf"], [0.0], tuned, tmp_path) == [
+        "pld@num_tokens=4", "pld@rule=hf:num_tokens=6"]

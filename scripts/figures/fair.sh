@@ -7,7 +7,7 @@
 #      temperature -> reports/fair/settings.yaml
 #   3. run: the first 10 questions of each task with those settings (never the tuned-on ones); the run folder is
 #      committed (reports/fair/run/) so that a stopped session resumes it: rerun this script.
-# Usage: [BUDGET=640k|640k-new|4m] [LIMIT=N] bash scripts/figures/fair.sh [tune|run|all] [TEMPERATURES, default 0,1]   (LIMIT: questions per
+# Usage: [BUDGET=640k|640k-new|4m|published] [LIMIT=N] bash scripts/figures/fair.sh [tune|run|all] [TEMPERATURES, default 0,1]   (LIMIT: questions per
 # task, default 10; a run folder resumes with a larger LIMIT)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,11 +36,18 @@ case "${BUDGET:-640k}" in
                  "pard@head=$H/pard/$T/fair-640k" "dflash@head=$H/dflash/$T/fair-640k")
         PAIRS=(eagle-hass eagle pard eagle dflash eagle dflash eagle3 eagle3 eagle)
         FREE=() ;;
-  *) echo "fair.sh: BUDGET must be 640k, 640k-new or 4m, got ${BUDGET}" >&2; exit 2 ;;
+  # BUDGET=published: the methods whose behaviour changed to follow their reference code (issue 81: pld now drafts by
+  # Saxena's rule), tuned and run beside vanilla and the variant they were before (pld@rule=hf: transformers' rule,
+  # the fair tables' pld), so that the two compare within one run.
+  published) TAG="published-"
+        TRAINED=()
+        FREE=(pld "pld@rule=hf")
+        PAIRS=(pld "pld@rule=hf") ;;
+  *) echo "fair.sh: BUDGET must be 640k, 640k-new, 4m or published, got ${BUDGET}" >&2; exit 2 ;;
 esac
 # The reader's questions, as pairs (a b: is a's tau above b's?), with 95% paired per-turn intervals.
 [[ -v PAIRS ]] || PAIRS=(hydra medusa eagle hydra eagle3 eagle)
-METHODS=$(IFS=,; echo "${FREE[*]}${FREE[*]:+,}${TRAINED[*]}")
+ALL=("${FREE[@]}" "${TRAINED[@]}"); METHODS=$(IFS=,; echo "${ALL[*]}")
 NAME="${TAG}T${temps//,/-}"  # settings-NAME.yaml, run-NAME/ (records) and NAME/ (tables), e.g. 4m-T0
 # QDIR: the six question files (python -m specbench tasks download data/tasks); the committed runs read
 # an identical copy at ../shared/data/tasks, and a run resumes only with the folder it started with.

@@ -17,7 +17,7 @@ from specbench.run.records import command_line, read_records
 from specbench.run.registry import select_methods
 from specbench.run.run_info import read_run_info
 from specbench.run.runner import run
-from specbench.run.settings import TunedSettings
+from specbench.run.settings import TunedSettings, tuned_as
 from specbench.run.timing_only import LABEL, timing_only_reasons
 
 
@@ -31,7 +31,8 @@ def candidates(methods: list[str], method_files: Sequence[Path] = (),
                common: dict[str, str] | None = None) -> dict[str, list[tuple[str, str]]]:
     """Per method, (declared setting, spec decoded) pairs: its declared settings (the defaults first; checked against
     its declared options by the registry) on top of the options the method was given (name@head=FOLDER or --opt:
-    fixed for every setting tried, never a tuned knob). Every option is checked before anything is decoded."""
+    fixed for every setting tried, never a tuned knob; a variant such as pld@rule=hf is tuned under its own key,
+    settings.tuned_as). Every option is checked before anything is decoded."""
     out: dict[str, list[tuple[str, str]]] = {}
     for info in select_methods(methods, method_files, common):
         spec, name, fixed = info.name, info.base, dict(info.given)
@@ -39,9 +40,10 @@ def candidates(methods: list[str], method_files: Sequence[Path] = (),
         if set(fixed) & tuned_keys:
             raise SpecbenchError(f"{spec}: {', '.join(sorted(set(fixed) & tuned_keys))} is what tune chooses; give "
                                  "only fixed options (such as head=FOLDER)")
-        if name in out:
-            raise SpecbenchError(f"tune: {name} is listed twice")
-        out[name] = [(o, join_options(name, {**fixed, **parse_options(f"x@{o}")})) for o in info.tuning or ("",)]
+        key = tuned_as(name, fixed)
+        if key in out:
+            raise SpecbenchError(f"tune: {key} is listed twice")
+        out[key] = [(o, join_options(name, {**fixed, **parse_options(f"x@{o}")})) for o in info.tuning or ("",)]
     return out
 
 

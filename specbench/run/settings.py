@@ -62,6 +62,13 @@ def read_settings(path: Path) -> TunedSettings:
 
 
 
+def tuned_as(name: str, given: dict[str, Any]) -> str:
+    """The key a method's tuned setting is stored under: its bare name, or, for a variant (a method given options
+    other than head=, e.g. pld@rule=hf), the name with those options, so that a method and its variant are each
+    tuned by the same rule and side by side."""
+    return join_options(name, {k: v for k, v in given.items() if k != "head"})
+
+
 def apply_settings(methods: list[str], temperatures: list[float], tuned: TunedSettings, path: Path) -> list[str]:
     """Each method of --methods with the options tuned for the run's temperatures added after its own (an option
     it was given keeps its value; a method that was not tuned, or was tuned to its defaults, is unchanged)."""
@@ -71,12 +78,12 @@ def apply_settings(methods: list[str], temperatures: list[float], tuned: TunedSe
                              "tune at that temperature too, or run the tuned temperatures only")
     out = []
     for spec in methods:
-        name = spec.partition("@")[0]
-        choices = {tuned.chosen[str(float(t))].get(name) for t in temperatures}
+        name, given = spec.partition("@")[0], parse_options(spec)
+        key = tuned_as(name, given)
+        choices = {tuned.chosen[str(float(t))].get(key) for t in temperatures}
         if len(choices) > 1:
-            raise SpecbenchError(f"--settings {path}: {name} was tuned to different settings at the run's "
+            raise SpecbenchError(f"--settings {path}: {key} was tuned to different settings at the run's "
                                  "temperatures; run each temperature separately")
-        given = parse_options(spec)
         chosen = parse_options(f"{name}@{choices.pop() or ''}")
         out.append(join_options(name, {**given, **{k: v for k, v in chosen.items() if k not in given}}))
     return out
