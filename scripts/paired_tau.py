@@ -32,12 +32,26 @@ def per_turn_tau(records: list[Record], method: str, temperature: float) -> dict
     return taus
 
 
+def tuned_keys(name: str) -> set[str]:
+    """The option keys `tune` chooses for a method (its declared settings'), which --settings adds to a label."""
+    from specbench.method import parse_options
+    from specbench.run.registry import available_methods
+
+    info = available_methods().get(name.partition("@")[0])
+    return {k for option in (info.tuning if info else ()) for k in parse_options(f"x@{option}")}
+
+
 def resolve(records: list[Record], name: str) -> str:
-    """A method label of the run: NAME itself, or the one label NAME@... (e.g. tuned options added by --settings)."""
+    """A method label of the run: NAME itself, or the one label that is NAME with tuned options added by --settings
+    (pld -> pld@num_tokens=6, and pld@rule=hf -> pld@rule=hf:num_tokens=6, not the other)."""
+    from specbench.method import parse_options
+
     labels = {r.method for r in records}
     if name in labels:
         return name
-    matches = sorted(label for label in labels if label.startswith(f"{name}@"))
+    base, given, tuned = name.partition("@")[0], parse_options(name), tuned_keys(name)
+    matches = sorted(label for label in labels if label.partition("@")[0] == base
+                     and {k: v for k, v in parse_options(label).items() if k not in tuned or k in given} == given)
     if len(matches) != 1:
         sys.exit(f"paired_tau: {name} matches {len(matches)} methods of the run ({', '.join(matches) or 'none'})")
     return matches[0]
