@@ -35,5 +35,6 @@ def shipped_heads() -> list[str]:
 setup(
     packages=packages(),
     package_dir=MAPPED,
-    package_data={"specbench.builtin_tasks": ["*.yaml"], "specbench.heads": shipped_heads(), "specbench.shapes": ["*.json"]},
+    package_data={"specbench.builtin_tasks": ["*.yaml"], "specbench.heads": shipped_heads(), "specbench.shapes": ["*.json"],
+                  "specbench.methods.common": ["*.json"]},
 )

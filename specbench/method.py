@@ -135,6 +135,16 @@ def key_values(pairs: Iterable[str], error: Callable[[str], str]) -> dict[str, s
     return options
 
 
+PRESET = "preset"
+
+
+def preset_option(presets: Mapping[str, str]) -> Option:
+    """The preset option of a method with named settings (MethodInfo.presets)."""
+    shown = "; ".join(f"{name}: {options or 'the defaults'}" for name, options in presets.items())
+    return Option(PRESET, None, f"named settings ({shown}); options given beside it win", str,
+                  choices=tuple(presets))
+
+
 def parse_options(spec: str) -> dict[str, str]:
     """The options of name@key=value:key=value ({} for a bare name)."""
     opts = spec.partition("@")[2]
@@ -190,11 +200,15 @@ class MethodInfo:
     tuning: tuple[str, ...] = ()
     options: tuple[Option, ...] = ()
     given: Mapping[str, str] = field(default_factory=dict)
+    # Named settings (preset=NAME, declared by preset_option): "paper" is the reference code's published defaults.
+    presets: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         names = [o.name for o in self.options]
         if len(set(names)) != len(names):
             raise SpecbenchError(f"method {self.name}: an option is declared twice ({', '.join(names)})")
+        if bool(self.presets) != (PRESET in names):
+            raise SpecbenchError(f"method {self.name}: presets and the {PRESET} option go together (preset_option)")
 
     @property
     def base(self) -> str:
@@ -209,7 +223,12 @@ class MethodInfo:
                               f"{closest(key, [o.name for o in self.options])}")
 
     def resolve(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        """Every declared option's value, typed: the given ones checked, the others their defaults."""
+        """Every declared option's value, typed: the given ones checked, the others their defaults; preset=NAME
+        sets its options first (an option given beside it wins)."""
+        if given.get(PRESET) is not None:
+            chosen = self.declared(PRESET).parse(given[PRESET], self.base) if self.declared(PRESET) else None
+            if chosen is not None:
+                given = {**parse_options(f"{self.base}@{self.presets[chosen]}"), **given}
         for key in given:
             if self.declared(key) is None:
                 raise self.unknown(key)

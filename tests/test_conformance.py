@@ -17,6 +17,9 @@ import pytest
 from specbench.decode.draft import DecodeContext, StepResult
 from specbench.decode.engine import generate
 from specbench.decode.sampling import Sampling
+from specbench.methods.common.static_tree import static_tree
+from specbench.methods.medusa.checkpoint import load_heads
+from specbench.methods.medusa.drafter import MedusaDrafter
 from specbench.methods.pld.drafter import PromptLookupDrafter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,3 +131,48 @@ def test_the_pld_trace_tells_hfs_rule_from_saxenas(tiny):
         drafter = recording(PromptLookupDrafter)(rule="hf")
         parted += bool(differences(run, replay(model, run, drafter, trace), module.PLACEHOLDER))
     assert parted >= 1
+
+
+def published_medusa_folder(folder: Path) -> Path:
+    """The trace's heads as FasterDecoding publishes Medusa-1 heads: config.json without model_type, under-reporting
+    the heads as the uploaded configs do (2 of the file's 5), and the weights file."""
+    import shutil
+
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"base_model_name_or_path": "the/base", "medusa_num_heads": 2,
+                                                    "medusa_num_layers": 1}))
+    shutil.copy(TRACES / "medusa_heads.safetensors", folder / "medusa_lm_head.safetensors")
+    return folder
+
+
+def test_medusa_reproduces_the_reference_trees_and_accepts_step_by_step(tiny, tmp_path):
+    """Medusa-1 heads in the published layout (each its own lm_head), the reference's default tree mc_sim_7b_63:
+    every step's 63-node tree and accepted length are the reference's. Our first step is the prefill (no features
+    yet: nothing drafted; its bonus token is the reference's first root), so our step i + 1 is its step i; its
+    tree's root is that bonus token, and our draft is the other 63 nodes, cut to the budget on the last step (where
+    the reference's root, our previous bonus, leaves us one token fewer to emit)."""
+    trace = load_trace("medusa", tiny)
+    module, model = tiny
+    heads, vocab = load_heads(published_medusa_folder(tmp_path / "heads"))
+    assert heads.own_lm_heads and len(heads.heads) == trace["heads"]["num_heads"] and vocab is None
+    tree = static_tree({"tree": trace["reference"]["settings"]["medusa_choices"], "nodes": 10})
+    accepted_deep = 0
+    for r, run in enumerate(trace["runs"]):
+        assert not any(s["past_pad"] for s in run["steps"])  # the reference's padding quirk never struck here
+        drafter = recording(MedusaDrafter)(heads, model.lm_head.weight, None, tree)
+        result = generate(model, run["prompt"], drafter, Sampling(), len(run["output"]), {trace["target"]["eos"]})
+        assert result.token_ids == run["output"], f"prompt {r}: our tokens are not the reference's"
+        ours = drafter.record.steps
+        assert ours[0].draft == [] and len(ours) == len(run["steps"]) + 1, (len(ours), len(run["steps"]))
+        found = []
+        for i, ref in enumerate(run["steps"]):
+            mine = ours[i + 1]
+            reach = len(run["prompt"]) + len(run["output"]) - mine.context - 1  # the deepest node the budget allows
+            expected = [t for t, path in zip(ref["tree_tokens"][1:], tree) if len(path) <= reach]
+            accepted = min(ref["accept_length"], max(reach, 0))  # its last step's root was our last bonus token
+            if (mine.draft, mine.accepted) != (expected, accepted):
+                found.append(f"step {i}: the reference's tree {expected} accepted {accepted}; ours "
+                             f"{mine.draft} accepted {mine.accepted}")
+        assert not found, f"prompt {r}:\n" + "\n".join(found[:3])
+        accepted_deep += sum(s.accepted >= 2 for s in ours)
+    assert accepted_deep >= 5

@@ -29,7 +29,7 @@ def test_a_misspelled_method_option_is_refused_with_the_closest_match(capsys, tm
     error = one_error(capsys, ["run", "--methods", "vanilla,eagle@total_token=8", "--target", NO_TARGET,
                                "--out", str(tmp_path / "r")])
     assert error == ("specbench: error: unknown option total_token for eagle; valid: head, draft_vocab, top_k, depth, "
-                     "total_tokens; did you mean total_tokens?")
+                     "total_tokens, preset; did you mean total_tokens?")
     assert not (tmp_path / "r").exists()
 
 
@@ -81,7 +81,8 @@ def test_opt_reaches_the_methods_that_declare_it_and_shows_in_the_label():
     rows = select_methods(["vanilla", "sps", "pld@num_tokens=3"], common={"gamma": "2", "num_tokens": "5"})
     assert [r.name for r in rows] == ["vanilla", "sps@gamma=2", "pld@num_tokens=3"]  # @ wins over --opt
     assert rows[1].effective() == {"head": None, "gamma": 2}
-    assert rows[2].effective() == {"max_ngram": 3, "min_ngram": 1, "num_tokens": 3, "rule": "saxena"}
+    assert rows[2].effective() == {"max_ngram": 3, "min_ngram": 1, "num_tokens": 3, "rule": "saxena",
+                                    "preset": None}
 
 
 def test_a_builder_reads_only_declared_options():
@@ -105,3 +106,22 @@ def test_records_and_run_json_carry_the_options_as_run_and_budget_shows_opt(tiny
     assert info["method_options"] == {"vanilla": {}, "sps@gamma=3": {"head": None, "gamma": 3}}
     budget = (out / "report" / "budget.md").read_text()
     assert "| sps@gamma=3 | gamma=3 |" in budget
+
+
+def test_preset_paper_gives_the_reference_codes_settings_and_a_given_option_wins():
+    """preset=paper: each method's published defaults by one name (EAGLE's EaModel.from_pretrained, Medusa's
+    default tree, Saxena's PLD), beside the defaults tuned for this machine."""
+    rows = select_methods(["eagle@preset=paper", "eagle3@preset=paper", "medusa@preset=paper", "pld@preset=paper",
+                           "eagle@preset=paper:top_k=4"])
+    effective = [row.effective() for row in rows]
+    assert {k: effective[0][k] for k in ("top_k", "depth", "total_tokens")} == {"top_k": 10, "depth": 6,
+                                                                                 "total_tokens": 58}
+    assert {k: effective[1][k] for k in ("top_k", "depth", "total_tokens")} == {"top_k": 10, "depth": 8,
+                                                                                 "total_tokens": 59}
+    assert effective[2]["tree"] == "mc_sim_7b_63" and effective[3]["rule"] == "saxena"
+    assert effective[4]["top_k"] == 4 and effective[4]["depth"] == 6 and effective[4]["preset"] == "paper"
+    assert rows[0].name == "eagle@preset=paper"  # the label says which settings the row ran with
+    with pytest.raises(SpecbenchError, match="option preset=gpu for eagle: expected one of paper"):
+        select_methods(["eagle@preset=gpu"])
+    with pytest.raises(SpecbenchError, match="unknown option preset for vanilla"):
+        select_methods(["vanilla@preset=paper"])

@@ -34,7 +34,8 @@ def test_wheel_carries_methods_tasks_and_shipped_drafters(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in ("decode/engine.py", "run/runner.py", "analysis/report.py", "train/training.py", "cli/__init__.py",
                    "methods/pld/__init__.py", "methods/pld/drafter.py", "methods/eagle/__init__.py", "methods/eagle3/head.py", "methods/medusa/head.py",
-                   "methods/common/small_draft.py", "methods/common/feature_tree.py", "builtin_tasks/mt_bench.yaml",
+                   "methods/common/small_draft.py", "methods/common/feature_tree.py", "methods/common/medusa_trees.json",
+                   "builtin_tasks/mt_bench.yaml",
                    "shapes/llama-3.2-1b.json", "shapes/tiny-llama.json"):
         assert f"specbench/{module}" in names
     defaults = ["eagle/smollm2-135m-instruct/self-t0-12m", "eagle3/smollm2-135m-instruct",

@@ -174,6 +174,36 @@ def test_train_pard_writes_a_checkpoint_that_loads_and_drafts(tiny_target_dir, t
     assert tokens / steps > 1.0  # drafts were accepted
 
 
+def amd_layout(trained, target, folder):
+    """The trained draft as AMD publishes PARD drafts (amd/PARD-*): a whole causal LM with its tokenizer, its config
+    naming the mask id as pard_token (and spd_type)."""
+    from specbench.methods.pard.training import load_pard
+
+    draft, _, mask = load_pard(trained, target.model)
+    draft.config.pard_token, draft.config.spd_type = mask, "pard"
+    draft.save_pretrained(folder)
+    target.tokenizer.save_pretrained(folder)
+    return folder, mask
+
+
+def test_amds_published_layout_loads_as_pard_and_is_refused_by_sps(tiny_target_dir, trained, tmp_path):
+    target = load_model(str(tiny_target_dir))
+    folder, mask = amd_layout(trained, target, tmp_path / "PARD-tiny")
+    made = available_methods()["pard"].drafter(BuildContext(target, draft=str(folder)))
+    assert isinstance(made, PardDrafter) and made.mask_token == mask and made.draft_vocab is None
+    tokens = steps = 0
+    for i in range(4):
+        prompt = chat_tokens(target.tokenizer, [{"role": "user", "content": f"tell me {i} things about the lazy dog"}])
+        expected = generate(target.model, prompt, VanillaDrafter(), Sampling(), 30, set()).token_ids
+        out = generate(target.model, prompt, made, Sampling(), 30, set())
+        assert out.token_ids == expected
+        tokens, steps = tokens + len(out.token_ids), steps + len(out.accept_lengths)
+    assert tokens / steps > 1.0  # drafts were accepted
+    for draft in (folder, trained):  # a PARD draft under sps would draft one token at a time: another method
+        with pytest.raises(SpecbenchError, match="is a PARD draft .* run it with --methods pard"):
+            available_methods()["sps"].drafter(BuildContext(target, draft=str(draft)))
+
+
 def test_without_a_checkpoint_pard_says_how_to_train_one(tiny_target_dir, tmp_path):
     target = load_model(str(tiny_target_dir))
     with pytest.raises(SpecbenchError, match="train pard"):

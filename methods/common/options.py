@@ -37,7 +37,8 @@ DEFAULT_NODES = 10  # sized for a 2-core CPU, where verifying 11 tokens costs ~1
 # The tree options of the methods that verify a static tree of ranks (medusa, hydra).
 STATIC_TREE_OPTIONS = (
     Option("nodes", DEFAULT_NODES, "the first N nodes of the ranked static tree", int, low=1, high=len(RANKED_PATHS)),
-    Option("tree", None, "the static tree as JSON paths of ranks (overrides nodes)"),
+    Option("tree", None, "the static tree: a name of Medusa's reference trees (mc_sim_7b_63, its default, vicuna_7b_stage2, "
+           "...) or JSON paths of ranks (overrides nodes)"),
 )
 
 DEFAULT_DATA = Path("../shared/data/train/prompts.jsonl")  # the training prompts a missing datastore is built from

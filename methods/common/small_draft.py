@@ -13,6 +13,18 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 from specbench.errors import SpecbenchError
 
 SHARED_KEY = "specbench_shared_embedding"
+# A draft trained to read mask tokens (PARD's): AMD's published drafts (amd/PARD-*) name it pard_token, ours
+# specbench_pard_mask_token. Such a draft proposes K tokens in one forward; read one at a time it is another method.
+MASK_TOKEN_KEYS = ("pard_token", "specbench_pard_mask_token")
+
+
+def mask_token_of(folder: Path) -> int | None:
+    """The mask token id a draft folder's config.json names, or None (not a mask-token draft)."""
+    config = folder / "config.json"
+    if not config.is_file():
+        return None
+    raw = json.loads(config.read_text())
+    return next((int(raw[k]) for k in MASK_TOKEN_KEYS if raw.get(k) is not None), None)
 
 
 def small_draft(target: PreTrainedModel, layers: int) -> LlamaForCausalLM:

@@ -1,7 +1,12 @@
 """The static candidate trees of the head methods that rank each position's guesses (Medusa, Hydra): the first N paths
-of the ranked tree (methods/common/options.py, with the options that choose them), or the paths given."""
+of the ranked tree (methods/common/options.py, with the options that choose them), the paths given, or a tree of
+Medusa's reference by name (medusa_trees.json, written from its medusa_choices.py by
+scripts/conformance/medusa_trees.py: mc_sim_7b_63, the reference's default, and the others it ships)."""
 from __future__ import annotations
 
+import json
+from functools import cache
+from importlib import resources
 from typing import Any, Mapping
 
 from specbench.decode.draft import parse_tree
@@ -17,6 +22,20 @@ def first_paths(nodes: int) -> list[tuple[int, ...]]:
     return sorted(RANKED_PATHS[:nodes], key=lambda p: (len(p), p))
 
 
+@cache
+def named_trees() -> dict[str, list[list[int]]]:
+    """Medusa's reference trees by name."""
+    return json.loads(resources.files("specbench.methods.common").joinpath("medusa_trees.json").read_text())["trees"]
+
+
 def static_tree(options: Mapping[str, Any]) -> list[tuple[int, ...]]:
-    """tree=JSON paths, else the first nodes=N (default 10) of the ranked static tree."""
-    return parse_tree(options["tree"]) if options["tree"] is not None else first_paths(options["nodes"])
+    """tree=NAME (one of Medusa's reference trees) or JSON paths, else the first nodes=N (default 10) of the ranked
+    static tree."""
+    tree = options["tree"]
+    if tree is None:
+        return first_paths(options["nodes"])
+    if tree in named_trees():
+        return parse_tree(json.dumps(named_trees()[tree]))
+    if not tree.lstrip().startswith("["):
+        raise SpecbenchError(f"tree={tree}: not one of Medusa's trees ({', '.join(named_trees())}) nor JSON paths")
+    return parse_tree(tree)

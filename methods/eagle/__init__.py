@@ -19,7 +19,7 @@ and "specbench_objective" (what the head was trained with: EAGLE's or HASS's obj
 """
 from __future__ import annotations
 
-from specbench.method import MethodInfo, Option, Ref
+from specbench.method import MethodInfo, Option, Ref, preset_option
 from specbench.methods.common.options import HEAD, tree_options
 
 BUILD = "specbench.methods.eagle.drafter:build"  # drafter.py: the drafter, imported (with torch) when one is built
@@ -33,23 +33,26 @@ EAGLE1_TREE = (
 
 DRAFT_VOCAB = Option("draft_vocab", 0, "draft vocabulary rows used: 0 the head's own, N its N most frequent, -1 the "
                      "target's whole vocabulary", int, low=-1)
-DYNAMIC = (HEAD, DRAFT_VOCAB, *tree_options(depth=5))
+# The EAGLE-2 reference's defaults (EaModel.from_pretrained at SafeAILab/EAGLE bfeb532, the EAGLE-2 release:
+# total_token=59 counting the root, depth=5 levels after the first, top_k=10), in this tree's terms.
+PAPER = {"paper": "top_k=10:depth=6:total_tokens=58"}
+DYNAMIC = (HEAD, DRAFT_VOCAB, *tree_options(depth=5), preset_option(PAPER))
 TREE_SIZES = ("", "total_tokens=4", "total_tokens=8", "total_tokens=16")  # what `tune` tries for eagle and eagle-hass
 STATIC = (HEAD, DRAFT_VOCAB, Option("tree", EAGLE1_TREE, "the static tree, as JSON paths of ranks"))
 
 METHODS = [
     MethodInfo("eagle", "EAGLE-2: feature-level draft head, dynamic tree (top_k=4, depth=5, total_tokens=auto: sized per step "
                "from this machine's measured verification cost)", True,
-               Ref.to(BUILD, static=False), TREE_SIZES, DYNAMIC),
+               Ref.to(BUILD, static=False), TREE_SIZES, DYNAMIC, presets=PAPER),
     MethodInfo("eagle1", "EAGLE-1: the same head, static 25-node tree (--opt tree=JSON paths)", True,
                Ref.to(BUILD, static=True), options=STATIC),
     MethodInfo("eagle-hass", "EAGLE-2's drafting with a head trained with HASS's objective (Zhang et al. 2025: top-K "
                "distillation and context alignment; train eagle --objective hass)", True,
-               Ref.to(BUILD, static=False, hass=True), TREE_SIZES, DYNAMIC),
+               Ref.to(BUILD, static=False, hass=True), TREE_SIZES, DYNAMIC, presets=PAPER),
 ] + [
     MethodInfo(f"eagle-{inputs}", f"EAGLE ablation head reading {what}, dynamic tree (the four ablation heads share "
                "one training budget)", True, Ref.to(BUILD, static=False, ablation_inputs=inputs),
-               options=DYNAMIC)
+               options=DYNAMIC, presets=PAPER)
     for inputs, what in [("shifted", "feature + shifted token (EAGLE)"), ("unshifted", "feature + unshifted token"),
                          ("feature", "feature only"), ("token", "token only")]
 ]

@@ -12,12 +12,14 @@ candidate when the target gives it more than min(0.09, 0.3 * exp(-entropy))): fa
 """
 from __future__ import annotations
 
-from specbench.method import MethodInfo, Option, Ref
+from specbench.method import MethodInfo, Option, Ref, preset_option
 from specbench.methods.common.options import HEAD, STATIC_TREE_OPTIONS
 
 BUILD = "specbench.methods.medusa.drafter:build"  # imported (with torch) when a drafter is built
 
 TUNING = ("", "nodes=4", "nodes=6", "nodes=16")  # Medusa's GPU tree has 63 nodes
+# The reference's default (medusa_generate's tree for a model it has no tree of its own for: mc_sim_7b_63).
+PAPER = {"paper": "tree=mc_sim_7b_63"}
 
 
 # Typical acceptance (Medusa's lossy rule): a candidate passes when its target probability exceeds
@@ -27,9 +29,11 @@ TYPICAL = (Option("threshold", 0.09, "typical acceptance's probability threshold
 
 METHODS = [
     MethodInfo("medusa", "Medusa-style heads (4, shared frozen lm_head), 10-node tree (nodes=N), lossless verification",
-               True, Ref.to(BUILD, typical=False), TUNING, (HEAD, *STATIC_TREE_OPTIONS)),
+               True, Ref.to(BUILD, typical=False), TUNING, (HEAD, *STATIC_TREE_OPTIONS, preset_option(PAPER)),
+               presets=PAPER),
     MethodInfo("medusa-typical", "Medusa heads with typical acceptance (threshold 0.09, alpha 0.3): LOSSY at T>0",
-               False, Ref.to(BUILD, typical=True), TUNING, (HEAD, *STATIC_TREE_OPTIONS, *TYPICAL)),
+               False, Ref.to(BUILD, typical=True), TUNING, (HEAD, *STATIC_TREE_OPTIONS, *TYPICAL, preset_option(PAPER)),
+               presets=PAPER),
 ]
 
 TRAINERS = {"medusa": Ref.to("specbench.methods.medusa.training:train")}

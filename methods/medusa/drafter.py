@@ -35,7 +35,9 @@ class MedusaDrafter(Drafter):
         self.heads = heads
         device, dtype = heads.heads[0][0].linear.weight.device, heads.heads[0][0].linear.weight.dtype
         vocab = draft_vocab if draft_vocab is not None else torch.arange(lm_head.shape[0])
-        self.lm_head = frozen_linear(lm_head.detach()[vocab].to(device, dtype).contiguous(), runtime)
+        # Heads with their own lm_heads (the published layout) need none of the target's.
+        self.lm_head = None if heads.own_lm_heads else \
+            frozen_linear(lm_head.detach()[vocab].to(device, dtype).contiguous(), runtime)
         self.vocab = vocab.to(device)
         self.tree = tree
         self.width = max(max(p) for p in tree) + 1
@@ -65,8 +67,10 @@ class MedusaDrafter(Drafter):
     def guess(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Every node's target id [R, nodes] from the rows' last features [R, H]: each head's top-width guesses in
         one forward, ties to the lower index."""
-        predicted = self.heads(inputs["features"])[: self.depth]  # [depth, R, H]
-        guesses = best_k(self.lm_head(predicted), self.width)[1]  # [depth, R, width]
+        predicted = self.heads(inputs["features"])  # [K, R, H]
+        logits = self.heads.own_logits(predicted[: self.depth]) if self.lm_head is None else \
+            self.lm_head(predicted[: self.depth])
+        guesses = best_k(logits, self.width)[1]  # [depth, R, width]
         return self.vocab[guesses[self.levels, :, self.ranks]].T
 
 
@@ -78,7 +82,8 @@ def medusa_drafts(drafters: list[MedusaDrafter], ctxs: list[DecodeContext]) -> l
     if not ready:
         return drafts
     first = drafters[ready[0]]
-    features = torch.stack([drafters[b].last_feature for b in ready]).to(first.lm_head.weight.dtype)  # [R, H]
+    dtype = first.heads.heads[0][0].linear.weight.dtype
+    features = torch.stack([drafters[b].last_feature for b in ready]).to(dtype)  # [R, H]
     tokens = call_rows(first.graphs, first.guess, {"features": features})  # [R, nodes]
     for b, row in zip(ready, tokens.tolist()):
         drafts[b] = Draft(row, list(first.parents))
@@ -126,8 +131,9 @@ def build(ctx: BuildContext, typical: bool) -> Drafter:
     else:
         folder = trained_folder(ctx, "medusa", "Medusa heads", "medusa")
         heads, vocab = load_heads(folder)
-    if heads.heads[0][0].linear.weight.shape[0] != lm_head.shape[1]:
-        raise SpecbenchError(f"Medusa heads {folder} do not fit target {ctx.target.name} (hidden size)")
+    if heads.heads[0][0].linear.weight.shape[0] != lm_head.shape[1] or \
+            (heads.own_lm_heads and heads.heads[0][1].weight.shape[0] != lm_head.shape[0]):
+        raise SpecbenchError(f"Medusa heads {folder} do not fit target {ctx.target.name} (hidden size or vocabulary)")
     heads.to(lm_head.device, lm_head.dtype)
     prepare_drafter(heads, ctx.target.runtime)
     verifier = typical_verifier(ctx.option("threshold"), ctx.option("alpha")) if typical else None

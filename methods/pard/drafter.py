@@ -4,18 +4,24 @@ last K positions give the K draft tokens (position j's logits the token j+1 past
 cache counts its context only: the mask tokens' slots are overwritten by the next step's feed."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from transformers import PreTrainedModel
 
 from specbench.decode.chain import DraftChain
 from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
+from specbench.decode.names import Runtime
 from specbench.decode.runtime import prepare_drafter
 from specbench.decode.sampling import sample, target_probs
+from specbench.decode.target import load_model
+from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
 from specbench.methods.common.random_drafter import RANDOM_FROM, random_draft_model, wants_random
 from specbench.methods.common.shipped import trained_folder
+from specbench.methods.common.small_draft import is_small_draft, mask_token_of
 from specbench.methods.pard.training import load_pard, mask_token
 
 
@@ -61,6 +67,22 @@ def pard_rows(drafters: list[PardDrafter], ctxs: list[DecodeContext]) -> list[Dr
     return drafts
 
 
+def published_pard(folder: Path, ctx: BuildContext) -> tuple[PreTrainedModel, None, int]:
+    """A PARD draft as AMD publishes it: an HF causal LM of the target's tokenizer, config.json naming pard_token (the
+    mask id it was trained with; spd_type "pard"). Loaded as sps loads a draft LM: the target's kernels, its own
+    shapes."""
+    mask = mask_token_of(folder)
+    if mask is None:
+        raise SpecbenchError(f"{folder} is not a PARD draft: its config.json names no pard_token (nor "
+                             "specbench_pard_mask_token); train one with python -m specbench train pard")
+    draft = load_model(str(folder), ctx.device, ctx.dtype, Runtime(kernels="stock", graphs="off"))
+    if draft.tokenizer.get_vocab() != ctx.target.tokenizer.get_vocab():
+        raise SpecbenchError(f"PARD draft {folder} has a different tokenizer from the target {ctx.target.name}")
+    if draft.model.get_output_embeddings().weight.shape[0] != ctx.target.model.get_output_embeddings().weight.shape[0]:
+        raise SpecbenchError(f"PARD draft {folder} has another vocabulary size than the target {ctx.target.name}")
+    return draft.model, None, mask
+
+
 def build(ctx: BuildContext) -> Drafter:
     vocab = ctx.target.model.get_output_embeddings().weight.shape[0]
     gamma = ctx.option("gamma")
@@ -72,7 +94,10 @@ def build(ctx: BuildContext) -> Drafter:
         drafter.trained_from = RANDOM_FROM
         return drafter
     folder = trained_folder(ctx, "pard", "PARD draft", "pard")
-    model, draft_vocab, mask = load_pard(folder, ctx.target.model)
+    if is_small_draft(folder):  # ours: sps's small draft, adapted
+        model, draft_vocab, mask = load_pard(folder, ctx.target.model)
+    else:  # AMD's published layout (amd/PARD-*): a whole causal LM whose config names its pard_token
+        model, draft_vocab, mask = published_pard(folder, ctx)
     prepare_drafter(model, ctx.target.runtime)
     drafter = PardDrafter(model, gamma, vocab, mask, draft_vocab, draft_chain(model, ctx.target.runner, draft_vocab))
     drafter.trained_from = str(folder)

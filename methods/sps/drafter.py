@@ -10,7 +10,7 @@ from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
 from specbench.methods.common.random_drafter import RANDOM_FROM, random_draft_model, wants_random
-from specbench.methods.common.small_draft import is_small_draft, load_small_draft
+from specbench.methods.common.small_draft import is_small_draft, load_small_draft, mask_token_of
 from specbench.shipped import shipped_folder
 
 __all__ = ["build"]
@@ -27,6 +27,9 @@ def build(ctx: BuildContext) -> Drafter:
         drafter.trained_from = RANDOM_FROM
         return drafter
     folder = ctx.chosen_folder() if chosen else shipped_folder("sps", ctx.target.name)
+    if folder is not None and mask_token_of(folder) is not None:
+        raise SpecbenchError(f"{folder} is a PARD draft (its config names a mask token): it drafts K tokens in one "
+                             "forward; run it with --methods pard, not sps")
     if folder is not None and is_small_draft(folder):
         draft_model, draft_vocab = load_small_draft(folder, ctx.target.model)
         prepare_drafter(draft_model, ctx.target.runtime)
