@@ -108,6 +108,33 @@ def test_every_published_layout_loads_and_decodes_as_vanilla(tiny_target, traine
     assert tokens / steps > 1.0
 
 
+def test_own_lm_heads_that_copy_the_targets_draft_what_shared_heads_draft():
+    """The published layout's drafting path (each head through its own lm_head) against the shared one: with every
+    own lm_head a copy of the target's, the same trees, so the same verification and, at T>0, the same sampled
+    distribution (tests/test_distribution.py checks the shared heads' against vanilla's exact joint)."""
+    torch.manual_seed(1)
+    hidden, vocab = 8, 20
+    shared = MedusaHeads(hidden, 3)
+    for head in shared.heads:
+        torch.nn.init.normal_(head[0].linear.weight)
+    lm_head = torch.randn(vocab, hidden)
+    own = MedusaHeads(hidden, 3, vocab)
+    with torch.no_grad():
+        for mine, theirs in zip(own.heads, shared.heads):
+            mine[0].load_state_dict(theirs[0].state_dict())
+            mine[1].weight.copy_(lm_head)
+    tree = parse_tree("[[0],[1],[0,0],[0,1],[1,0],[0,0,0],[2],[0,2]]")
+    drafts = []
+    for heads in (shared, own):
+        drafter = MedusaDrafter(heads, lm_head, None, tree)
+        drafts.append([])
+        for seed in range(5):
+            drafter.last_feature = torch.randn(hidden, generator=torch.Generator().manual_seed(seed))
+            draft = drafter.propose(None)
+            drafts[-1].append((draft.tokens, draft.parents))
+    assert drafts[0] == drafts[1] and own.own_lm_heads and not shared.own_lm_heads
+
+
 def test_a_medusa_tree_by_name_is_the_references():
     from specbench.methods.common.static_tree import named_trees, static_tree
 
