@@ -51,7 +51,7 @@ def resolve(records: list[Record], name: str) -> str:
         return name
     base, given, tuned = name.partition("@")[0], parse_options(name), tuned_keys(name)
     matches = sorted(label for label in labels if label.partition("@")[0] == base
-                     and {k: v for k, v in parse_options(label).items() if k not in tuned or k in given} == given)
+                     and {k: v for k, v in parse_options(label).items() if (k not in tuned and k != "head") or k in given} == given)
     if len(matches) != 1:
         sys.exit(f"paired_tau: {name} matches {len(matches)} methods of the run ({', '.join(matches) or 'none'})")
     return matches[0]
