@@ -108,16 +108,21 @@ def test_every_published_layout_loads_and_decodes_as_vanilla(tiny_target, traine
     assert tokens / steps > 1.0
 
 
+def random_heads(hidden: int, vocab: int, seed: int) -> tuple[MedusaHeads, torch.Tensor]:
+    """Three shared-lm_head heads with random blocks, and a random lm_head [vocab, hidden]."""
+    torch.manual_seed(seed)
+    heads = MedusaHeads(hidden, 3)
+    for head in heads.heads:
+        torch.nn.init.normal_(head[0].linear.weight)
+    return heads, torch.randn(vocab, hidden)
+
+
 def test_own_lm_heads_that_copy_the_targets_draft_what_shared_heads_draft():
     """The published layout's drafting path (each head through its own lm_head) against the shared one: with every
     own lm_head a copy of the target's, the same trees, so the same verification and, at T>0, the same sampled
     distribution (tests/test_distribution.py checks the shared heads' against vanilla's exact joint)."""
-    torch.manual_seed(1)
     hidden, vocab = 8, 20
-    shared = MedusaHeads(hidden, 3)
-    for head in shared.heads:
-        torch.nn.init.normal_(head[0].linear.weight)
-    lm_head = torch.randn(vocab, hidden)
+    shared, lm_head = random_heads(hidden, vocab, seed=1)
     own = MedusaHeads(hidden, 3, vocab)
     with torch.no_grad():
         for mine, theirs in zip(own.heads, shared.heads):
@@ -146,12 +151,8 @@ def test_a_medusa_tree_by_name_is_the_references():
 
 
 def test_tree_comes_from_each_heads_ranks():
-    torch.manual_seed(0)
     hidden, vocab = 8, 20
-    heads = MedusaHeads(hidden, 3)
-    for head in heads.heads:
-        torch.nn.init.normal_(head[0].linear.weight)
-    lm_head = torch.randn(vocab, hidden)
+    heads, lm_head = random_heads(hidden, vocab, seed=0)
     tree = parse_tree("[[0],[1],[0,0],[0,1],[1,0],[0,0,0]]")
     drafter = MedusaDrafter(heads, lm_head, None, tree)
     drafter.last_feature = torch.randn(hidden)

@@ -9,9 +9,21 @@ from transformers import PreTrainedModel
 from specbench.decode.chain import DraftChain
 from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
+from specbench.decode.names import Runtime
 from specbench.decode.runner import ModelRunner
 from specbench.decode.sampling import sample, target_probs
+from specbench.decode.target import load_model
 from specbench.errors import SpecbenchError
+from specbench.method import BuildContext
+
+
+def load_draft_lm(name: str, ctx: BuildContext, what: str) -> PreTrainedModel:
+    """An HF causal LM as a draft (sps's --draft, AMD's PARD drafts): loaded on stock kernels at its own shapes (it
+    then runs on the target's kernels at the target runner's shapes: draft_chain), with the target's tokenizer."""
+    draft = load_model(name, ctx.device, ctx.dtype, Runtime(kernels="stock", graphs="off"))
+    if draft.tokenizer.get_vocab() != ctx.target.tokenizer.get_vocab():
+        raise SpecbenchError(f"{what} {name} has a different tokenizer from the target {ctx.target.name}")
+    return draft.model
 
 
 def draft_chain(model: PreTrainedModel, target: ModelRunner | None, draft_vocab: torch.Tensor | None = None,

@@ -5,7 +5,6 @@ scripts/conformance/medusa_trees.py: mc_sim_7b_63, the reference's default, and 
 from __future__ import annotations
 
 import json
-from functools import cache
 from importlib import resources
 from typing import Any, Mapping
 
@@ -22,7 +21,6 @@ def first_paths(nodes: int) -> list[tuple[int, ...]]:
     return sorted(RANKED_PATHS[:nodes], key=lambda p: (len(p), p))
 
 
-@cache
 def named_trees() -> dict[str, list[list[int]]]:
     """Medusa's reference trees by name."""
     return json.loads(resources.files("specbench.methods.common").joinpath("medusa_trees.json").read_text())["trees"]
@@ -34,8 +32,9 @@ def static_tree(options: Mapping[str, Any]) -> list[tuple[int, ...]]:
     tree = options["tree"]
     if tree is None:
         return first_paths(options["nodes"])
-    if tree in named_trees():
-        return parse_tree(json.dumps(named_trees()[tree]))
     if not tree.lstrip().startswith("["):
-        raise SpecbenchError(f"tree={tree}: not one of Medusa's trees ({', '.join(named_trees())}) nor JSON paths")
+        named = named_trees()
+        if tree not in named:
+            raise SpecbenchError(f"tree={tree}: not one of Medusa's trees ({', '.join(named)}) nor JSON paths")
+        return parse_tree(json.dumps(named[tree]))
     return parse_tree(tree)

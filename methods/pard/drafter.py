@@ -12,13 +12,11 @@ from transformers import PreTrainedModel
 from specbench.decode.chain import DraftChain
 from specbench.decode.draft import DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
-from specbench.decode.names import Runtime
 from specbench.decode.runtime import prepare_drafter
 from specbench.decode.sampling import sample, target_probs
-from specbench.decode.target import load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
-from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
+from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain, load_draft_lm
 from specbench.methods.common.random_drafter import RANDOM_FROM, random_draft_model, wants_random
 from specbench.methods.common.shipped import trained_folder
 from specbench.methods.common.small_draft import is_small_draft, mask_token_of
@@ -75,12 +73,10 @@ def published_pard(folder: Path, ctx: BuildContext) -> tuple[PreTrainedModel, No
     if mask is None:
         raise SpecbenchError(f"{folder} is not a PARD draft: its config.json names no pard_token (nor "
                              "specbench_pard_mask_token); train one with python -m specbench train pard")
-    draft = load_model(str(folder), ctx.device, ctx.dtype, Runtime(kernels="stock", graphs="off"))
-    if draft.tokenizer.get_vocab() != ctx.target.tokenizer.get_vocab():
-        raise SpecbenchError(f"PARD draft {folder} has a different tokenizer from the target {ctx.target.name}")
-    if draft.model.get_output_embeddings().weight.shape[0] != ctx.target.model.get_output_embeddings().weight.shape[0]:
+    draft = load_draft_lm(str(folder), ctx, "PARD draft")
+    if draft.get_output_embeddings().weight.shape[0] != ctx.target.model.get_output_embeddings().weight.shape[0]:
         raise SpecbenchError(f"PARD draft {folder} has another vocabulary size than the target {ctx.target.name}")
-    return draft.model, None, mask
+    return draft, None, mask
 
 
 def build(ctx: BuildContext) -> Drafter:

@@ -3,12 +3,10 @@ chain drafter (methods/common/draft_model.py)."""
 from __future__ import annotations
 
 from specbench.decode.draft import Drafter
-from specbench.decode.names import Runtime
 from specbench.decode.runtime import prepare_drafter
-from specbench.decode.target import load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
-from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
+from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain, load_draft_lm
 from specbench.methods.common.random_drafter import RANDOM_FROM, random_draft_model, wants_random
 from specbench.methods.common.small_draft import is_small_draft, load_small_draft, mask_token_of
 from specbench.shipped import shipped_folder
@@ -39,12 +37,8 @@ def build(ctx: BuildContext) -> Drafter:
         return drafter
     if not chosen:
         raise SpecbenchError("sps needs a draft model: --draft NAME_OR_PATH (an HF causal LM with the target's tokenizer)")
-    # The draft runs on the target's kernels (stock when the target's are) at the shapes of the target's runner
-    # (specbench.decode.chain): loaded stock, at its own shapes, then swapped as any drafter's modules are.
-    draft = load_model(chosen, ctx.device, ctx.dtype, Runtime(kernels="stock", graphs="off"))
-    prepare_drafter(draft.model, ctx.target.runtime)
-    if draft.tokenizer.get_vocab() != ctx.target.tokenizer.get_vocab():
-        raise SpecbenchError(f"--draft {chosen} has a different tokenizer from the target {ctx.target.name}")
-    drafter = DraftModelDrafter(draft.model, gamma, vocab, chain=draft_chain(draft.model, ctx.target.runner))
+    draft = load_draft_lm(chosen, ctx, "--draft")
+    prepare_drafter(draft, ctx.target.runtime)
+    drafter = DraftModelDrafter(draft, gamma, vocab, chain=draft_chain(draft, ctx.target.runner))
     drafter.trained_from = chosen
     return drafter
