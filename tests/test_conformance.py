@@ -145,12 +145,27 @@ def published_medusa_folder(folder: Path) -> Path:
     return folder
 
 
+def tree_differences(run: dict, ours: list[Step], tree: list[tuple[int, ...]]) -> list[str]:
+    """Every step where our tree or accepted length is not the reference's (Medusa's and Hydra's loops alike). Our
+    first step is the prefill (no features yet: nothing drafted; its bonus token is the reference's first root), so
+    our step i + 1 is its step i; its tree's root is that bonus token, and our draft is the other nodes, cut to the
+    budget on the last step (where the reference's root, our previous bonus, leaves us one token fewer to emit)."""
+    assert ours[0].draft == [] and len(ours) == len(run["steps"]) + 1, (len(ours), len(run["steps"]))
+    found = []
+    for i, ref in enumerate(run["steps"]):
+        mine = ours[i + 1]
+        reach = len(run["prompt"]) + len(run["output"]) - mine.context - 1  # the deepest node the budget allows
+        expected = [t for t, path in zip(ref["tree_tokens"][1:], tree) if len(path) <= reach]
+        accepted = min(ref["accept_length"], max(reach, 0))  # its last step's root was our last bonus token
+        if (mine.draft, mine.accepted) != (expected, accepted):
+            found.append(f"step {i}: the reference's tree {expected} accepted {accepted}; ours "
+                         f"{mine.draft} accepted {mine.accepted}")
+    return found
+
+
 def test_medusa_reproduces_the_reference_trees_and_accepts_step_by_step(tiny, tmp_path):
     """Medusa-1 heads in the published layout (each its own lm_head), the reference's default tree mc_sim_7b_63:
-    every step's 63-node tree and accepted length are the reference's. Our first step is the prefill (no features
-    yet: nothing drafted; its bonus token is the reference's first root), so our step i + 1 is its step i; its
-    tree's root is that bonus token, and our draft is the other 63 nodes, cut to the budget on the last step (where
-    the reference's root, our previous bonus, leaves us one token fewer to emit)."""
+    every step's 63-node tree and accepted length are the reference's (tree_differences says how they line up)."""
     trace = load_trace("medusa", tiny)
     module, model = tiny
     heads, vocab = load_heads(published_medusa_folder(tmp_path / "heads"))
@@ -162,17 +177,138 @@ def test_medusa_reproduces_the_reference_trees_and_accepts_step_by_step(tiny, tm
         drafter = recording(MedusaDrafter)(heads, model.lm_head.weight, None, tree)
         result = generate(model, run["prompt"], drafter, Sampling(), len(run["output"]), {trace["target"]["eos"]})
         assert result.token_ids == run["output"], f"prompt {r}: our tokens are not the reference's"
-        ours = drafter.record.steps
-        assert ours[0].draft == [] and len(ours) == len(run["steps"]) + 1, (len(ours), len(run["steps"]))
-        found = []
-        for i, ref in enumerate(run["steps"]):
-            mine = ours[i + 1]
-            reach = len(run["prompt"]) + len(run["output"]) - mine.context - 1  # the deepest node the budget allows
-            expected = [t for t, path in zip(ref["tree_tokens"][1:], tree) if len(path) <= reach]
-            accepted = min(ref["accept_length"], max(reach, 0))  # its last step's root was our last bonus token
-            if (mine.draft, mine.accepted) != (expected, accepted):
-                found.append(f"step {i}: the reference's tree {expected} accepted {accepted}; ours "
-                             f"{mine.draft} accepted {mine.accepted}")
+        found = tree_differences(run, drafter.record.steps, tree)
         assert not found, f"prompt {r}:\n" + "\n".join(found[:3])
-        accepted_deep += sum(s.accepted >= 2 for s in ours)
+        accepted_deep += sum(s.accepted >= 2 for s in drafter.record.steps)
     assert accepted_deep >= 5
+
+
+def published_hydra_folder(name: str, folder: Path) -> Path:
+    """The trace's heads as zankner/Hydra publishes them: its config.json and hydra_lm_head.pt (the one file the
+    reference reads), written from the committed safetensors copy."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    folder.mkdir()
+    shutil.copy(TRACES / f"{name}_heads" / "config.json", folder / "config.json")
+    torch.save(load_file(str(TRACES / f"{name}_heads" / "hydra_lm_head.safetensors")), folder / "hydra_lm_head.pt")
+    return folder
+
+
+@pytest.mark.parametrize("name", ["hydra", "hydra_mlp"])
+def test_hydra_reproduces_the_reference_trees_and_accepts_step_by_step(tiny, tmp_path, name):
+    """Hydra++ heads (prefix-mlp: the prefix layer, 4-block heads, own lm_heads with bias) and plain grounded MLP
+    heads in the published layout, the reference's default tree mc_sim_7b_63: every step's 63-node tree and accepted
+    length are the reference's."""
+    from specbench.methods.hydra.checkpoint import load_heads as load_hydra
+    from specbench.methods.hydra.drafter import HydraDrafter
+
+    trace = load_trace(name, tiny)
+    _, model = tiny
+    heads, vocab = load_hydra(published_hydra_folder(name, tmp_path / "heads"), model.config)
+    assert heads.arch == trace["arch"] and heads.hydra_lm_head is not None and vocab is None
+    tree = static_tree({"tree": trace["reference"]["settings"]["hydra_choices"], "nodes": 10})
+    assert [list(p) for p in tree] == trace["tree"]["nodes"]
+    accepted_deep = 0
+    for r, run in enumerate(trace["runs"]):
+        assert not any(s["past_pad"] for s in run["steps"])  # the reference's padding quirk never struck here
+        drafter = recording(HydraDrafter)(heads, model.get_input_embeddings(), model.lm_head.weight, None, tree)
+        result = generate(model, run["prompt"], drafter, Sampling(), len(run["output"]), {trace["target"]["eos"]})
+        assert result.token_ids == run["output"], f"prompt {r}: our tokens are not the reference's"
+        found = tree_differences(run, drafter.record.steps, tree)
+        assert not found, f"prompt {r}:\n" + "\n".join(found[:3])
+        accepted_deep += sum(s.accepted >= 2 for s in drafter.record.steps)
+    assert accepted_deep >= 5
+
+
+@pytest.mark.parametrize("trace_name", ["lade", "lade_pool_from_prompt"])
+def test_lookahead_reproduces_lade_step_by_step(tiny, trace_name):
+    """lade (N=5, W=7, G=7; the second trace with POOL_FROM_PROMPT): every step's window, the guesses verified
+    (lade's pool under the root, oldest first), the accepted length and the tokens emitted are lade's, from the same
+    first window (Python's random seeded as the reference's driver seeds it). Our step is lade's forward, the prefill
+    included; lade verifies each guess whole and counts at most N-2 matches, ours verifies the guesses cut to N-2
+    tokens (the same accepts: the rows of a guess's last token are never read); at the end of the budget lade
+    emits the whole step and trims it, our loop cuts the draft first."""
+    from specbench.methods.lookahead.drafter import LookaheadDrafter
+
+    trace = load_trace(trace_name, tiny)
+    _, model = tiny
+    settings = trace["reference"]["settings"]
+
+    class Recording(LookaheadDrafter):
+        def propose(self, ctx):
+            draft = super().propose(ctx)
+            self.seen.append({"context": len(ctx.token_ids), "window": [list(w) if w else None for w in self.window],
+                              "guesses": [list(g) for g in self.guesses]})
+            return draft
+
+        def accepted(self, ctx, step):
+            if not self.seen or "emitted" in self.seen[-1]:  # a step our loop drafted nothing for (one token left)
+                self.seen.append({"context": len(ctx.token_ids) - len(step.emitted), "window": None, "guesses": None})
+            self.seen[-1].update(accepted=len(step.path), emitted=list(step.emitted))
+            super().accepted(ctx, step)
+
+    deep = 0
+    for r, run in enumerate(trace["runs"]):
+        drafter = Recording(settings["LEVEL"], settings["WINDOW_SIZE"], settings["GUESS_SET_SIZE"],
+                            bool(settings["POOL_FROM_PROMPT"]), seed=run["seed"])
+        drafter.seen = []
+        result = generate(model, run["prompt"], drafter, Sampling(), trace["max_new_tokens"], {trace["target"]["eos"]})
+        assert result.token_ids == run["output"], f"prompt {r}: our tokens are not lade's"
+        assert drafter.seen[0]["window"][0] == run["init_window"], f"prompt {r}: another first window"
+        found = [] if len(drafter.seen) == len(run["steps"]) else [f"ours took {len(drafter.seen)} steps, lade {len(run['steps'])}"]
+        for i, (ref, mine) in enumerate(zip(run["steps"], drafter.seen)):
+            emitted = ref["appended"][: ref.get("kept", len(ref["appended"]))]
+            expected = (ref["context_len"], ref["window"], ref["guesses"], min(ref["max_hit"], len(emitted) - 1),
+                        emitted)
+            got = (mine["context"], mine["window"], mine["guesses"], mine["accepted"], mine["emitted"])
+            if mine["window"] is None and len(emitted) == 1 and len(run["output"]) - (ref["context_len"] - len(
+                    run["prompt"])) == 1:  # the budget's last token: lade verifies guesses it then trims
+                got = (got[0], ref["window"], ref["guesses"], *got[3:])
+            if got != expected:
+                found.append(f"step {i + 1}: lade {expected}; ours {got}")
+        assert not found, f"prompt {r}:\n" + "\n".join(found[:3])
+        deep += sum(s["accepted"] >= 2 for s in drafter.seen)
+    assert deep >= 5  # multi-token accepts from the pool, not only one-token steps
+
+
+def test_dflash_reproduces_zlabs_drafts_and_accepts_step_by_step(tiny):
+    """A draft in z-lab's published layout (Qwen3 layers with q/k norms, target_layer_ids, a mask token of the
+    target's vocabulary, block 16): every step's 15 drafted tokens and accepted length are z-lab's. Our first step
+    is the prefill (its token is z-lab's first_token), so our step i + 1 is its step i; our loop cuts the block to
+    the budget on the last steps (z-lab drafts whole blocks and trims the output), and stops where z-lab runs one
+    more step with the budget already filled."""
+    from specbench.decode.runner import ModelRunner
+    from specbench.methods.dflash.drafter import DFlashDrafter
+    from specbench.methods.dflash.training import load_dflash
+
+    trace = load_trace("dflash", tiny)
+    module, model = tiny
+    draft = load_dflash(TRACES / "dflash_drafter", model)
+    settings = trace["reference"]["settings"]
+    assert draft.block_size == settings["block_size"] and draft.mask_token == settings["mask_token_id"]
+    assert draft.target_layers == tuple(i + 1 for i in settings["target_layer_ids"])
+    deep = 0
+    for r, run in enumerate(trace["runs"]):
+        budget = trace["max_new_tokens"]
+        drafter = recording(DFlashDrafter)(draft, draft.block_size, ModelRunner(draft, fixed_shapes=False))
+        result = generate(model, run["prompt"], drafter, Sampling(), budget, {module.PLACEHOLDER})
+        assert result.token_ids == run["output"], f"prompt {r}: our tokens are not z-lab's"
+        n = len(run["prompt"])
+        steps = [s for s in run["steps"] if s["start"] + 1 - n < budget]  # z-lab's extra step past a full budget
+        ours = drafter.record.steps
+        assert ours[0].draft == [] and len(ours) == len(steps) + 1, (len(ours), len(steps))
+        found = []
+        for i, ref in enumerate(steps):
+            mine = ours[i + 1]
+            reach = n + budget - mine.context - 1
+            expected = (ref["start"] + 1, ref["draft"][:reach], min(ref["accepted"], reach))
+            if (mine.context, mine.draft, mine.accepted) != expected:
+                found.append(f"step {i} (start {ref['start']}): z-lab drafted {expected[1]} and accepted "
+                             f"{expected[2]}; ours drafted {mine.draft} at context {mine.context} and accepted "
+                             f"{mine.accepted}")
+        assert not found, f"prompt {r}:\n" + "\n".join(found[:3])
+        deep += sum(s.accepted >= 2 for s in ours)
+    assert deep >= 5

@@ -126,3 +126,26 @@ def test_the_report_says_what_the_heads_were_trained_on(trained, tiny_target_dir
     assert str(trained) in hydra and f"{final['tokens'] / 1e6:.2f}M" in hydra and "nodes=4" in hydra
     assert "conversations" in hydra and "fp32" in hydra
     assert "training-free" in rows["pld"] and "training-free" in rows["vanilla"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"hydra_head_arch": "cross-attn"}, "hydra_head_arch 'cross-attn' is not read here"),
+    ({"grounded_heads": False}, "grounded_heads is false"),
+    ({"hidden_state_offset": 1}, "hidden_state_offset=1"),
+])
+def test_published_configs_the_reference_cannot_run_are_refused_in_one_line(tmp_path, change, message):
+    """The published layout (config.json without hidden_size + hydra_lm_head.pt) loads (tests/test_conformance.py
+    decodes with it); configs the published heads never use are refused by name."""
+    heads = HydraHeads(8, 2, 1, vocab=20)
+    folder = tmp_path / "published"
+    folder.mkdir()
+    config = {"hydra_num_heads": 2, "hydra_num_layers": 1, "hydra_head_arch": "mlp", "grounded_heads": True,
+              "hidden_state_offset": 0}
+    torch.save({k: v for k, v in heads.state_dict().items()}, folder / "hydra_lm_head.pt")
+    (folder / "config.json").write_text(json.dumps(config))
+    loaded, vocab = load_heads(folder)
+    assert loaded.hydra_lm_head is not None and loaded.arch == "mlp" and vocab is None
+    assert torch.equal(loaded.hydra_lm_head[1].bias, heads.hydra_lm_head[1].bias)
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(SpecbenchError, match=message):
+        load_heads(folder)

@@ -9,6 +9,11 @@ positions c .. c+B-1 (c: the first position the target has not cached); each blo
 position and the whole block (non-causal), and the logits at block position j (>= 1) draft the token AT c + j. The
 embedding and lm_head are the target's (frozen, not saved); the mask is a learned embedding of the draft's own.
 
+z-lab's published drafts (z-lab/dflash) differ in three ways, read from their config: Qwen3 layers (an RMSNorm of
+every head's queries and keys, context keys included, before the rotary embedding), the masks as the target's
+embedding of `dflash_config.mask_token_id` (a token of its vocabulary), and their own RoPE base; they load as
+published (methods/dflash/training.py load_dflash), and tests/test_conformance.py holds them to z-lab's drafts.
+
 The same layer serves inference and training: `forward(hidden, context, ...)` takes the block's hidden states and
 the context features, with a SlotCache at inference (context keys written once at their positions, kept across
 steps; the block's written after them and overwritten next step) and none in training (all keys in the call).
@@ -25,6 +30,8 @@ from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, Lla
 
 BLOCK_KEY = "dflash_block_size"  # config: tokens per block the draft was trained for (the root and B-1 masks)
 LAYERS_KEY = "dflash_target_layers"  # config: the target's output_hidden_states indices it reads
+MASK_TOKEN_KEY = "dflash_mask_token_id"  # config (z-lab's drafts): the masks are the target's embedding of this token
+QK_NORM_KEY = "dflash_qk_norm"  # config (z-lab's drafts: Qwen3 layers): RMSNorm of each head's queries and keys
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -46,6 +53,9 @@ class DFlashLayer(nn.Module):
         self.mlp = LlamaMLP(config)
         self.input_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
         self.post_attention_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        qk_norm = getattr(config, QK_NORM_KEY, False)  # Qwen3's: over head_dim, before the rotary embedding
+        self.q_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps) if qk_norm else nn.Identity()
+        self.k_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps) if qk_norm else nn.Identity()
 
     def forward(self, hidden: torch.Tensor, context: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 mask: torch.Tensor, cache: Cache | None, **cache_kwargs: Any) -> torch.Tensor:
@@ -56,8 +66,9 @@ class DFlashLayer(nn.Module):
         normed = self.input_layernorm(hidden)
         both = torch.cat([context, normed], dim=1)
         cos, sin = rope
-        q = rotate(self.q_proj(normed).view(rows, m, -1, self.head_dim).transpose(1, 2), cos[:, -m:], sin[:, -m:])
-        k = rotate(self.k_proj(both).view(rows, both.shape[1], -1, self.head_dim).transpose(1, 2), cos, sin)
+        q = self.q_norm(self.q_proj(normed).view(rows, m, -1, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(both).view(rows, both.shape[1], -1, self.head_dim)).transpose(1, 2)
+        q, k = rotate(q, cos[:, -m:], sin[:, -m:]), rotate(k, cos, sin)
         v = self.v_proj(both).view(rows, both.shape[1], -1, self.head_dim).transpose(1, 2)
         if cache is not None:
             k, v = cache.update(k, v, self.index, kwargs=cache_kwargs)
@@ -78,7 +89,9 @@ class DFlashDraft(nn.Module):
         self.hidden_norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
         self.layers = nn.ModuleList(DFlashLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
-        self.mask_embedding = nn.Parameter(torch.randn(hidden) * config.initializer_range)
+        self.mask_token = getattr(config, MASK_TOKEN_KEY, None)  # z-lab's: a token of the target's vocabulary
+        self.mask_embedding = nn.Parameter(torch.randn(hidden) * config.initializer_range) \
+            if self.mask_token is None else None
         self.rotary_emb = LlamaRotaryEmbedding(config)
         self.embedding: torch.Tensor | None = None  # the target's (detached: frozen, never saved), set by `share`
         self.lm_head: nn.Linear | None = None  # over the target's weights (frozen, never saved), set by `share`
@@ -112,10 +125,13 @@ class DFlashDraft(nn.Module):
         return self.hidden_norm(self.fc(features.to(self.fc.weight.dtype)))
 
     def block_inputs(self, roots: torch.Tensor, size: int) -> torch.Tensor:
-        """The block's input embeddings [R, size, H]: each row's root token, then masks."""
+        """The block's input embeddings [R, size, H]: each row's root token, then masks (a learned embedding, or
+        the target's embedding of the mask token)."""
         assert self.embedding is not None, "share(target) first"
-        root = nn.functional.embedding(roots, self.embedding).to(self.mask_embedding.dtype)[:, None]
-        return torch.cat([root, self.mask_embedding.expand(roots.shape[0], size - 1, -1)], dim=1)
+        dtype = self.fc.weight.dtype
+        root = nn.functional.embedding(roots, self.embedding).to(dtype)[:, None]
+        mask = self.mask_embedding if self.mask_token is None else self.embedding[self.mask_token].to(dtype)
+        return torch.cat([root, mask.expand(roots.shape[0], size - 1, -1)], dim=1)
 
     def hidden_states(self, block: torch.Tensor, context: torch.Tensor, position_ids: torch.Tensor,
                       mask: torch.Tensor, cache: Cache | None = None, **cache_kwargs: Any) -> torch.Tensor:

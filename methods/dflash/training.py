@@ -22,7 +22,14 @@ from transformers import LlamaConfig, PreTrainedModel
 from specbench.decode.target import LoadedModel
 from specbench.errors import SpecbenchError
 from specbench.methods.common.target_layers import fused_layers
-from specbench.methods.dflash.model import LAYERS_KEY, DFlashDraft, dflash_config
+from specbench.methods.dflash.model import (
+    BLOCK_KEY,
+    LAYERS_KEY,
+    MASK_TOKEN_KEY,
+    QK_NORM_KEY,
+    DFlashDraft,
+    dflash_config,
+)
 from specbench.train.features import FeatureCache, add_layer_features
 from specbench.train.training import Batch, TrainConfig, fit
 
@@ -116,21 +123,58 @@ def save_dflash(draft: DFlashDraft, folder: Path) -> None:
               str(folder / "model.safetensors"))
 
 
+def zlab_config(folder: Path, raw: dict, target: PreTrainedModel) -> LlamaConfig:
+    """Our config for a draft in z-lab's published layout (a Qwen3 config with block_size and dflash_config's
+    mask_token_id and target_layer_ids: 0-based decoder layers, whose outputs are output_hidden_states[id + 1])."""
+    extra = raw.get("dflash_config") or {}
+    ids, mask, block = extra.get("target_layer_ids"), extra.get("mask_token_id"), raw.get("block_size")
+    layers = target.config.num_hidden_layers
+    if not (isinstance(ids, list) and ids and all(isinstance(i, int) and 0 <= i < layers for i in ids)):
+        raise SpecbenchError(f"{folder}: dflash_config.target_layer_ids {ids} are not layers of the target "
+                             f"(0..{layers - 1})")
+    if not isinstance(mask, int) or not 0 <= mask < target.config.vocab_size:
+        raise SpecbenchError(f"{folder}: dflash_config.mask_token_id {mask} is not a token of the target's vocabulary")
+    if not isinstance(block, int) or block < 2:
+        raise SpecbenchError(f"{folder}: block_size {block} (a z-lab DFlash draft names its block size, >= 2)")
+    if raw.get("use_sliding_window") or "sliding_attention" in (raw.get("layer_types") or []):
+        raise SpecbenchError(f"{folder}: sliding-window draft layers are not read here")
+    rope = {**(raw.get("rope_scaling") or {"rope_type": "default"}), "rope_theta": float(raw.get("rope_theta", 1e6))}
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "head_dim", "rms_norm_eps", "max_position_embeddings")
+    config = LlamaConfig(**{k: raw[k] for k in keys if k in raw}, rope_parameters=rope, attention_bias=False,
+                         tie_word_embeddings=False)
+    for key, value in ((BLOCK_KEY, block), (LAYERS_KEY, [i + 1 for i in ids]), (MASK_TOKEN_KEY, mask),
+                       (QK_NORM_KEY, True)):
+        setattr(config, key, value)
+    return config
+
+
+def zlab_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """z-lab's weight names under ours: layers.{i}.self_attn.* are our layers' own."""
+    return {k.replace(".self_attn.", ".", 1): v for k, v in state.items()}
+
+
 def load_dflash(folder: Path, target: PreTrainedModel) -> DFlashDraft:
+    """A DFlash draft as we train it (config.json marked specbench_dflash) or as z-lab publishes it (dflash_config)."""
     config_file = folder / "config.json"
     raw = json.loads(config_file.read_text()) if config_file.is_file() else {}
-    if not raw.get(DFLASH_KEY):
-        raise SpecbenchError(f"{folder} is not a DFlash draft (no {DFLASH_KEY} in its config.json): train one with "
-                             "`specbench train dflash`")
-    config = LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "model_type", DFLASH_KEY)})
+    zlab = "dflash_config" in raw and not raw.get(DFLASH_KEY)
+    if not raw.get(DFLASH_KEY) and not zlab:
+        raise SpecbenchError(f"{folder} is not a DFlash draft (no {DFLASH_KEY} or dflash_config in its config.json): "
+                             "train one with `specbench train dflash`")
+    if zlab:
+        config = zlab_config(folder, raw, target)
+    else:
+        config = LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "model_type", DFLASH_KEY)})
     if config.hidden_size != target.config.hidden_size or max(getattr(config, LAYERS_KEY)) > \
             target.config.num_hidden_layers:
         raise SpecbenchError(f"DFlash draft {folder} does not fit the target (hidden size or layers read)")
     draft = DFlashDraft(config).share(target)
-    missing, unexpected = draft.load_state_dict(
-        {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}, strict=False)
+    state = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
+    missing, unexpected = draft.load_state_dict(zlab_state(state) if zlab else state, strict=False)
     if unexpected or any(not k.startswith("lm_head.") for k in missing):
-        raise SpecbenchError(f"{folder}: weights do not match its config")
+        raise SpecbenchError(f"{folder}: weights do not match its config "
+                             f"({'unexpected ' + unexpected[0] if unexpected else 'missing ' + missing[0]})")
     return draft.to(target.device, target.dtype).eval()
 
 

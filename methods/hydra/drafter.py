@@ -3,6 +3,7 @@ and its build."""
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
 
 from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResult
 from specbench.decode.drafting import propose_together
@@ -34,7 +35,9 @@ class HydraDrafter(Drafter):
         self.embed = embed
         self.dtype = heads.hydra_mlp[0][0].linear.weight.dtype
         vocab = draft_vocab if draft_vocab is not None else torch.arange(lm_head.shape[0])
-        self.lm_head = frozen_linear(lm_head.detach()[vocab].to(lm_head.device, self.dtype).contiguous(), runtime)
+        # Heads with their own lm_heads (the published layout) need none of the target's.
+        self.lm_head = None if heads.hydra_lm_head is not None else \
+            frozen_linear(lm_head.detach()[vocab].to(lm_head.device, self.dtype).contiguous(), runtime)
         self.vocab = vocab.to(lm_head.device)
         self.tree = tree
         self.parents = [ROOT if len(p) == 1 else tree.index(p[:-1]) for p in tree]
@@ -43,12 +46,24 @@ class HydraDrafter(Drafter):
         self.width = [1 + max(p[-1] for p in tree if len(p) == d) for d in range(1, depth + 1)]
         self.graphs = graphs
         self.last_feature: torch.Tensor | None = None
+        self.prefix_cache: DynamicCache | None = None  # Hydra++'s prefix layer's keys and values, this row's
 
     def begin(self, ctx: DecodeContext) -> None:
         self.last_feature = None
+        self.prefix_cache = DynamicCache() if self.heads.prefix is not None else None
 
     def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
-        self.last_feature = step.hidden[-1]  # the feature that predicted the token just emitted last
+        """The context vector: the feature that predicted the token just emitted last, or (prefix-mlp) the prefix
+        layer's output there, run over the target's states of the tokens the step kept (the prompt's at the
+        prefill) at their positions, on this row's cache of it."""
+        if self.prefix_cache is None:
+            self.last_feature = step.hidden[-1]
+            return
+        start = self.prefix_cache.get_seq_length()
+        positions = torch.arange(start, start + len(step.hidden), device=step.hidden.device)[None]
+        out = self.heads.prefix(inputs_embeds=step.hidden[None].to(self.dtype), position_ids=positions,
+                                past_key_values=self.prefix_cache, use_cache=True)
+        self.last_feature = out.last_hidden_state[0, -1]
 
     @torch.inference_mode()
     def propose(self, ctx: DecodeContext) -> Draft:
@@ -67,7 +82,9 @@ class HydraDrafter(Drafter):
         token_of: dict[tuple[int, ...], torch.Tensor] = {}  # [R] target ids
         for k, (parents, width) in enumerate(zip(self.expanded, self.width)):
             x = torch.stack([given[p] for p in parents], dim=1)  # [R, n, (k + 2) H]
-            ranked = self.vocab[best_k(self.lm_head(self.heads(k, x)), width)[1]]  # [R, n, width]
+            out = self.heads(k, x)
+            logits = self.lm_head(out) if self.lm_head is not None else self.heads.hydra_lm_head[k](out)
+            ranked = self.vocab[best_k(logits, width)[1]]  # [R, n, width]
             for path in (p for p in self.tree if len(p) == k + 1):
                 token_of[path] = ranked[:, parents.index(path[:-1]), path[-1]]
             if k + 1 < len(self.expanded):
@@ -101,9 +118,10 @@ def build(ctx: BuildContext) -> Drafter:
             heads, vocab, folder = HydraHeads(lm_head.shape[1], 4, 1), None, RANDOM_FROM
     else:
         folder = trained_folder(ctx, "hydra", "Hydra heads", "hydra")
-        heads, vocab = load_heads(folder)
-    if heads.hidden != lm_head.shape[1]:
-        raise SpecbenchError(f"Hydra heads {folder} do not fit target {ctx.target.name} (hidden size)")
+        heads, vocab = load_heads(folder, ctx.target.model.config)
+    if heads.hidden != lm_head.shape[1] or (heads.hydra_lm_head is not None and
+                                            heads.hydra_lm_head[0].weight.shape[0] != lm_head.shape[0]):
+        raise SpecbenchError(f"Hydra heads {folder} do not fit target {ctx.target.name} (hidden size or vocabulary)")
     heads.to(lm_head.device, lm_head.dtype)
     prepare_drafter(heads, ctx.target.runtime)
     graphs = ctx.target.runner.drafting_graphs() if ctx.target.runner is not None else None
