@@ -134,14 +134,107 @@ def test_the_layers_an_export_names_are_the_layers_read(target, tmp_path):
 
 
 @pytest.mark.parametrize("values, says", [
-    ({"norm_before_residual": True}, "sets norm_before_residual: a head variant not implemented"),
-    ({"speculators_model_type": "eagle3"}, "a vLLM speculators checkpoint"),
+    ({"fc_norm": True, "norm_before_fc": True}, "sets both fc_norm and norm_before_fc"),
+    ({"fc_norm": True}, "sets fc_norm \\(fc_norm.0.weight\\) but the weights are not in the file"),
     ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}, "fuses three target layers"),
-], ids=["variant flag", "speculators", "two layers"])
+], ids=["both fusion norms", "flag without its weights", "two layers"])
 def test_an_export_this_head_cannot_follow_is_refused_not_misread(target, tmp_path, values, says):
     save_head(random_head(target, list(range(VOCAB))), tmp_path / "h", dtype=torch.float32)
     with pytest.raises(SpecbenchError, match=says):
-        load_head(with_config(tmp_path / "h", **values))
+        load_head(with_config(tmp_path / "h", **values), target.get_input_embeddings().weight.detach())
+
+
+def speculators_folder(head: Eagle3Head, folder, **flags):
+    """The head as vLLM's speculators writes an EAGLE-3 checkpoint: the layer config nested, layers.0.* keys,
+    the flags and the draft vocabulary at the top level."""
+    import json
+
+    save_head(head, folder, dtype=torch.float32, with_embedding=True)
+    official = json.loads((folder / "config.json").read_text())
+    layer = {k: v for k, v in official.items() if k not in ("draft_vocab_size", "architectures", "bias", "torch_dtype")}
+    config = {"speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"],
+              "speculators_config": {"algorithm": "eagle3", "verifier": {"name_or_path": "tiny"}},
+              "transformer_layer_config": layer, "draft_vocab_size": official["draft_vocab_size"],
+              "target_hidden_size": None, "eagle_aux_hidden_state_layer_ids": [1, 3, 5],
+              **{"norm_before_residual": False, "norm_before_fc": False, "fc_norm": False, "norm_output": False},
+              **flags}
+    (folder / "config.json").write_text(json.dumps(config))
+    state = load_file(str(folder / "model.safetensors"))
+    save_file({k.replace("midlayer.", "layers.0.", 1): v for k, v in state.items()}, str(folder / "model.safetensors"))
+    return folder
+
+
+def first_step(head: Eagle3Head, target, prompt: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The head's state and logits on the prompt's fused layers (its first draft step)."""
+    with torch.no_grad():
+        states = target(torch.tensor([prompt]), output_hidden_states=True).hidden_states
+        features = torch.cat([states[i] for i in (1, 3, 5)], dim=-1)
+        positions = torch.arange(len(prompt))[None]
+        mask = torch.full((len(prompt), len(prompt)), float("-inf")).triu(1)[None, None]
+        out = head(torch.tensor([prompt[1:] + [0]]), features, positions, mask)
+        return out, head.logits(out)
+
+
+def test_a_speculators_checkpoint_loads_as_the_same_head(target, tmp_path):
+    head = random_head(target, [1, 4, 5, 9, 12, 15])
+    loaded = load_head(speculators_folder(head, tmp_path / "s"))
+    assert loaded.config.aux_layer_ids == (1, 3, 5)  # vLLM's ids: layer inputs, no offset
+    for key, value in head.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[key], value, rtol=0, atol=0)
+    prompt = [2, 3, 5, 7, 11, 13]
+    for a, b in zip(first_step(head, target, prompt), first_step(loaded, target, prompt)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_the_variant_flags_change_what_they_say(target, tmp_path):
+    """Each flag against its formula (methods/eagle3/head.py; vLLM's llama_eagle3), on random weights."""
+    from torch.nn import functional as F
+
+    base = random_head(target, list(range(VOCAB)), seed=3)
+    prompt = [2, 3, 5, 7, 11, 13]
+    plain_out, plain_logits = first_step(base, target, prompt)
+    with torch.no_grad():
+        states = target(torch.tensor([prompt]), output_hidden_states=True).hidden_states
+    A = torch.cat([states[i] for i in (1, 3, 5)], dim=-1)
+    eps = target.config.rms_norm_eps
+
+    def rms(x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    def flagged(name, **flags):
+        folder = speculators_folder(base, tmp_path / name, **flags)
+        state = load_file(str(folder / "model.safetensors"))
+        width = A.shape[-1]
+        if flags.get("norm_before_fc"):
+            state["input_norm.weight"] = torch.rand(width) + 0.5
+        if flags.get("fc_norm"):
+            state.update({f"fc_norm.{k}.weight": torch.rand(width // 3) + 0.5 for k in range(3)})
+        save_file(state, str(folder / "model.safetensors"))
+        return load_head(folder), state
+
+    head, state = flagged("fc", norm_before_fc=True)
+    fused = F.linear(rms(A, state["input_norm.weight"]), base.fc.weight)
+    torch.testing.assert_close(head.inputs(torch.tensor([prompt]), A)[1], fused, atol=1e-5, rtol=1e-5)
+    head, state = flagged("chunks", fc_norm=True)
+    parts = [rms(part, state[f"fc_norm.{k}.weight"]) for k, part in enumerate(A.chunk(3, -1))]
+    torch.testing.assert_close(head.inputs(torch.tensor([prompt]), A)[1],
+                               F.linear(torch.cat(parts, -1), base.fc.weight), atol=1e-5, rtol=1e-5)
+    head, _ = flagged("residual", norm_before_residual=True)
+    out, _ = first_step(head, target, prompt)
+    with torch.no_grad():  # the layer by hand: the attention as before, its residual hidden_norm(g) instead of g
+        layer, g = base.midlayer, base.fc(A)
+        positions = torch.arange(len(prompt))[None]
+        mask = torch.full((len(prompt), len(prompt)), float("-inf")).triu(1)[None, None]
+        both = torch.cat([layer.input_layernorm(base.embed_tokens(torch.tensor([prompt[1:] + [0]]))),
+                          layer.hidden_norm(g)], dim=-1)
+        attended, _ = layer.self_attn(both, position_embeddings=base.rotary_emb(g, positions), attention_mask=mask,
+                                      cache=None)
+        torch.testing.assert_close(out, layer.feed_forward(layer.hidden_norm(g) + attended), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(plain_out, layer.feed_forward(g + attended), atol=1e-5, rtol=1e-5)
+    head, _ = flagged("output", norm_output=True)
+    out, logits = first_step(head, target, prompt)
+    torch.testing.assert_close(out, base.norm(plain_out), atol=1e-6, rtol=1e-5)  # the state fed back is normed
+    torch.testing.assert_close(logits, plain_logits, atol=1e-5, rtol=1e-5)  # the logits are not
 
 
 def test_training_time_test_matches_incremental_drafting(target):
