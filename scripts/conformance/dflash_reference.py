@@ -110,7 +110,7 @@ def seeded_fill(draft, seed: int) -> None:
 def features(target, seqs: torch.Tensor) -> torch.Tensor:
     """The context features the reference's loop gives the drafter (extract_context_feature: hidden_states[l + 1])."""
     hs = target(seqs, output_hidden_states=True).hidden_states
-    return torch.cat([hs[l + 1] for l in TARGET_LAYER_IDS], dim=-1)
+    return torch.cat([hs[layer + 1] for layer in TARGET_LAYER_IDS], dim=-1)
 
 
 @torch.enable_grad()
