@@ -35,7 +35,7 @@ from tests.test_distribution import (  # noqa: F401  (shared fixtures)
 )
 
 GREEDY_CASES = ["vanilla", "sps (chain with q)", "pld", "tree, candidates sampled from q", "eagle (dynamic tree)",
-                "eagle1 (static tree)", "medusa", "hydra", "eagle3 (reduced draft vocabulary)", "lookahead",
+                "eagle1 (static tree)", "medusa", "hydra", "eagle3 (reduced draft vocabulary)", "lookahead (prompt_pool=1)",
                 "recycling (matrix per generation)", "suffix (tree per generation)",
                 "rest (datastore of the target's samples)", "samd (recycling fallback)", "samd-eagle (EAGLE fallback)"]
 
@@ -103,7 +103,7 @@ def sample_batched(target, prompt, drafter: Drafter, verify: VerifyFn | None = N
     return result
 
 
-BATCHED_LOSSLESS = ["vanilla", "sps (chain with q)", "pld", "eagle (dynamic tree)", "medusa", "hydra", "lookahead"]
+BATCHED_LOSSLESS = ["vanilla", "sps (chain with q)", "pld", "eagle (dynamic tree)", "medusa", "hydra", "lookahead (prompt_pool=1)"]
 
 
 @pytest.mark.parametrize("name", BATCHED_LOSSLESS)

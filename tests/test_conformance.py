@@ -53,6 +53,7 @@ class Step:
     context: int
     draft: list[int]
     accepted: int
+    parents: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -70,7 +71,7 @@ def recording(cls):
 
         def accepted(self, ctx: DecodeContext, step: StepResult) -> None:
             before = len(ctx.token_ids) - len(step.emitted)
-            self.record.steps.append(Step(before, list(step.draft.tokens), len(step.path)))
+            self.record.steps.append(Step(before, list(step.draft.tokens), len(step.path), list(step.draft.parents)))
             super().accepted(ctx, step)
 
     return Recording
@@ -310,5 +311,77 @@ def test_dflash_reproduces_zlabs_drafts_and_accepts_step_by_step(tiny):
                              f"{expected[2]}; ours drafted {mine.draft} at context {mine.context} and accepted "
                              f"{mine.accepted}")
         assert not found, f"prompt {r}:\n" + "\n".join(found[:3])
+        deep += sum(s.accepted >= 2 for s in ours)
+    assert deep >= 5
+
+
+def sibling_lists(tokens: list[int], parents: list[int], root: int) -> dict[tuple[int, ...], list[int]]:
+    """A tree as {path of tokens from the root: its children's tokens in order}: what a tree is, whatever order its
+    nodes are listed in across parents (EAGLE-2's reference lists a depth by flat index: parent's frontier rank, then
+    child rank; ours by score; both list a node's children best first)."""
+    path = {-1: (root,)}
+    children: dict[tuple[int, ...], list[int]] = {}
+    for i, (token, parent) in enumerate(zip(tokens, parents)):
+        path[i] = path[parent] + (token,)
+        children.setdefault(path[parent], []).append(token)
+    return children
+
+
+def test_eagle2_reproduces_the_reference_trees_and_accepts_step_by_step(tiny):
+    """An EAGLE-1/2 head in the published layout (config.json + weights: embed_tokens, fc with bias, layers.0.*
+    without input norm; the target's lm_head), EAGLE-2's dynamic tree at the settings of the reference's evaluation
+    scripts (total_token=60 counting the root, depth=5 forwards after the first, top_k=10; our preset `paper`):
+    every step's 59 drafted nodes (tokens, parents, which of the 510 candidates each is) and accepted length are
+    the reference's. Our first step is the prefill (nothing drafted; its token is the reference's first root), so
+    our step i + 1 is its step i; on the last step our loop cuts the tree to the budget (the reference overruns it)."""
+    from specbench.method import parse_options
+    from specbench.methods.common.feature_tree import TreeSpec
+    from specbench.methods.eagle import PAPER
+    from specbench.methods.eagle.checkpoint import load_head
+    from specbench.methods.eagle.drafter import EagleDrafter
+
+    trace = load_trace("eagle", tiny)
+    _, model = tiny
+    settings = trace["reference"]["settings"]
+    paper = {k: int(v) for k, v in parse_options("eagle@" + PAPER["paper"]).items()}
+    assert (paper["top_k"], paper["depth"], paper["total_tokens"]) == (
+        settings["top_k"], settings["depth"] + 1, settings["total_token"] - 1)
+    head, vocab = load_head(TRACES / "eagle_head")
+    assert vocab is None
+    tree = TreeSpec(top_k=paper["top_k"], depth=paper["depth"], total_tokens=paper["total_tokens"])
+    deep = 0
+    for r, run in enumerate(trace["runs"]):
+        drafter = recording(EagleDrafter)(head, model.lm_head.weight, None, tree)
+        flat: list[list[int]] = []
+        propose = drafter.propose
+
+        def remember(ctx, propose=propose, drafter=drafter, flat=flat):
+            draft = propose(ctx)
+            if drafter.last_search is not None and draft.tokens:
+                _, _, row, kept, size = drafter.last_search
+                flat.append(kept[row, :size].tolist())
+            return draft
+
+        drafter.propose = remember
+        result = generate(model, run["prompt"], drafter, Sampling(), len(run["output"]), {trace["target"]["eos"]})
+        assert result.token_ids == run["output"], f"prompt {r}: our tokens are not the reference's"
+        ours = drafter.record.steps
+        assert ours[0].draft == [] and len(ours) == len(run["steps"]) + 1, (len(ours), len(run["steps"]))
+        found = []
+        for i, ref in enumerate(run["steps"]):
+            mine, root = ours[i + 1], ref["tree_tokens"][0]
+            reach = len(run["prompt"]) + len(run["output"]) - mine.context - 1
+            keep = [j for j, d in enumerate(ref["depths"][1:]) if d <= reach]
+            number = {j: n for n, j in enumerate(keep)}
+            expected = sibling_lists([ref["tree_tokens"][1 + j] for j in keep],
+                                     [-1 if ref["parents"][1 + j] == 0 else number[ref["parents"][1 + j] - 1]
+                                      for j in keep], root)
+            accepted = min(ref["accept_length"], max(reach, 0))
+            got = sibling_lists(mine.draft, mine.parents, root)
+            if (got, mine.accepted) != (expected, accepted) or (
+                    len(keep) == len(ref["flat_index"]) and sorted(flat[i]) != ref["flat_index"]):
+                found.append(f"step {i}: the reference's tree {expected} accepted {accepted}; ours {got} "
+                             f"accepted {mine.accepted}")
+        assert not found, f"prompt {r}:\n" + "\n".join(found[:2])
         deep += sum(s.accepted >= 2 for s in ours)
     assert deep >= 5

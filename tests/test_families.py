@@ -94,7 +94,7 @@ def family(request) -> tuple[str, PreTrainedModel, PreTrainedModel, list[list[in
 
 
 def drafters(target: PreTrainedModel, draft: PreTrainedModel, references: list[list[int]], row: int) -> dict:
-    return {"vanilla": VanillaDrafter(), "pld": PromptLookupDrafter(), "lookahead": LookaheadDrafter(3, 3, 3),
+    return {"vanilla": VanillaDrafter(), "pld": PromptLookupDrafter(), "lookahead": LookaheadDrafter(4, 4, 4),
             "sps": DraftModelDrafter(draft, gamma=4, vocab_size=VOCAB),
             "random tree": RandomTreeDrafter(VOCAB, seed=row, reference=references[row])}
 
