@@ -115,7 +115,7 @@ def test_preset_paper_gives_the_reference_codes_settings_and_a_given_option_wins
                            "eagle@preset=paper:top_k=4"])
     effective = [row.effective() for row in rows]
     assert {k: effective[0][k] for k in ("top_k", "depth", "total_tokens")} == {"top_k": 10, "depth": 6,
-                                                                                 "total_tokens": 58}
+                                                                                 "total_tokens": 59}
     assert {k: effective[1][k] for k in ("top_k", "depth", "total_tokens")} == {"top_k": 10, "depth": 8,
                                                                                  "total_tokens": 59}
     assert effective[2]["tree"] == "mc_sim_7b_63" and effective[3]["rule"] == "saxena"

@@ -116,7 +116,8 @@ class LookaheadDrafter(Drafter):
             return
         for _ in range(times):
             self.history.append(last)
-            self.pool.insert(self.history[-self.n], tuple(self.history[-self.n + 1 :]))
+            if len(self.history) >= self.n:  # a prompt shorter than an n-gram has none to add yet (as lade)
+                self.pool.insert(self.history[-self.n], tuple(self.history[-self.n + 1 :]))
 
 
 def build(ctx: BuildContext) -> Drafter:

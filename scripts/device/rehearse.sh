@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU-runtime calls rehearsed on this CPU exactly as the device machine gets them (scripts/device/README.md):
 #   1. the carried folders as prepare.sh builds them (wheels for this machine's Python; the device's is 3.12);
-#   2. the tree as it arrives there: only the files that travel (aside.sh files: no heads/, reports/, results/), in a
-#      folder with no ../shared beside it; each call's tree plus its carried folder within the 64 MiB a call takes;
+#   2. the tree as it arrives there: only the files that travel (aside.sh files: no heads/, reports/, results/,
+#      tests/fixtures/conformance/), in a folder with no ../shared beside it; each call's tree plus its carried
+#      folder within the 64 MiB a call takes;
 #   3. the device's Python stood in for by image.py (this environment's packages that the image has too, without
 #      transformers or pytest: the carried wheels must bring them), every carried folder copied into KEEP as the carry
 #      calls do;
