@@ -76,6 +76,41 @@ def test_official_layout_round_trip(tmp_path):
     assert torch.equal(head_outputs(head, hidden), head_outputs(from_official, hidden))
 
 
+def test_an_official_head_with_qkv_bias_loads_and_uses_its_biases(tmp_path):
+    """The official EAGLE-1/2 heads of Qwen2 targets say `qkv_bias: true` (cnets1.py): q, k and v carry a bias, o
+    does not. The loaded head equals a Llama layer with all four biases whose o bias is zero, and differs from the
+    head without them."""
+    target = tiny_llama(64, seed=5)
+    plain = random_head(target)
+    hidden = target.config.hidden_size
+    state = {k: v for k, v in plain.state_dict().items() if k != "embed_tokens.weight"}
+    generator = torch.Generator().manual_seed(3)
+    for name in ("q_proj", "k_proj", "v_proj"):
+        rows = state[f"layers.0.self_attn.{name}.weight"].shape[0]
+        state[f"layers.0.self_attn.{name}.bias"] = torch.randn(rows, generator=generator)
+    official = tmp_path / "qwen2-head"
+    official.mkdir()
+    config = {**head_config(target.config).to_dict(), "qkv_bias": True, "bias": True}
+    (official / "config.json").write_text(json.dumps({k: v for k, v in config.items() if not k.startswith("specbench")}))
+    torch.save(state, official / "pytorch_model.bin")
+    loaded, _ = load_head(official, target.get_input_embeddings().weight.detach())
+    attention = loaded.layers[0].self_attn
+    assert attention.o_proj.bias is None
+    assert torch.equal(attention.q_proj.bias, state["layers.0.self_attn.q_proj.bias"])
+
+    all_biased = head_config(target.config)
+    all_biased.attention_bias = True
+    formula = EagleHead(all_biased).eval()
+    formula.load_state_dict({**state, "embed_tokens.weight": target.get_input_embeddings().weight.detach(),
+                             "layers.0.self_attn.o_proj.bias": torch.zeros(hidden)})
+    assert torch.allclose(head_outputs(loaded, hidden), head_outputs(formula, hidden), atol=1e-6)
+    assert not torch.allclose(head_outputs(loaded, hidden), head_outputs(plain, hidden), atol=1e-3)
+    save_head(loaded, tmp_path / "again", draft_vocab=None, dtype=torch.float32)  # and back, readable by both
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["qkv_bias"] is True
+    again, _ = load_head(tmp_path / "again", target.get_input_embeddings().weight.detach())
+    assert torch.equal(head_outputs(again, hidden), head_outputs(loaded, hidden))
+
+
 def test_not_a_head_is_one_clear_error(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 32, "num_attention_heads": 4}))
     torch.save({"something.else": torch.zeros(2)}, tmp_path / "pytorch_model.bin")

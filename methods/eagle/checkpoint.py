@@ -28,6 +28,8 @@ def save_head(head: EagleHead, folder: Path, draft_vocab: torch.Tensor | None, d
     config.update(architectures=["LlamaForCausalLM"], model_type="llama", bias=head.fc.bias is not None,
                   num_hidden_layers=1, torch_dtype=str(dtype).removeprefix("torch."),
                   specbench_inputs=source.get("specbench_inputs", "shifted"))
+    if source.get("qkv_bias"):  # the official key, read by the official loader (cnets1.py) and ours
+        config["qkv_bias"] = True
     if source.get(OBJECTIVE_KEY) is not None:  # what the head was trained with (heads from before: not recorded)
         config[OBJECTIVE_KEY] = source[OBJECTIVE_KEY]
     if draft_vocab is not None:

@@ -2,6 +2,8 @@
 LLaMA decoder layer without its input norm, predicting feature t+1; built from the target's config."""
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 from transformers import DynamicCache, LlamaConfig
@@ -23,6 +25,19 @@ def head_config(target_config, inputs: str = "shifted") -> LlamaConfig:
     return config
 
 
+def decoder_layer(config: LlamaConfig) -> LlamaDecoderLayer:
+    """The head's one LLaMA layer. `qkv_bias` (the official EAGLE-1/2 heads of Qwen2 targets, cnets1.py): q, k and v
+    with a bias and o without, which Llama's `attention_bias` (all four or none) cannot say."""
+    if not getattr(config, "qkv_bias", False):
+        return LlamaDecoderLayer(config, layer_idx=0)
+    biased = copy.copy(config)
+    biased.attention_bias = True
+    layer = LlamaDecoderLayer(biased, layer_idx=0)
+    out = layer.self_attn.o_proj
+    layer.self_attn.o_proj = nn.Linear(out.in_features, out.out_features, bias=bool(config.attention_bias))
+    return layer
+
+
 class EagleHead(nn.Module):
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
@@ -35,7 +50,7 @@ class EagleHead(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, hidden)
         self.embed_tokens.weight.requires_grad_(False)
         self.fc = nn.Linear(2 * hidden, hidden, bias=getattr(config, "bias", True))
-        layer = LlamaDecoderLayer(config, layer_idx=0)
+        layer = decoder_layer(config)
         layer.input_layernorm = nn.Identity()  # EAGLE's layer has no input norm: fc output goes straight in
         self.layers = nn.ModuleList([layer])
         self.rotary_emb = LlamaRotaryEmbedding(config)
