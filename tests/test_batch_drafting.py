@@ -10,7 +10,7 @@ from specbench.decode.draft import DecodeContext, StepResult, parse_tree
 from specbench.decode.engine import generate, generate_batch
 from specbench.decode.sampling import Sampling
 from specbench.methods.common.feature_tree import TreeSpec
-from specbench.methods.common.tree_search import Nodes, best_k, finish
+from specbench.methods.common.tree_search import Nodes, Search, best_k, dynamic, finish
 from specbench.methods.eagle import EAGLE1_TREE
 from specbench.methods.eagle.drafter import EagleDrafter
 from specbench.methods.vanilla.drafter import VanillaDrafter
@@ -108,6 +108,49 @@ def test_finish_selects_for_every_row_what_each_row_selects_alone():
             assert kept == kept_alone(every[r], depths, cap, total)
             assert draft.tokens == torch.cat(tokens, 1)[r, kept].tolist()  # parents renumbered (Draft checks order)
             assert [kept[p] if p >= 0 else -1 for p in draft.parents] == torch.cat(parents, 1)[r, kept].tolist()
+
+
+class CountedLevels:
+    """A head cache's stand-in for tree_search.dynamic: random top-k under each node, and a count of the levels
+    drafted (each one head forward over the frontier)."""
+
+    def __init__(self, vocab: int, width: int) -> None:
+        self.vocab, self.width, self.levels = vocab, width, 0
+        self.generator = torch.Generator().manual_seed(0)
+
+    def top(self, rows: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = torch.randn(rows, n, self.vocab, generator=self.generator)
+        return best_k(torch.log_softmax(logits, dim=-1), k)
+
+    def expand_root(self, root, k):
+        return self.top(root.shape[0], 1, k)
+
+    def level(self, head, tokens, features, positions, ancestors, k, then, state):
+        self.levels += 1
+        rows, n = tokens.shape
+        out = torch.randn(rows, n, self.width, generator=self.generator)
+        logp, index = self.top(rows, n, k)
+        return out, logp, index, then(out, logp, index, state)
+
+
+@pytest.mark.parametrize("stop_after", [0, 1, 3, None])
+def test_no_level_past_every_rows_stop_is_drafted(stop_after):
+    """Auto sizing's stop is read per level on every device (not only on the CPU): once every row's tree has
+    stopped, no further level is drafted, so a GPU does not draft levels that finish() throws away."""
+    rows, k, depth, vocab = 3, 4, 6, 50
+    asked = []
+
+    def stop(mass: torch.Tensor) -> torch.Tensor:
+        asked.append(mass.shape)
+        return torch.full((rows,), stop_after is not None and len(asked) > stop_after)
+
+    cache = CountedLevels(vocab, 8)
+    search = Search(type("Head", (), {"shift": True})(), cache, torch.full((rows,), 5), torch.zeros(rows, dtype=torch.long),
+                    torch.arange(vocab), stop)
+    nodes = dynamic(search, torch.zeros(rows, 8), k, depth)
+    drafted = depth - 1 if stop_after is None else min(stop_after, depth - 1)
+    assert cache.levels == drafted and len(nodes.expanded) == drafted
+    assert nodes.depths == [1] * k + [d for d in range(2, drafted + 2) for _ in range(k * k)]
 
 
 def test_rows_regrouped_in_any_order_keep_their_own_state(target, prompt, head):  # noqa: F811

@@ -89,8 +89,8 @@ def dynamic(search: Search, root: torch.Tensor, k: int, depth: int) -> Nodes:
     for level in range(1, depth):
         if search.stop is not None:
             nodes.stops.append(search.stop(state["f_scores"].exp().sum(dim=1)))
-            if device.type == "cpu" and bool(nodes.stops[-1].all()):
-                break  # on the CPU reading the decision back costs nothing; elsewhere the level runs, is cut later
+            if bool(nodes.stops[-1].all()):  # read back on every device: a level no row keeps is never drafted
+                break  # (one [R] bool copy a level, against the level's forward; rows that stop earlier are cut later)
         then = partial(frontier_step, search.target_ids, k, len(nodes.depths))
         fed = state["f_tokens"] if search.head.shift else state["parent_tokens"]
         out, _, _, found = search.run(fed, parent_features, level, state["ancestors"], k, then, state)
