@@ -60,6 +60,34 @@ def test_greedy_rows_equal_single_decoding(target, draft_model, prompt, name):
         assert accepted >= 8, f"only {accepted} draft tokens accepted over {len(prompts)} rows"
 
 
+def test_heuristic_schedule_rows_draft_their_own_gamma_in_a_batch(target, draft_model, prompt):
+    """sps@schedule=heuristic: each row's gamma moves with its own accepts, so rows drafted together draft chains of
+    different lengths (drafted a gamma at a time), each what it drafts alone."""
+    from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
+
+    class Lengths(DraftModelDrafter):
+        def accepted(self, ctx, step):
+            self.lengths = getattr(self, "lengths", []) + [len(step.draft.tokens)]
+            super().accepted(ctx, step)
+
+    runner = ModelRunner(target, fixed_shapes=False)
+    drafter = Lengths(draft_model, 2, VOCAB, None, draft_chain(draft_model, runner), "heuristic")
+    prompts = [prompt, prompt[:5], prompt + prompt[:3], [2, 9] + prompt[4:]]
+    alone = []
+    for p in prompts:
+        drafter.lengths = []
+        alone.append((generate(target, p, drafter, Sampling(), 40, set(), runner=runner), drafter.lengths))
+    batch = rows(drafter, len(prompts))
+    for d in batch:
+        d.lengths = []
+    together = generate_batch(target, prompts, batch, Sampling(), 40, set(), runner=runner)
+    for (single, lengths), batched, d in zip(alone, together, batch):
+        assert batched.token_ids == single.token_ids and batched.accept_lengths == single.accept_lengths
+        assert d.lengths == lengths
+    assert len({length for _, lengths in alone for length in lengths}) >= 3  # gamma moved
+    assert sum(a - 1 for g in together for a in g.accept_lengths) >= 8
+
+
 def test_finished_rows_leave_and_stop_ids_end_rows(target, prompt):
     from specbench.methods.pld.drafter import PromptLookupDrafter
 

@@ -385,3 +385,60 @@ def test_eagle2_reproduces_the_reference_trees_and_accepts_step_by_step(tiny):
         assert not found, f"prompt {r}:\n" + "\n".join(found[:2])
         deep += sum(s.accepted >= 2 for s in ours)
     assert deep >= 5
+
+
+def sps_steps(run: dict) -> list[tuple[int, list[int], int]]:
+    return [(s["context"], s["draft"], s["accepted"]) for s in run["steps"]]
+
+
+def sps_run(trace: dict, model, draft, run: dict, gamma: int, schedule: str) -> list[tuple[int, list[int], int]]:
+    """Our sps drafter (as methods/sps/drafter.py builds it for an HF causal LM) on the trace's draft: its steps."""
+    from specbench.methods.common.draft_model import DraftModelDrafter, draft_chain
+
+    vocab = model.get_output_embeddings().weight.shape[0]
+    drafter = recording(DraftModelDrafter)(draft, gamma, vocab, chain=draft_chain(draft, None), schedule=schedule)
+    result = generate(model, run["prompt"], drafter, Sampling(), trace["max_new_tokens"], {trace["target"]["eos"]})
+    assert result.token_ids == run["output"], "our tokens are not the reference's"
+    return [(s.context, s.draft, s.accepted) for s in drafter.record.steps]
+
+
+def test_sps_reproduces_spec_benchs_drafts_and_accepts_step_by_step(tiny):
+    """Spec-Bench's SpS (transformers 4.37.1's assisted generation: num_assistant_tokens 5 on the "heuristic"
+    schedule) with a 2-layer draft LM in the HF layout, against `sps@preset=paper` (gamma=5:schedule=heuristic):
+    every step's context, draft (cut to the budget alike: the reference asks the assistant for min(n, max_length -
+    len - 1), our loop cuts to remaining - 1; with one token left neither drafts) and accepted count are the
+    reference's."""
+    from transformers import LlamaForCausalLM
+
+    from specbench.methods.sps import PAPER
+
+    trace = load_trace("sps", tiny)
+    _, model = tiny
+    settings = trace["reference"]["settings"]
+    assert (settings["num_assistant_tokens"], settings["num_assistant_tokens_schedule"]) == (5, "heuristic")
+    assert PAPER["paper"] == "gamma=5:schedule=heuristic"
+    draft = LlamaForCausalLM.from_pretrained(str(TRACES / "sps_draft"), dtype=model.dtype).eval()
+    assert trace["drafted_eos"] == 0  # the assistant's early stop at eos (ours drafts through it) never struck
+    deep = 0
+    for r, run in enumerate(trace["runs"]):
+        ours = sps_run(trace, model, draft, run, 5, "heuristic")
+        found = [f"step {i}: the reference (context, draft, accepted) {ref}; ours {mine}"
+                 for i, (ref, mine) in enumerate(zip(sps_steps(run), ours)) if ref != mine]
+        if len(ours) != len(run["steps"]):
+            found.append(f"ours took {len(ours)} steps, the reference {len(run['steps'])}")
+        assert not found, f"prompt {r}:\n" + "\n".join(found[:3])
+        deep += sum(accepted >= 2 for _, _, accepted in ours)
+    assert deep >= 5  # multi-token accepts, not only one-token steps
+
+
+def test_the_sps_trace_tells_the_schedule_from_a_fixed_gamma(tiny):
+    """sps's default (a fixed gamma: 4, or the reference's first 5) parts from the reference on every prompt, in how
+    many tokens it drafts (the tokens and outputs are the same)."""
+    from transformers import LlamaForCausalLM
+
+    trace = load_trace("sps", tiny)
+    _, model = tiny
+    draft = LlamaForCausalLM.from_pretrained(str(TRACES / "sps_draft"), dtype=model.dtype).eval()
+    for gamma in (4, 5):
+        for run in trace["runs"]:
+            assert sps_run(trace, model, draft, run, gamma, "fixed") != sps_steps(run)

@@ -44,8 +44,7 @@ from specbench.methods.eagle3.drafter import Eagle3FeatureHead
 from specbench.methods.eagle3.head import Eagle3Head
 from specbench.methods.eagle3.training import Eagle3Trainable, set_draft_vocabulary
 from specbench.methods.hydra.drafter import HydraDrafter
-from specbench.methods.hydra.head import HydraHeads
-from specbench.methods.hydra.training import HydraTrainable
+from specbench.methods.hydra.training import HydraTrainable, hydra_heads
 from specbench.methods.lookahead.drafter import LookaheadDrafter
 from specbench.methods.medusa.drafter import MedusaDrafter, typical_verifier
 from specbench.methods.medusa.head import MedusaHeads
@@ -181,11 +180,12 @@ def medusa_drafter(target, prompt: list[int], runner: ModelRunner | None = None)
                          graphs=runner.drafting_graphs() if runner is not None else None)
 
 
-def hydra_drafter(target, prompt: list[int], runner: ModelRunner | None = None) -> HydraDrafter:
+def hydra_drafter(target, prompt: list[int], runner: ModelRunner | None = None, arch: str = "mlp") -> HydraDrafter:
     """Hydra heads trained for a moment on the target's own samples after the prompt, by teacher distillation from
-    the target's exact distributions (Hydra++'s objective, the default of `train hydra`)."""
+    the target's exact distributions (Hydra++'s objective, the default of `train hydra`); arch=prefix-mlp: Hydra++
+    as published (the prefix layer's state per generation, own lm_heads with bias)."""
     torch.manual_seed(10)
-    heads = HydraHeads(target.config.hidden_size, 4, 2)
+    heads = hydra_heads(target.config, arch, 4, 2, target.get_output_embeddings().weight, None)
     trainable = HydraTrainable(heads, target.get_input_embeddings(), target.get_output_embeddings().weight, None)
     fit_for_a_moment(trainable, target, prompt, 0.01)
     return HydraDrafter(heads.eval(), target.get_input_embeddings(), target.get_output_embeddings().weight, None,
@@ -255,6 +255,8 @@ LOSSLESS = {
         lambda t, d, p, r: chained(layer_skip_view(t, []), r), 2500, 1250),
     # 1731 deep accepts and 1915 full paths when written (p 0.09).
     "hydra": Case(lambda t, d, p, r: hydra_drafter(t, p, r), 850, 950),
+    # 1746 deep accepts and 1947 full paths when written (p 0.32).
+    "hydra++ (prefix-mlp, own lm_heads)": Case(lambda t, d, p, r: hydra_drafter(t, p, r, "prefix-mlp"), 1500, 1650),
     "eagle3 (reduced draft vocabulary)": Case(lambda t, d, p, r: eagle3_drafter(t, p, r), 400, 1100),
     # lade guesses only once its window is warm (N - 2 steps, the prefill one of them): within the four sampled
     # tokens only the prompt fills the pool, and one guessed token is all the budget leaves room to accept (1,075

@@ -41,6 +41,20 @@ def trained(tiny_target_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def trained_prefix(tiny_target_dir, trained) -> Path:
+    """`train hydra --opt arch=prefix-mlp` on the same distilled data: Hydra++ as published (the prefix layer, own
+    lm_heads with bias), two blocks a head to stay quick."""
+    folder = trained.parent
+    out = folder / "heads-prefix"
+    code = main(["train", "hydra", "--target", str(tiny_target_dir), "--dataset", str(folder / "data"),
+                 "--features", str(folder / "features"), "--out", str(out), "--max-tokens", "60000", "--lr", "3e-3",
+                 "--batch-tokens", "1024", "--opt", "draft_vocab=100", "--opt", "layers=2", "--opt", "teacher=0",
+                 "--opt", "arch=prefix-mlp"])
+    assert code == 0
+    return out
+
+
+@pytest.fixture(scope="module")
 def tiny_target(tiny_target_dir):
     return load_model(str(tiny_target_dir))
 
@@ -87,6 +101,30 @@ def test_t0_identity_with_drafts_accepted(tiny_target, trained):
             deep += sum(a >= 3 for a in out.accept_lengths)
     print(f"hydra: tau on training prompts {tokens / steps:.2f}, {deep} steps with two or more drafts accepted")
     assert tokens / steps >= 1.5 and deep >= 6  # τ 2.26 and 17 steps when written
+
+
+def test_hydra_plus_plus_trains_as_published_and_is_accepted_losslessly(tiny_target, trained_prefix):
+    """arch=prefix-mlp writes the prefix layer and each head's own lm_head (over the draft vocabulary, with bias),
+    loads back as Hydra++, and drafts that the target accepts two or more deep, with vanilla's tokens at T=0."""
+    config = json.loads((trained_prefix / "config.json").read_text())
+    assert config["hydra_head_arch"] == "prefix-mlp" and config["shared_lm_head"] is False
+    heads, vocab = load_heads(trained_prefix, tiny_target.model.config)
+    assert heads.arch == "prefix-mlp" and heads.hydra_lm_head[0].weight.shape[0] == len(vocab)
+    assert heads.hydra_lm_head[0].bias.abs().sum() > 0  # trained, not left at zero
+    drafter = available_methods()["hydra"].drafter(BuildContext(tiny_target, draft=str(trained_prefix)))
+    assert drafter.heads.arch == "prefix-mlp" and drafter.lm_head is None
+    tokens = steps = deep = 0
+    for i in range(8):
+        topic = "dog" if i < 4 else "fox"
+        prompt = chat_tokens(tiny_target.tokenizer, [{"role": "user", "content": f"question {i % 4} about the {topic}"}])
+        expected = generate(tiny_target.model, prompt, VanillaDrafter(), Sampling(), 30, set()).token_ids
+        out = generate(tiny_target.model, prompt, drafter, Sampling(), 30, set())
+        assert out.token_ids == expected
+        if i >= 4:
+            tokens, steps = tokens + len(out.token_ids), steps + len(out.accept_lengths)
+            deep += sum(a >= 3 for a in out.accept_lengths)
+    print(f"hydra++: tau on training prompts {tokens / steps:.2f}, {deep} steps with two or more drafts accepted")
+    assert tokens / steps >= 1.5 and deep >= 6
 
 
 def test_candidates_depend_on_their_prefix():

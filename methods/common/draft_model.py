@@ -40,12 +40,22 @@ def draft_chain(model: PreTrainedModel, target: ModelRunner | None, draft_vocab:
     return DraftChain.of(runner, head)
 
 
+SCHEDULES = ("fixed", "heuristic")
+
+
 class DraftModelDrafter(Drafter):
     def __init__(self, model: PreTrainedModel, gamma: int, vocab_size: int,
-                 draft_vocab: torch.Tensor | None = None, chain: DraftChain | None = None) -> None:
+                 draft_vocab: torch.Tensor | None = None, chain: DraftChain | None = None,
+                 schedule: str = "fixed") -> None:
+        """schedule: `fixed` drafts gamma tokens every step; `heuristic` (transformers' assisted generation, which
+        Spec-Bench's SpS runs: num_assistant_tokens_schedule="heuristic") starts each generation at gamma and
+        drafts 2 more after a step that accepted every drafted token, 1 fewer (at least 1) after one that did not."""
         if gamma < 1:
             raise SpecbenchError(f"gamma must be >= 1, got {gamma}")
+        if schedule not in SCHEDULES:
+            raise SpecbenchError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
         self.model, self.gamma, self.vocab_size = model, gamma, vocab_size
+        self.first_gamma, self.schedule = gamma, schedule
         # A draft trained on a reduced vocabulary drafts over those rows of its lm_head only (cheap on a CPU);
         # q is then zero elsewhere, which rejection sampling handles exactly.
         self.draft_vocab = None if draft_vocab is None else draft_vocab.to(model.device)
@@ -59,6 +69,7 @@ class DraftModelDrafter(Drafter):
 
     def begin(self, ctx: DecodeContext) -> None:
         self._reset()
+        self.gamma = self.first_gamma
 
     def _logits(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft logits on the target's vocabulary (the two may pad their embeddings differently; a reduced draft
@@ -83,6 +94,8 @@ class DraftModelDrafter(Drafter):
         context_len = self.cached - (self.proposed - 1)
         self.cached = context_len + min(len(step.emitted) - 1, self.proposed - 1)
         self.proposed = 0
+        if self.schedule == "heuristic":  # as transformers' update_candidate_strategy: against the uncut gamma
+            self.gamma = self.gamma + 2 if len(step.path) == self.gamma else max(1, self.gamma - 1)
 
     @classmethod
     def propose_batch(cls, drafters: list[Drafter], ctxs: list[DecodeContext]) -> list[Draft]:
@@ -90,8 +103,20 @@ class DraftModelDrafter(Drafter):
 
 
 def draft_rows(drafters: list[DraftModelDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
-    """Every row's chain of gamma tokens on the drafters' shared chain: one forward per drafted token for all rows,
-    one host copy of the picks per forward at T=0 (at T>0 each row draws from its own generator)."""
+    """Every row's chain of its gamma tokens: the rows of one gamma together (a heuristic schedule gives rows
+    different ones), in the batch's order."""
+    drafts: list[Draft | None] = [None] * len(drafters)
+    for gamma in sorted({d.gamma for d in drafters}):
+        at = [i for i, d in enumerate(drafters) if d.gamma == gamma]
+        for i, draft in zip(at, chain_rows([drafters[i] for i in at], [ctxs[i] for i in at])):
+            drafts[i] = draft
+    return drafts
+
+
+def chain_rows(drafters: list[DraftModelDrafter], ctxs: list[DecodeContext]) -> list[Draft]:
+    """Chains of gamma tokens (the same for every row here) on the drafters' shared chain: one forward per drafted
+    token for all rows, one host copy of the picks per forward at T=0 (at T>0 each row draws from its own
+    generator)."""
     first = drafters[0]
     rows = [ctx.row for ctx in ctxs]
     feeds = [ctx.token_ids[d.cached :] for d, ctx in zip(drafters, ctxs)]

@@ -9,7 +9,9 @@
   Both hold input_embed_fn.weight, a copy of the target's embeddings (the reference writes it INTO the target on
   load): not read here, where the heads read the target's own.
 - Ours (`train hydra`): config.json with hidden_size, shared_lm_head and our draft vocabulary, model.safetensors
-  with the `mlp` keys and no lm_heads: heads that share the target's lm_head.
+  with the `mlp` keys and no lm_heads (heads that share the target's lm_head); `arch=prefix-mlp` adds the
+  prefix layer (prefix.*, without its unused embed_tokens) and the own lm_heads (hydra_lm_head.{k}.*, over the
+  draft vocabulary), shared_lm_head false.
 """
 from __future__ import annotations
 
@@ -29,13 +31,13 @@ HEAD_FILES = ("hydra_lm_head.safetensors", "hydra_lm_head.pt")
 
 def save_heads(heads: HydraHeads, folder: Path, draft_vocab: torch.Tensor | None, teacher: bool) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    config = {"hydra_num_heads": len(heads), "hydra_num_layers": heads.n_layers, "hydra_head_arch": "mlp",
-              "grounded_heads": True, "hidden_state_offset": 0, "hidden_size": heads.hidden, "shared_lm_head": True,
-              "specbench_teacher_distillation": teacher}
+    config = {"hydra_num_heads": len(heads), "hydra_num_layers": heads.n_layers, "hydra_head_arch": heads.arch,
+              "grounded_heads": True, "hidden_state_offset": 0, "hidden_size": heads.hidden,
+              "shared_lm_head": heads.hydra_lm_head is None, "specbench_teacher_distillation": teacher}
     if draft_vocab is not None:
         config["specbench_draft_vocab"] = [int(t) for t in draft_vocab]
     (folder / "config.json").write_text(json.dumps(config, indent=1))
-    state = {f"hydra_mlp.{k}": v for k, v in heads.hydra_mlp.state_dict().items()}
+    state = {k: v for k, v in heads.state_dict().items() if k != "prefix.embed_tokens.weight"}
     save_file({k: v.detach().to("cpu", torch.float16).clone().contiguous() for k, v in state.items()},
               str(folder / "model.safetensors"))
 
@@ -93,7 +95,7 @@ def load_heads(folder: Path, target: PretrainedConfig | None = None) -> tuple[Hy
     arch, n_heads, n_layers = _check_config(folder, config)
     if arch == "prefix-mlp" and target is None:
         raise ValueError("Hydra++ heads (prefix-mlp) load for a target: pass its config")
-    ours = bool(config.get("shared_lm_head")) and (folder / "model.safetensors").is_file()
+    ours = "hidden_size" in config and (folder / "model.safetensors").is_file()  # the published have no hidden_size
     state = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()} if ours \
         else _renamed(_published_state(folder), arch)
     first = state.get("hydra_mlp.0.0.linear.weight")

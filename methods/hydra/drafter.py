@@ -62,7 +62,7 @@ class HydraDrafter(Drafter):
         start = self.prefix_cache.get_seq_length()
         positions = torch.arange(start, start + len(step.hidden), device=step.hidden.device)[None]
         out = self.heads.prefix(inputs_embeds=step.hidden[None].to(self.dtype), position_ids=positions,
-                                past_key_values=self.prefix_cache, use_cache=True)
+                                cache=self.prefix_cache, use_cache=True)
         self.last_feature = out.last_hidden_state[0, -1]
 
     @torch.inference_mode()
@@ -119,8 +119,9 @@ def build(ctx: BuildContext) -> Drafter:
     else:
         folder = trained_folder(ctx, "hydra", "Hydra heads", "hydra")
         heads, vocab = load_heads(folder, ctx.target.model.config)
+    rows = lm_head.shape[0] if vocab is None else len(vocab)  # own lm_heads: over the draft vocabulary, if any
     if heads.hidden != lm_head.shape[1] or (heads.hydra_lm_head is not None and
-                                            heads.hydra_lm_head[0].weight.shape[0] != lm_head.shape[0]):
+                                            heads.hydra_lm_head[0].weight.shape[0] != rows):
         raise SpecbenchError(f"Hydra heads {folder} do not fit target {ctx.target.name} (hidden size or vocabulary)")
     heads.to(lm_head.device, lm_head.dtype)
     prepare_drafter(heads, ctx.target.runtime)

@@ -16,12 +16,13 @@ __all__ = ["build"]
 
 def build(ctx: BuildContext) -> Drafter:
     vocab = ctx.target.model.get_output_embeddings().weight.shape[0]
-    gamma = ctx.option("gamma")
+    gamma, schedule = ctx.option("gamma"), ctx.option("schedule")
     chosen = ctx.option("head") or ctx.draft  # sps@head=FOLDER: drafts side by side in one run
     if wants_random(ctx):  # a shape target: a 2-layer random draft of its own architecture and vocabulary
         draft_model = random_draft_model(ctx.target.model, "sps")
         prepare_drafter(draft_model, ctx.target.runtime)
-        drafter = DraftModelDrafter(draft_model, gamma, vocab, chain=draft_chain(draft_model, ctx.target.runner))
+        drafter = DraftModelDrafter(draft_model, gamma, vocab, chain=draft_chain(draft_model, ctx.target.runner),
+                                    schedule=schedule)
         drafter.trained_from = RANDOM_FROM
         return drafter
     folder = ctx.chosen_folder() if chosen else shipped_folder("sps", ctx.target.name)
@@ -32,13 +33,13 @@ def build(ctx: BuildContext) -> Drafter:
         draft_model, draft_vocab = load_small_draft(folder, ctx.target.model)
         prepare_drafter(draft_model, ctx.target.runtime)
         drafter = DraftModelDrafter(draft_model, gamma, vocab, draft_vocab,
-                                     draft_chain(draft_model, ctx.target.runner, draft_vocab))
+                                     draft_chain(draft_model, ctx.target.runner, draft_vocab), schedule)
         drafter.trained_from = str(folder)
         return drafter
     if not chosen:
         raise SpecbenchError("sps needs a draft model: --draft NAME_OR_PATH (an HF causal LM with the target's tokenizer)")
     draft = load_draft_lm(chosen, ctx, "--draft")
     prepare_drafter(draft, ctx.target.runtime)
-    drafter = DraftModelDrafter(draft, gamma, vocab, chain=draft_chain(draft, ctx.target.runner))
+    drafter = DraftModelDrafter(draft, gamma, vocab, chain=draft_chain(draft, ctx.target.runner), schedule=schedule)
     drafter.trained_from = chosen
     return drafter
