@@ -442,3 +442,72 @@ def test_the_sps_trace_tells_the_schedule_from_a_fixed_gamma(tiny):
     for gamma in (4, 5):
         for run in trace["runs"]:
             assert sps_run(trace, model, draft, run, gamma, "fixed") != sps_steps(run)
+
+
+def pard_drafter(tiny, gamma: int):
+    """Our pard drafter on the trace's draft, as methods/pard/drafter.py's build makes it for AMD's published layout
+    (a whole causal LM whose config.json names its pard_token; no reduced vocabulary, the draft's own chain): a
+    maker of fresh drafters, and the mask token."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from specbench.methods.common.draft_model import draft_chain
+    from specbench.methods.common.small_draft import is_small_draft, mask_token_of
+    from specbench.methods.pard.drafter import PardDrafter
+
+    module, model = tiny
+    folder = TRACES / "pard_draft"
+    mask = mask_token_of(folder)
+    assert not is_small_draft(folder) and mask == module.PLACEHOLDER
+    draft = LlamaForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    vocab = model.get_output_embeddings().weight.shape[0]
+    return lambda: recording(PardDrafter)(draft, gamma, vocab, mask, None, draft_chain(draft, None)), mask
+
+
+def test_pard_reproduces_amds_drafts_and_accepts_step_by_step(tiny):
+    """A PARD draft in AMD's published layout (a 2-layer Llama causal LM of the target's vocabulary, config.json
+    naming pard_token 100 and spd_type "pard"), draft_k 12 as AMD's pard_infer.py defaults (`pard@preset=paper`):
+    every step's 12 drafted tokens (one draft forward over the tokens its cache lacks and 11 pard_tokens at the
+    positions after them) and accepted count are the reference's. Both loops draft from the prompt at the first
+    step (the target's prefill verifies it). The reference drafts whole draft_k blocks to the end and overruns the
+    budget (its output is the first max_new_tokens); our loop cuts the last drafts to the budget, so its draft is
+    compared as far as ours may reach."""
+    from specbench.methods.pard import PAPER
+
+    trace = load_trace("pard", tiny)
+    _, model = tiny
+    settings = trace["reference"]["settings"]
+    assert PAPER["paper"] == f"gamma={settings['draft_k']}"
+    make, mask = pard_drafter(tiny, settings["draft_k"])
+    assert mask == settings["pard_token"]
+    budget = trace["max_new_tokens"]
+    deep = 0
+    for r, run in enumerate(trace["runs"]):
+        drafter = make()
+        result = generate(model, run["prompt"], drafter, Sampling(), budget, {trace["target"]["eos"]})
+        assert result.token_ids == run["output"], f"prompt {r}: our tokens are not AMD's"
+        n, ours = len(run["prompt"]), drafter.record.steps
+        assert len(ours) == len(run["steps"]), (len(ours), len(run["steps"]))
+        found = []
+        for i, (ref, mine) in enumerate(zip(run["steps"], ours)):
+            reach = max(n + budget - ref["context"] - 1, 0)
+            expected = (ref["context"], ref["draft"][:reach], min(ref["accepted"], reach))
+            if (mine.context, mine.draft, mine.accepted) != expected:
+                found.append(f"step {i} (context {ref['context']}): AMD drafted {expected[1]} and accepted "
+                             f"{expected[2]}; ours drafted {mine.draft} at context {mine.context} and accepted "
+                             f"{mine.accepted}")
+        assert not found, f"prompt {r}:\n" + "\n".join(found[:3])
+        deep += sum(s.accepted >= 2 for s in ours)
+    assert deep >= 5  # multi-token accepts, not only one-token steps
+
+
+def test_the_pard_trace_tells_draft_k_from_our_default_gamma(tiny):
+    """pard's default gamma=4 on the same draft parts from the trace (the reference drafts draft_k=12): the trace
+    tells the number of drafted tokens apart, not only the tokens."""
+    trace = load_trace("pard", tiny)
+    _, model = tiny
+    make, _ = pard_drafter(tiny, 4)
+    for run in trace["runs"]:
+        drafter = make()
+        generate(model, run["prompt"], drafter, Sampling(), trace["max_new_tokens"], {trace["target"]["eos"]})
+        assert [s.draft for s in drafter.record.steps] != [s["draft"] for s in run["steps"]]

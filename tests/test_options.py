@@ -112,7 +112,7 @@ def test_preset_paper_gives_the_reference_codes_settings_and_a_given_option_wins
     """preset=paper: each method's published defaults by one name (EAGLE's EaModel.from_pretrained, Medusa's
     default tree, Saxena's PLD), beside the defaults tuned for this machine."""
     rows = select_methods(["eagle@preset=paper", "eagle3@preset=paper", "medusa@preset=paper", "pld@preset=paper",
-                           "eagle@preset=paper:top_k=4", "sps@preset=paper"])
+                           "eagle@preset=paper:top_k=4", "sps@preset=paper", "pard@preset=paper"])
     effective = [row.effective() for row in rows]
     assert {k: effective[0][k] for k in ("top_k", "depth", "total_tokens")} == {"top_k": 10, "depth": 6,
                                                                                  "total_tokens": 59}
@@ -121,6 +121,7 @@ def test_preset_paper_gives_the_reference_codes_settings_and_a_given_option_wins
     assert effective[2]["tree"] == "mc_sim_7b_63" and effective[3]["rule"] == "saxena"
     assert effective[4]["top_k"] == 4 and effective[4]["depth"] == 6 and effective[4]["preset"] == "paper"
     assert (effective[5]["gamma"], effective[5]["schedule"]) == (5, "heuristic")  # Spec-Bench's assisted generation
+    assert effective[6]["gamma"] == 12  # AMD's draft_k
     assert rows[0].name == "eagle@preset=paper"  # the label says which settings the row ran with
     with pytest.raises(SpecbenchError, match="option preset=gpu for eagle: expected one of paper"):
         select_methods(["eagle@preset=gpu"])
