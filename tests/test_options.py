@@ -80,7 +80,7 @@ def test_a_plugin_with_an_undeclared_tuning_key_is_refused():
 def test_opt_reaches_the_methods_that_declare_it_and_shows_in_the_label():
     rows = select_methods(["vanilla", "sps", "pld@num_tokens=3"], common={"gamma": "2", "num_tokens": "5"})
     assert [r.name for r in rows] == ["vanilla", "sps@gamma=2", "pld@num_tokens=3"]  # @ wins over --opt
-    assert rows[1].effective() == {"head": None, "gamma": 2}
+    assert rows[1].effective() == {"head": None, "gamma": 2, "schedule": "fixed", "preset": None}
     assert rows[2].effective() == {"max_ngram": 3, "min_ngram": 1, "num_tokens": 3, "rule": "saxena",
                                     "preset": None}
 
@@ -100,10 +100,11 @@ def test_records_and_run_json_carry_the_options_as_run_and_budget_shows_opt(tiny
                  "gsm8k", "--limit", "1", "--temperatures", "0", "--opt", "gamma=3"]) == 0
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     sps = [r for r in records if r["method"] != "vanilla"]
-    assert sps and all(r["method"] == "sps@gamma=3" and r["options"] == {"head": None, "gamma": 3} for r in sps)
+    options = {"head": None, "gamma": 3, "schedule": "fixed", "preset": None}
+    assert sps and all(r["method"] == "sps@gamma=3" and r["options"] == options for r in sps)
     assert all(r["options"] == {} for r in records if r["method"] == "vanilla")
     info = json.loads((out / "run.json").read_text())
-    assert info["method_options"] == {"vanilla": {}, "sps@gamma=3": {"head": None, "gamma": 3}}
+    assert info["method_options"] == {"vanilla": {}, "sps@gamma=3": options}
     budget = (out / "report" / "budget.md").read_text()
     assert "| sps@gamma=3 | gamma=3 |" in budget
 
