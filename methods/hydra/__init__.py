@@ -10,7 +10,8 @@ state); tests/test_conformance.py holds both to the reference's trees and accept
 default tree is `tree=mc_sim_7b_63` (preset=paper). The heads trained here (`train hydra`) are a variant: `mlp`
 heads that share the target's frozen lm_head over a draft vocabulary (own lm_heads of SmolLM2's 49k vocabulary
 would be 28M parameters a head), taught by teacher distillation (Hydra++'s objective); `--opt layers=4` gives
-Hydra++'s head depth, and `train hydra --opt arch=prefix-mlp` trains Hydra++ itself. Verification is the engine's lossless rule.
+Hydra++'s head depth, and `train hydra --opt arch=prefix-mlp` trains Hydra++ itself. Verification is the engine's
+lossless rule.
 """
 from __future__ import annotations
 
