@@ -374,20 +374,6 @@ def decode_all(infer, prompts: list[list[int]], tokens: int) -> tuple[list[dict]
     return runs, ret
 
 
-def greedy(target, prompt: list[int], n: int) -> list[int]:
-    ids = torch.tensor([prompt])
-    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
-                          eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
-
-
-def margins(model, sequence: list[int], start: int) -> float:
-    with torch.no_grad():
-        logits = model(torch.tensor([sequence])).logits[0, start - 1:-1]
-    top = logits.topk(2, dim=-1).values
-    return float((top[:, 0] - top[:, 1]).min())
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ref", type=Path, required=True, help="folder holding the reference's pard/ package")
@@ -422,7 +408,7 @@ def main() -> None:
         init_from_target(fresh, target)
         if args.train_steps > 0:
             training = train(fresh, target, args.seed, steps=args.train_steps)
-        probe = greedy(target, tiny_target.prompts()[0], 40)
+        probe = tiny_target.greedy(target, tiny_target.prompts()[0], 40)
         training = {**(training or {}), "layout_check_max_abs_diff": check_layout(fresh, tiny_target.prompts()[0] +
                                                                                   probe, DRAFT_K)}
         assert training["layout_check_max_abs_diff"] < 1e-4, training
@@ -462,8 +448,8 @@ def main() -> None:
     runs, _ = decode_all(infer, prompts, args.tokens)
     elapsed = time.time() - t0
     for run in runs:
-        run["greedy_matches"] = run["output"] == greedy(target, run["prompt"], args.tokens)
-    gap = min(margins(target, r["prompt"] + r["output"], len(r["prompt"])) for r in runs)
+        run["greedy_matches"] = run["output"] == tiny_target.greedy(target, run["prompt"], args.tokens)
+    gap = min(tiny_target.margins(target, r["prompt"] + r["output"], len(r["prompt"])) for r in runs)
     steps = [s for r in runs for s in r["steps"]]
     compared = [g for s in steps for g in s["draft_top2_gaps"][:s["accepted"] + 1]]
     trace = {

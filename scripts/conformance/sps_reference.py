@@ -263,20 +263,6 @@ def decode(sps_forward, assisted_decoding, target, drafter, prompt: list[int], m
             "steps": steps}
 
 
-def greedy(target, prompt: list[int], n: int) -> list[int]:
-    ids = torch.tensor([prompt])
-    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
-                          eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
-
-
-def margins(model, sequence: list[int], start: int) -> float:
-    with torch.no_grad():
-        logits = model(torch.tensor([sequence])).logits[0, start - 1:-1]
-    top = logits.topk(2, dim=-1).values
-    return float((top[:, 0] - top[:, 1]).min())
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ref", type=Path, required=True, help="folder holding Spec-Bench's evaluation/ and model/sps/")
@@ -326,10 +312,10 @@ def main() -> None:
     runs = []
     for prompt in tiny_target.prompts():
         run = decode(sps_forward, assisted_decoding, target, drafter, prompt, args.tokens)
-        run["greedy_matches"] = run["output"] == greedy(target, prompt, args.tokens)
+        run["greedy_matches"] = run["output"] == tiny_target.greedy(target, prompt, args.tokens)
         runs.append(run)
     elapsed = time.time() - t0
-    gap = min(margins(target, r["prompt"] + r["output"], len(r["prompt"])) for r in runs)
+    gap = min(tiny_target.margins(target, r["prompt"] + r["output"], len(r["prompt"])) for r in runs)
     steps = [s for r in runs for s in r["steps"]]
     compared = [g for s in steps for g in s["draft_top2_gaps"][:s["accepted"] + 1]]
     trace = {

@@ -67,3 +67,19 @@ def prompts(count: int = 4, seed: int = SEED) -> list[list[int]]:
         phrase = words[: 5 + i]
         out.append(words[:6] + phrase + words[6:] + phrase + words[-3:])
     return out
+
+
+def greedy(model, prompt: list[int], n: int) -> list[int]:
+    """The model's own greedy continuation of n tokens (what every trace's output is checked against)."""
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
+                         eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def margins(model, sequence: list[int], start: int) -> float:
+    """The smallest gap between the model's top two logits over the positions that predict sequence[start:]."""
+    with torch.no_grad():
+        logits = model(torch.tensor([sequence])).logits[0, start - 1:-1]
+    top = logits.topk(2, dim=-1).values
+    return float((top[:, 0] - top[:, 1]).min())
