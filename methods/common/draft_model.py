@@ -15,6 +15,7 @@ from specbench.decode.sampling import sample, target_probs
 from specbench.decode.target import load_model
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
+from specbench.methods.common.options import DRAFT_SCHEDULES
 
 
 def load_draft_lm(name: str, ctx: BuildContext, what: str) -> PreTrainedModel:
@@ -40,9 +41,6 @@ def draft_chain(model: PreTrainedModel, target: ModelRunner | None, draft_vocab:
     return DraftChain.of(runner, head)
 
 
-SCHEDULES = ("fixed", "heuristic")
-
-
 class DraftModelDrafter(Drafter):
     def __init__(self, model: PreTrainedModel, gamma: int, vocab_size: int,
                  draft_vocab: torch.Tensor | None = None, chain: DraftChain | None = None,
@@ -52,8 +50,8 @@ class DraftModelDrafter(Drafter):
         drafts 2 more after a step that accepted every drafted token, 1 fewer (at least 1) after one that did not."""
         if gamma < 1:
             raise SpecbenchError(f"gamma must be >= 1, got {gamma}")
-        if schedule not in SCHEDULES:
-            raise SpecbenchError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+        if schedule not in DRAFT_SCHEDULES:
+            raise SpecbenchError(f"schedule must be one of {', '.join(DRAFT_SCHEDULES)}, got {schedule!r}")
         self.model, self.gamma, self.vocab_size = model, gamma, vocab_size
         self.first_gamma, self.schedule = gamma, schedule
         # A draft trained on a reduced vocabulary drafts over those rows of its lm_head only (cheap on a CPU);

@@ -48,3 +48,7 @@ DATASTORE_OPTIONS = (
     Option("datastore", None, "folder of a built retrieval datastore (default: this target's, built on first use)"),
     Option("data", None, f"the training prompts a missing datastore is built from (default: {DEFAULT_DATA})"),
 )
+
+# How a draft model's chain length moves (DraftModelDrafter's schedule): gamma every step, or transformers'
+# assisted-generation rule (+2 after a step that accepted every drafted token, else -1, at least 1).
+DRAFT_SCHEDULES = ("fixed", "heuristic")

@@ -3,7 +3,7 @@ chain of gamma tokens, verified by rejection sampling with its distribution q.""
 from __future__ import annotations
 
 from specbench.method import MethodInfo, Option, Ref, preset_option
-from specbench.methods.common.options import HEAD
+from specbench.methods.common.options import DRAFT_SCHEDULES, HEAD
 
 BUILD = "specbench.methods.sps.drafter:build"  # imported (with torch) when a drafter is built
 # Spec-Bench's SpS (evaluation/inference_sps.py) is transformers' assisted generation at its defaults:
@@ -19,7 +19,7 @@ METHODS = [MethodInfo("sps", "speculative sampling: a small draft LM proposes ga
                        Option("schedule", "fixed", "draft length per step: fixed (gamma every step, the papers' "
                               "rule) or heuristic (transformers' assisted generation, as Spec-Bench runs SpS: +2 "
                               "after a step that accepted all, else -1, at least 1)", str,
-                              choices=("fixed", "heuristic")),
+                              choices=DRAFT_SCHEDULES),
                        preset_option(PAPER)), presets=PAPER)]
 
 TRAINERS = {"sps-draft": Ref.to("specbench.methods.sps.training:train")}
