@@ -5,6 +5,7 @@ the verification cost grows with the tokens (a CPU, a large batch) and stay wher
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -19,6 +20,9 @@ from specbench.methods.common.feature_tree import TreeSpec, measure_level_second
 from specbench.methods.eagle.drafter import EagleDrafter
 from specbench.methods.vanilla.drafter import VanillaDrafter
 from specbench.run.decoder import measure_cost_model
+from specbench.run.synthetic import SyntheticAcceptance
+from tests.conftest import tiny_llama
+from tests.test_eagle import random_head
 from tests.test_eagle3 import target  # noqa: F401 (fixture)
 from tests.test_head_cache import PROMPTS, beside, trained_eagle
 
@@ -83,3 +87,40 @@ def test_costs_are_measured_on_the_runs_runner_and_leave_drafting_as_it_was(targ
         out = generate(target, p, drafter, Sampling(), 24, set(), runner=runner)
         reference = generate(target, p, growing, Sampling(), 24, set())
         assert out.token_ids == reference.token_ids and out.accept_lengths == reference.accept_lengths
+
+
+@dataclass(frozen=True)
+class Recording(SyntheticAcceptance):
+    chains: list[bool] = field(default_factory=list)  # per verified draft: a chain
+
+    def __call__(self, draft, logits, sampling, generator):
+        self.chains.append(draft.is_chain())
+        return super().__call__(draft, logits, sampling, generator)
+
+
+def test_under_synthetic_acceptance_a_random_head_sizes_its_tree_from_the_rates():
+    """TIMING ONLY: a head that is sure of nothing (uniform draft logits, as a random head at a large vocabulary nearly
+    is: root mass k/V), sized from its own confidence, drafts one node a step and the synthetic verifier can accept
+    at most one token; sized from the run's rates (the search scores the head's first-ranked child at each depth by
+    that depth's rate, tree_search.calibrated) its tree is the best path, as deep as the rates pay for at these
+    costs (n = 3: E = 1 + .8 + .48 + .192 over drafting + T(4)), and accepted that deep."""
+    target = tiny_llama(256, seed=31, layers=2, hidden=32)  # noqa: F811 (a vocabulary of 256: root mass 3/256)
+    head = random_head(target, seed=2)
+    unsure = torch.zeros_like(target.get_output_embeddings().weight)
+    rates = Recording((0.8, 0.6, 0.4))
+
+    def own_confidence(draft, logits, sampling, generator):  # the same rule, its rates not declared to the drafters
+        return rates(draft, logits, sampling, generator)
+
+    runs = {}
+    for name, verify in (("rates", rates), ("confidence", own_confidence)):
+        spec = TreeSpec(top_k=3, depth=4, total_tokens=16, costs=RISING, level_seconds=0.004)
+        drafter = EagleDrafter(head, unsure, None, spec)
+        runs[name] = generate(target, PROMPTS[0], drafter, Sampling(), 60, set(), torch.Generator().manual_seed(1),
+                              verify)
+    assert set(runs["confidence"].tree_sizes[1:-1]) == {1}, runs["confidence"].tree_sizes
+    out = runs["rates"]
+    left = [60 - sum(out.accept_lengths[:i]) for i in range(len(out.accept_lengths))]  # the budget before each step
+    assert out.tree_sizes[1:] == [min(3, n - 1) for n in left[1:]], out.tree_sizes
+    assert all(rates.chains), "the tree is the best path alone: nothing off it can be accepted"
+    assert max(runs["rates"].accept_lengths) == 4 and max(runs["confidence"].accept_lengths) == 2

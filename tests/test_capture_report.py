@@ -95,3 +95,18 @@ def test_a_cache_that_grows_drops_its_graphs_and_their_memory_pool():
     assert runner.graphs.graphs and runner.graphs.pool == (1, 0)
     runner.reserve(3, 64)  # rows bucketed to 4: new buffers
     assert runner.graphs.graphs == {} and runner.graphs.pool is None
+
+
+@pytest.mark.parametrize("synthetic", [None, "0.8,0.6,0.4"])
+def test_every_drafting_shape_is_met_before_timing(tmp_path, synthetic):
+    """The warm-up runs each method with the run's verifier (synthetic acceptance's too: the lossless one accepts
+    nothing on random weights, so a fill of accepted tokens was first met while timed) and, at fixed shapes, meets
+    every prompt-length and accept-length bucket a drafter's forwards can take: no drafting shape is first met
+    inside a timed question, at either batch size."""
+    out = tmp_path / "r"
+    extra = ["--synthetic-acceptance", synthetic] if synthetic else []
+    assert main(["run", "--target", "shape:tiny-llama", "--out", str(out), "--max-new-tokens", "16",
+                 "--methods", "eagle,sps", "--tasks", "gsm8k,mt_bench", "--limit", "2", "--temperatures", "0",
+                 "--graphs", "on", "--batch-size", "1,2", *extra]) == 0
+    graphs = json.loads((out / "run.json").read_text())["environment"]["cuda_graphs"]
+    assert graphs["drafting_shapes"] > 0 and graphs["drafting_timed"] == 0 and graphs["target_timed"] == 0, graphs

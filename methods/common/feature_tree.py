@@ -159,6 +159,7 @@ class FeatureTreeDrafter(Drafter):
         self.target_ids = torch.tensor(head.target_ids, device=head.device)
         self.cache = HeadCache.of(head, target, tree_slots(tree))
         self.rows = RowFeatures()  # shared by the forks, as the cache is
+        self.log_rates: dict[tuple, torch.Tensor] = {}  # synthetic_log_rates' tensors, made once a run (forks share)
         self.row_caches = (self.cache.runner, self.rows)
         self._reset()
 
@@ -250,7 +251,8 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
     root, root_tokens, base = fill(members, contexts, cache_rows)
     rows = HeadRows(first.cache, [d.filled for d in members], base, cache_rows)
     search = Search(head, rows, base, root_tokens, first.target_ids,
-                    partial(first._stop, rows=len(members)) if tree.costs is not None else None)
+                    partial(first._stop, rows=len(members)) if tree.costs is not None else None,
+                    synthetic_log_rates(first.log_rates, contexts, tree.depth, root.device))
     try:
         if tree.static_paths is not None:
             nodes = static(search, root, tree.static_paths)
@@ -264,6 +266,22 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
         d.last_search = (root, nodes.expanded, row, kept, len(draft))
     drafted = dict(zip(ready, trees))
     return [drafted[b] if b in drafted else Draft() for b in range(len(drafters))]
+
+
+def synthetic_log_rates(made: dict[tuple, torch.Tensor], ctxs: list[DecodeContext], depth: int,
+                        device: torch.device) -> torch.Tensor | None:
+    """TIMING ONLY: each row's log acceptance rate at depths 1..depth [R, depth] under synthetic acceptance
+    (DecodeContext.synthetic_rates; the last rate repeats, as the verifier's does), what the search scores its
+    candidates by (tree_search.calibrated), so that a tree is sized from the rates the run verifies at, not from a
+    random head's confidence; None when the target verifies. Kept in `made` once made: no copy to the device a
+    step."""
+    rates = tuple(ctx.synthetic_rates for ctx in ctxs)
+    if rates[0] is None:
+        return None
+    if (rates, depth) not in made:
+        logs = [[math.log(r) if r > 0 else -math.inf for r in row] for row in rates]
+        made[rates, depth] = torch.tensor([row[:depth] + row[-1:] * (depth - len(row)) for row in logs], device=device)
+    return made[rates, depth]
 
 
 def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext], cache_rows: torch.Tensor | None

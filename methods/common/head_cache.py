@@ -11,7 +11,8 @@ finished trees to the host.
 - Each forward is one module call (HeadStep): the mask, built from each row's context length and the block's own
   visibility, the head, the top-k under each node (tree_search.expand) and, for a dynamic tree's level, the level's
   bookkeeping (tree_search.frontier_step); at fixed shapes one graph per (rows, tokens, input width, nodes run
-  before, k, bookkeeping or not), and one per (rows, k) for the root's top-k (RootStep).
+  before, k, the bookkeeping's state: none, or with synthetic acceptance's rates or without), and one per (rows, k)
+  for the root's top-k (RootStep).
 - Row b of the cache is the batch's row b (DecodeContext.row): the engine moves the head's rows with the target's
   when rows leave (runner.keep_rows, Drafter.row_caches); a search over a subset of the batch's rows names them
   (`cache_rows`, uncaptured); a drafter that begins a sequence fills its whole context again.
@@ -144,7 +145,7 @@ class HeadCache:
         if then is not None:
             inputs["state"] = {name: torch.cat([t, t.new_zeros(extra_rows, *t.shape[1:])]) if extra_rows else t
                                for name, t in state.items()}
-        key = (size_rows, size, features.shape[-1], ran, k, then is not None) if shape.captured else None
+        key = (size_rows, size, features.shape[-1], ran, k, tuple(state or ())) if shape.captured else None
         found = self.runner.graphs.call(
             key, lambda given: self.runner.model(given, self.runner.cache, shape.key_slots, k, then, n), inputs)
         if not shape.captured:

@@ -48,6 +48,9 @@ class Search:
     root_tokens: torch.Tensor  # [R] target id of each row's last emitted token
     target_ids: torch.Tensor  # [V_draft] draft index -> target token id
     stop: Callable[[torch.Tensor], torch.Tensor] | None = None  # frontier mass [R] -> stop here [R] (auto sizing)
+    # TIMING ONLY (synthetic acceptance): [R, depth] each row's log acceptance rate at depth 1, 2, ...: the search
+    # scores its candidates as a head calibrated to those rates would (`calibrated`); None: by the head's log-probs
+    log_rates: torch.Tensor | None = None
 
     def run(self, tokens: torch.Tensor, features: torch.Tensor, depth: int, ancestors: torch.Tensor, k: int,
             then: Callable | None = None, state: dict[str, torch.Tensor] | None = None) -> tuple:
@@ -73,17 +76,30 @@ class Nodes:
     stops: list[torch.Tensor]  # per level of a dynamic tree: [R] bool, the row's tree would have stopped there
 
 
+def calibrated(logp: torch.Tensor, log_rate: torch.Tensor) -> torch.Tensor:
+    """TIMING ONLY (synthetic acceptance): the scores [R, n, k] that a head calibrated to the synthetic verifier
+    would give the top k under each of n nodes: its first-ranked child the log of its depth's rate (log_rate [R], the
+    chance the verifier accepts that depth given its parent), the others -inf (the verifier never accepts off the best
+    path, the first child at each level). The tokens stay the head's; so does every forward."""
+    first = torch.arange(logp.shape[-1], device=logp.device) == 0
+    return torch.where(first, log_rate[:, None, None], -torch.inf).expand_as(logp)
+
+
 def dynamic(search: Search, root: torch.Tensor, k: int, depth: int) -> Nodes:
     """EAGLE-2's dynamic tree: the top k children of the root, then depth - 1 times: run the head over the frontier
     (k nodes), add the top k children of each (k * k candidates), keep the k best candidates by cumulative log-prob
     as the next frontier. Each level's bookkeeping (`frontier_step`) runs inside the level's step, after the head's
-    top-k: one captured graph a level."""
+    top-k: one captured graph a level. With search.log_rates, candidates are scored by those rates (`calibrated`)."""
     rows, device = root.shape[0], root.device
     logp, index = search.rows.expand_root(root, k)
+    if search.log_rates is not None:
+        logp = calibrated(logp, search.log_rates[:, 0])
     f_tokens = search.target_ids[index[:, 0]]
     state = {"f_scores": logp[:, 0], "f_tokens": f_tokens, "frontier": torch.arange(k, device=device).expand(rows, k),
              "parent_tokens": search.root_tokens[:, None].expand(rows, k),
              "ancestors": torch.zeros(rows, k, 0, dtype=torch.bool, device=device)}
+    if search.log_rates is not None:
+        state["log_rates"] = search.log_rates
     nodes = Nodes([f_tokens], [torch.full((rows, k), ROOT, device=device)], [state["f_scores"]], [1] * k, [], [])
     parent_features = root[:, None].expand(rows, k, -1)
     for level in range(1, depth):
@@ -91,7 +107,7 @@ def dynamic(search: Search, root: torch.Tensor, k: int, depth: int) -> Nodes:
             nodes.stops.append(search.stop(state["f_scores"].exp().sum(dim=1)))
             if bool(nodes.stops[-1].all()):  # read back on every device: a level no row keeps is never drafted
                 break  # (one [R] bool copy a level, against the level's forward; rows that stop earlier are cut later)
-        then = partial(frontier_step, search.target_ids, k, len(nodes.depths))
+        then = partial(frontier_step, search.target_ids, k, len(nodes.depths), level + 1)
         fed = state["f_tokens"] if search.head.shift else state["parent_tokens"]
         out, _, _, found = search.run(fed, parent_features, level, state["ancestors"], k, then, state)
         nodes.expanded.append((state["frontier"], out))
@@ -104,14 +120,16 @@ def dynamic(search: Search, root: torch.Tensor, k: int, depth: int) -> Nodes:
     return nodes
 
 
-def frontier_step(target_ids: torch.Tensor, k: int, count: int, out: torch.Tensor, logp: torch.Tensor,
+def frontier_step(target_ids: torch.Tensor, k: int, count: int, depth: int, out: torch.Tensor, logp: torch.Tensor,
                   index: torch.Tensor, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A dynamic level's bookkeeping, from the head's output over the frontier's k nodes (out [R, k, W]) and the
-    top k under each (logp, index [R, k, k]): the k * k candidates (scores, target tokens, parents: node indices,
-    the frontier's numbered from `count` on), and the next frontier (the k best candidates by cumulative log-prob:
-    their scores, tokens, node indices, their parents' tokens and predicted features, and each one's ancestors
-    among the nodes run so far)."""
+    top k under each (logp, index [R, k, k]; with state["log_rates"], scored by those, `calibrated`): the k * k
+    candidates at `depth` (scores, target tokens, parents: node indices, the frontier's numbered from `count` on),
+    and the next frontier (the k best candidates by cumulative log-prob: their scores, tokens, node indices, their
+    parents' tokens and predicted features, and each one's ancestors among the nodes run so far)."""
     frontier = state["frontier"]
+    if "log_rates" in state:
+        logp = calibrated(logp, state["log_rates"][:, depth - 1])
     scores = (state["f_scores"][..., None] + logp).flatten(1)
     tokens = target_ids[index].flatten(1)
     best = best_k(scores, k)[1]
@@ -121,7 +139,8 @@ def frontier_step(target_ids: torch.Tensor, k: int, count: int, out: torch.Tenso
             "parent_tokens": state["f_tokens"].gather(1, slot), "parent_features": out.gather(1, spread(slot, out)),
             "f_scores": scores.gather(1, best), "f_tokens": tokens.gather(1, best), "frontier": count + best,
             "ancestors": torch.cat([ancestors.gather(1, spread(slot, ancestors)),
-                                    torch.nn.functional.one_hot(slot, k).bool()], dim=2)}
+                                    torch.nn.functional.one_hot(slot, k).bool()], dim=2),
+            **({"log_rates": state["log_rates"]} if "log_rates" in state else {})}
 
 
 def spread(index: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

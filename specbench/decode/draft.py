@@ -117,6 +117,10 @@ class DecodeContext:
     # The batch row this sequence holds, kept by the engine as rows leave: its row in every cache beside the target
     # (a drafter's forward names it, specbench.decode.runner.ModelRunner.cache_rows).
     row: int = 0
+    # TIMING ONLY: the conditional per-position rates at which the step's verifier accepts along the draft's best
+    # path whatever the target says (synthetic acceptance, verify.FixedRates); a drafter that sizes its tree from its
+    # own confidence sizes it from these instead. None: the target verifies.
+    synthetic_rates: tuple[float, ...] | None = None
 
 
 @dataclass

@@ -35,7 +35,14 @@ from specbench.decode.layout import AttentionLayout
 from specbench.decode.runner import ModelRunner, keep_rows
 from specbench.decode.runtime import synchronize
 from specbench.decode.sampling import Sampling
-from specbench.decode.verify import Verdict, VerifyFn, verify_greedy_batch, verify_lossless, verify_rejection_batch
+from specbench.decode.verify import (
+    Verdict,
+    VerifyFn,
+    fixed_rates,
+    verify_greedy_batch,
+    verify_lossless,
+    verify_rejection_batch,
+)
 
 T = TypeVar("T")
 
@@ -147,7 +154,7 @@ def generate_batch(
     synchronize(model.device)
     started = time.perf_counter()
     rows = start_rows(prompts, drafters, generators or [None] * len(prompts), sampling, max_new_tokens,
-                      context_limit(model))
+                      context_limit(model), fixed_rates(verify))
     active = [row for row in rows if row.budget > 0]
     for b, row in enumerate(active):
         row.ctx.row = b
@@ -197,13 +204,16 @@ def generate_batch(
 
 
 def start_rows(prompts: list[list[int]], drafters: list[Drafter], generators: list[torch.Generator | None],
-               sampling: Sampling, max_new_tokens: int, limit: int) -> list[Row]:
-    """One row per prompt, its budget cut to what the model's context has left."""
+               sampling: Sampling, max_new_tokens: int, limit: int, synthetic_rates: tuple[float, ...] | None = None
+               ) -> list[Row]:
+    """One row per prompt, its budget cut to what the model's context has left (synthetic_rates: a timing-only
+    verifier's, DecodeContext.synthetic_rates)."""
     rows = []
     for prompt, drafter, generator in zip(prompts, drafters, generators):
         budget = max(0, min(max_new_tokens, limit - len(prompt)))
         result = Generation([], [], [], [], 0.0, "length" if budget == max_new_tokens else "context")
-        rows.append(Row(DecodeContext(list(prompt), len(prompt), sampling, generator), drafter, budget, result))
+        ctx = DecodeContext(list(prompt), len(prompt), sampling, generator, synthetic_rates=synthetic_rates)
+        rows.append(Row(ctx, drafter, budget, result))
     return rows
 
 

@@ -15,7 +15,7 @@ and the leaf a walk ends on, when it does (RowProbs).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol, runtime_checkable
 
 import torch
 
@@ -30,6 +30,20 @@ class Verdict:
 
 
 VerifyFn = Callable[[Draft, torch.Tensor, Sampling, "torch.Generator | None"], Verdict]
+
+
+@runtime_checkable
+class FixedRates(Protocol):
+    """A TIMING-ONLY verifier that accepts along a draft's best path at fixed conditional per-position rates
+    (synthetic acceptance, specbench.run.synthetic): the engine tells the drafters those rates
+    (DecodeContext.synthetic_rates)."""
+
+    rates: tuple[float, ...]
+
+
+def fixed_rates(verify: VerifyFn) -> tuple[float, ...] | None:
+    """The rates of a FixedRates verifier; None for one that asks the target."""
+    return tuple(verify.rates) if isinstance(verify, FixedRates) else None
 
 
 def greedy_walk(draft: Draft, best: Callable[[int], int]) -> Verdict:

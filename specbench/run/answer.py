@@ -11,13 +11,14 @@ import torch
 
 from specbench.decode.draft import Drafter
 from specbench.decode.engine import context_limit, generate_batch
-from specbench.decode.runner import round_up
+from specbench.decode.runner import BLOCK_SIZES, round_up
 from specbench.decode.sampling import Sampling
 from specbench.decode.target import LoadedModel, chat_tokens
 from specbench.decode.verify import VerifyFn
 from specbench.errors import SpecbenchError
 from specbench.run.energy import EnergyCounter
 from specbench.run.record import Choice
+from specbench.run.synthetic import SyntheticAcceptance
 from specbench.run.tasks import Question
 
 CAPACITY_STEP = 64  # conversation_capacity rounds up to a multiple of this
@@ -116,14 +117,42 @@ def check_prompts_fit(target: LoadedModel, questions: dict[str, list[Question]],
 
 
 def warm_up(target: LoadedModel, drafters: dict[str, Drafter], question: Question | None, tokens: int,
-            batch_sizes: tuple[int, ...] = (1,)) -> None:
-    """One untimed generation per method and batch size, so that no method's first timed question pays for lazy
-    initialisation (allocator, kernels, caches). Its output is discarded."""
+            batch_sizes: tuple[int, ...] = (1,), verify: VerifyFn | None = None) -> None:
+    """Untimed generations per method and batch size, on forks of its drafter (a drafter whose state outlives a
+    generation, as suffix's and recycling's at scope=run, learns nothing from them), their outputs discarded: one of
+    `tokens` tokens with the run's verifier (verify: synthetic acceptance's, else the lossless one), so that no
+    method's first timed question pays for lazy initialisation (allocator, kernels, caches); and with fixed shapes
+    every drafting shape a step can take (warm_up_shapes), so that none is first met, and captured, while timed."""
     if question is None or tokens <= 0:
         return
     prompt = chat_tokens(target.tokenizer, [{"role": "user", "content": question.turns[0]}])
     for drafter in drafters.values():
         for size in sorted(set(batch_sizes)):
-            rows = [drafter] + [drafter.fork() for _ in range(size - 1)]
-            generate_batch(target.model, [prompt] * size, rows, Sampling(), tokens, target.stop_ids,
-                           runner=target.runner)
+            warm_generation(target, drafter, [prompt] * size, tokens, verify)
+            if target.runner.fixed_shapes:
+                warm_up_shapes(target, drafter, prompt, size, verify)
+
+
+def warm_generation(target: LoadedModel, drafter: Drafter, prompts: list[list[int]], tokens: int,
+                    verify: VerifyFn | None) -> list[int]:
+    """One untimed generation on forks of the drafter (each row's generator seeded by its row); each row's most
+    tokens emitted in one step."""
+    generators = [torch.Generator(device=target.model.device).manual_seed(b) for b in range(len(prompts))]
+    results = generate_batch(target.model, prompts, [drafter.fork() for _ in prompts], Sampling(), tokens,
+                             target.stop_ids, generators, verify=verify, runner=target.runner)
+    return [max(result.accept_lengths, default=0) for result in results]
+
+
+def warm_up_shapes(target: LoadedModel, drafter: Drafter, prompt: list[int], rows: int,
+                   verify: VerifyFn | None) -> None:
+    """Every drafting shape of `rows` rows at fixed shapes (bucketed by tokens, specbench.decode.runner): a drafter's
+    first forward after the prefill reads the prompt (one short generation per prompt-length bucket, the prompt cut
+    or repeated to it), and each later one the tokens the last step accepted (one per accept-length bucket, forced by
+    a verifier that accepts exactly that many drafted tokens a step: synthetic acceptance at rates 1, ..., 1, 0, the
+    drafts' own tokens; stopped once the drafter drafts no deeper)."""
+    for length in BLOCK_SIZES:
+        warm_generation(target, drafter, [(prompt * length)[:length]] * rows, 3, verify)
+    for accepted in (size - 1 for size in BLOCK_SIZES):
+        forced = SyntheticAcceptance((1.0,) * accepted + (0.0,))
+        if min(warm_generation(target, drafter, [prompt] * rows, accepted + 3, forced)) - 1 < accepted:
+            break

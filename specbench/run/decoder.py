@@ -139,7 +139,8 @@ class Decoder:
             if runner.fixed_shapes:  # every target shape a step can take, captured on the run's cache (CUDA)
                 prepare_shapes(runner, max(self.cfg.batch_sizes),
                                hidden=any(d.hidden_layers for d in self.drafters.values()))
-            warm_up(self.target, self.drafters, first, self.cfg.warmup_tokens, self.warm_up_sizes())
+            warm_up(self.target, self.drafters, first, self.cfg.warmup_tokens, self.warm_up_sizes(),
+                    SyntheticAcceptance(tuple(self.cfg.synthetic)) if self.cfg.synthetic else None)
             for reference in self.references.values():
                 reference.warm_up(first, self.cfg.warmup_tokens)
         if runner.fixed_shapes:  # what was captured before timing (a drafter's later shapes are counted as timed)
