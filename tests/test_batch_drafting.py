@@ -78,6 +78,22 @@ def test_ties_go_to_the_lower_index_whatever_the_batch():
     assert torch.equal(alone[1], best_k(values, 3)[1][1:]) and torch.equal(alone[0], best_k(values, 3)[0][1:])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_best_k_is_a_stable_descending_sort_cut_to_k(dtype):
+    """best_k's one topk over (value, lower index) keys picks and orders exactly what a stable descending sort of the
+    whole row puts first: ties (rounded values, -inf, 0.0 against -0.0) in index order, negatives below positives."""
+    gen = torch.Generator().manual_seed(0)
+    for decimals, vocab in [(0, 7), (1, 64), (2, 1000), (6, 5000)]:
+        values = (torch.randn(3, 4, vocab, generator=gen) * 3).round(decimals=decimals).to(dtype)
+        values[0, 0, ::3] = -torch.inf
+        values[1, 1, : vocab // 2] = -0.0
+        values[1, 1, vocab // 2 :] = 0.0
+        for k in (1, 3, 6):
+            order = values.sort(dim=-1, descending=True, stable=True)
+            scores, index = best_k(values, k)
+            assert torch.equal(index, order.indices[..., :k]) and torch.equal(scores, order.values[..., :k])
+
+
 def kept_alone(scores, depths, cap, total):
     """A dynamic tree's selection for one row, written plainly: the best nodes by score (ties: the earlier) no deeper
     than cap, at most total, then ordered by depth, then score (then the earlier)."""

@@ -40,7 +40,7 @@ from specbench.decode.runtime import fastest_seconds
 from specbench.method import BuildContext
 from specbench.methods.common.head_cache import HeadCache, HeadRows
 from specbench.methods.common.options import AUTO_MAX_TOKENS
-from specbench.methods.common.tree_search import Search, dynamic, finish, static
+from specbench.methods.common.tree_search import Search, dynamic, finish, static, synthetic_log_rates
 
 
 class FeatureHead(Protocol):
@@ -266,22 +266,6 @@ def draft_rows(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext]) ->
         d.last_search = (root, nodes.expanded, row, kept, len(draft))
     drafted = dict(zip(ready, trees))
     return [drafted[b] if b in drafted else Draft() for b in range(len(drafters))]
-
-
-def synthetic_log_rates(made: dict[tuple, torch.Tensor], ctxs: list[DecodeContext], depth: int,
-                        device: torch.device) -> torch.Tensor | None:
-    """TIMING ONLY: each row's log acceptance rate at depths 1..depth [R, depth] under synthetic acceptance
-    (DecodeContext.synthetic_rates; the last rate repeats, as the verifier's does), what the search scores its
-    candidates by (tree_search.calibrated), so that a tree is sized from the rates the run verifies at, not from a
-    random head's confidence; None when the target verifies. Kept in `made` once made: no copy to the device a
-    step."""
-    rates = tuple(ctx.synthetic_rates for ctx in ctxs)
-    if rates[0] is None:
-        return None
-    if (rates, depth) not in made:
-        logs = [[math.log(r) if r > 0 else -math.inf for r in row] for row in rates]
-        made[rates, depth] = torch.tensor([row[:depth] + row[-1:] * (depth - len(row)) for row in logs], device=device)
-    return made[rates, depth]
 
 
 def fill(drafters: list[FeatureTreeDrafter], ctxs: list[DecodeContext], cache_rows: torch.Tensor | None

@@ -8,6 +8,7 @@ rows are drafted beside it.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
@@ -15,26 +16,28 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from specbench.decode.draft import ROOT, Draft
+from specbench.decode.draft import ROOT, DecodeContext, Draft
 
 
 def best_k(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The k largest values along the last dimension and their indices, largest first, equal values in index
-    order; the same for a row whatever else is in the tensor (torch.topk leaves the order of ties open). The chosen
-    set: every value above the k-th largest, then the lowest-index values equal to it (a key per element: above it,
-    2n; equal to it, n - index; below, 0; its top k are that set); then ordered by value, ties by index."""
+    order; the same for a row whatever else is in the tensor (torch.topk leaves the order of ties open). ONE topk,
+    over a key that orders by value, then by lower index: each value's float32 bits made order-preserving as an
+    integer (IEEE 754: a negative's magnitude bits flipped), above 32 bits of n - 1 - index; every key is distinct,
+    so the top k and their order are unique (-0.0 is made 0.0 first: they are equal)."""
     n = values.shape[-1]
-    kth = values.topk(k, dim=-1).values[..., -1:]
-    position = torch.arange(n, device=values.device)
-    key = torch.where(values > kth, 2 * n, torch.where(values == kth, n - position, 0))
-    index = key.topk(k, dim=-1).indices.sort(dim=-1).values  # the chosen set, lowest index first
-    picked = values.gather(-1, index)
-    order = picked.sort(dim=-1, descending=True, stable=True).indices
-    return picked.gather(-1, order), index.gather(-1, order)
+    bits = (values.float() + 0.0).view(torch.int32).long()
+    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    key = ordered * (1 << 32) + (n - 1 - torch.arange(n, device=values.device))
+    index = key.topk(k, dim=-1).indices
+    return values.gather(-1, index), index
 
 
 def expand(head: Any, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k (draft log-probs, draft indices) [R, n, k] under nodes whose predicted features are [R, n, W]."""
+    """Top-k (draft log-probs, draft indices) [R, n, k] under nodes whose predicted features are [R, n, W]. The
+    log-softmax is taken over the whole row, as EAGLE's code does (x - logsumexp(x) of the k picked differs from it
+    in the last bits, which moves near-ties between a frontier's candidates; the pass over the vocabulary is needed
+    for the normaliser either way)."""
     return best_k(torch.log_softmax(head.draft_logits(features).float(), dim=-1), k)
 
 
@@ -83,6 +86,22 @@ def calibrated(logp: torch.Tensor, log_rate: torch.Tensor) -> torch.Tensor:
     path, the first child at each level). The tokens stay the head's; so does every forward."""
     first = torch.arange(logp.shape[-1], device=logp.device) == 0
     return torch.where(first, log_rate[:, None, None], -torch.inf).expand_as(logp)
+
+
+def synthetic_log_rates(made: dict[tuple, torch.Tensor], ctxs: list[DecodeContext], depth: int,
+                        device: torch.device) -> torch.Tensor | None:
+    """TIMING ONLY: each row's log acceptance rate at depths 1..depth [R, depth] under synthetic acceptance
+    (DecodeContext.synthetic_rates; the last rate repeats, as the verifier's does), what the search scores its
+    candidates by (tree_search.calibrated), so that a tree is sized from the rates the run verifies at, not from a
+    random head's confidence; None when the target verifies. Kept in `made` once made: no copy to the device a
+    step."""
+    rates = tuple(ctx.synthetic_rates for ctx in ctxs)
+    if rates[0] is None:
+        return None
+    if (rates, depth) not in made:
+        logs = [[math.log(r) if r > 0 else -math.inf for r in row] for row in rates]
+        made[rates, depth] = torch.tensor([row[:depth] + row[-1:] * (depth - len(row)) for row in logs], device=device)
+    return made[rates, depth]
 
 
 def dynamic(search: Search, root: torch.Tensor, k: int, depth: int) -> Nodes:

@@ -1,7 +1,7 @@
 """The one decode loop. Every method, vanilla included, runs through `generate_batch` (`generate` is its one-row
-case).
+case), a loop over `decode_step`.
 
-Each step: each row's drafter proposes a tree; ONE target forward scores, for every row, the tokens not yet in its
+Each step (`decode_step`): each row's drafter proposes a tree; ONE target forward scores, for every row, the tokens not yet in its
 cache (the last emitted token, plus the whole prompt on the first step) followed by its tree, under a 4D mask in
 which each tree node sees its row's context and its ancestors; verification picks each row's accepted path and
 bonus token; the KV cache keeps each row's accepted path only. The bonus token is not yet in the cache: it is the
@@ -31,7 +31,6 @@ from specbench.decode.draft import ROOT, DecodeContext, Draft, Drafter, StepResu
 from specbench.decode.drafting import accept_all, propose_all
 from specbench.decode.inputs import row_blocks, target_forward, to_device
 from specbench.decode.kv import SlotCache
-from specbench.decode.layout import AttentionLayout
 from specbench.decode.runner import ModelRunner, keep_rows
 from specbench.decode.runtime import synchronize
 from specbench.decode.sampling import Sampling
@@ -160,39 +159,18 @@ def generate_batch(
         row.ctx.row = b
         row.drafting(lambda: row.drafter.begin(row.ctx))
     runner = runner or ModelRunner(model, fixed_shapes=False)
-    layout, dtype, device = AttentionLayout.of(model.config), model.dtype, runner.device
     # The drafters' row caches, each once (a drafter's forks share theirs).
     row_caches = list({id(cache): cache for drafter in drafters for cache in drafter.row_caches}.values())
     runner.reserve(len(rows), max(map(len, prompts)) + max_new_tokens)
     while active:
-        drafts = propose_all(active)
-        t1 = time.perf_counter()
-        out, pads = forward(runner, active, drafts, layout, dtype, device)
-        scores = [row_logits(out, b, draft) for b, draft in enumerate(drafts)]
-        verdicts = verify_rows(verify, active, drafts, [logits for logits, _ in scores], out.logits.device)
-        hidden = keep_accepted(runner.cache, out, active, verdicts, pads)
-        steps = [settle(row, draft, verdicts[b], scores[b], hidden[b], stop_ids)
-                 for b, (row, draft) in enumerate(zip(active, drafts))]
-        stays = [b for b, row in enumerate(active) if row.live or (feed_last and not row.flushing)]
-        order = stays
-        if len(stays) < len(active):
-            order = keep_rows([runner, *row_caches], stays)
-            for b, old in enumerate(order):  # where each kept row now is, in every cache (a left row's is gone)
-                active[old].ctx.row = b
-        verify_seconds = time.perf_counter() - t1
+        begun, drafted = time.perf_counter(), sum(row.pending_draft_time for row in active)
+        steps = decode_step(runner, active, verify, stop_ids)
+        order = leave_batch(runner, row_caches, active, feed_last)
+        verified = time.perf_counter()  # the step's time but its drafting (counted in the rows' pending_draft_time)
+        verify_seconds = verified - begun - (sum(row.pending_draft_time for row in active) - drafted)
         told = [b for b, row in enumerate(active) if row.result.stop_reason != "eos" or feed_last]
         accept_all([active[b] for b in told], [steps[b] for b in told])
-        for row in active:
-            if not row.flushing:
-                row.result.draft_times.append(row.pending_draft_time)
-                row.result.verify_times.append(verify_seconds)
-                row.result.step_ends.append(t1 + verify_seconds - started)
-            row.pending_draft_time = 0.0
-        for row in active:
-            if not row.live and not row.flushing:
-                synchronize(model.device)
-                row.result.wall_time = time.perf_counter() - started
-                row.flushing = feed_last
+        record_step(active, verify_seconds, verified - started, model.device, started, feed_last)
         active = [active[b] for b in order]
         if on_step is not None:
             on_step(sum(len(step.emitted) for step in steps))
@@ -201,6 +179,51 @@ def generate_batch(
         if row.budget == 0:
             row.result.wall_time = time.perf_counter() - started
     return [row.result for row in rows]
+
+
+def decode_step(runner: ModelRunner, rows: list[Row], verify: VerifyFn, stop_ids: set[int]) -> list[StepResult]:
+    """One speculative decoding step of every row of the batch (gpt-fast's speculative_decode, batched): each
+    drafter proposes a tree; ONE target forward scores each row's uncached tokens and tree; the rule verifies each
+    row's tree (its accepted path and bonus token); the cache keeps each row's accepted nodes, and each row emits its
+    tokens (accept). Returns, per row, what its drafter is told."""
+    drafts = propose_all(rows)
+    out, pads = forward(runner, rows, drafts)
+    scores = [row_logits(out, b, draft) for b, draft in enumerate(drafts)]
+    verdicts = verify_rows(verify, rows, drafts, [logits for logits, _ in scores], out.logits.device)
+    hidden = keep_accepted(runner.cache, out, rows, verdicts, pads)
+    return [settle(row, draft, verdicts[b], scores[b], hidden[b], stop_ids)
+            for b, (row, draft) in enumerate(zip(rows, drafts))]
+
+
+def leave_batch(runner: ModelRunner, row_caches: list, rows: list[Row], feed_last: bool) -> list[int]:
+    """The rows that stay for the next step (live ones, and with feed_last finished ones for their one last
+    forward), in their new order: a finished row's place in the target's cache and in every drafter's is filled by
+    a live row's (runner.keep_rows), and each moved row is told where it now is (DecodeContext.row)."""
+    stays = [b for b, row in enumerate(rows) if row.live or (feed_last and not row.flushing)]
+    if len(stays) == len(rows):
+        return stays
+    order = keep_rows([runner, *row_caches], stays)
+    for b, old in enumerate(order):  # where each kept row now is, in every cache (a left row's is gone)
+        rows[old].ctx.row = b
+    return order
+
+
+def record_step(rows: list[Row], verify_seconds: float, ended: float, device: torch.device, started: float,
+                feed_last: bool) -> None:
+    """Each row's step in its record (its drafting since the last step, the batch's verification time and when it
+    ended, `ended` seconds after the batch's start at `started`); a row that finished now gets its wall time (and,
+    with feed_last, one more forward over its last tokens)."""
+    for row in rows:
+        if not row.flushing:
+            row.result.draft_times.append(row.pending_draft_time)
+            row.result.verify_times.append(verify_seconds)
+            row.result.step_ends.append(ended)
+        row.pending_draft_time = 0.0
+    for row in rows:
+        if not row.live and not row.flushing:
+            synchronize(device)
+            row.result.wall_time = time.perf_counter() - started
+            row.flushing = feed_last
 
 
 def start_rows(prompts: list[list[int]], drafters: list[Drafter], generators: list[torch.Generator | None],
@@ -217,18 +240,16 @@ def start_rows(prompts: list[list[int]], drafters: list[Drafter], generators: li
     return rows
 
 
-def forward(runner: ModelRunner, rows: list[Row], drafts: list[Draft], layout: AttentionLayout, dtype: torch.dtype,
-            device: torch.device) -> tuple[Any, list[int]]:
+def forward(runner: ModelRunner, rows: list[Row], drafts: list[Draft]) -> tuple[Any, list[int]]:
     """ONE target forward over every row's uncached tokens and draft tree, row b's written from slot cache_len[b];
     the logits of each row's last len(draft) + 1 (+ extra branch) positions are kept (of every position of a
-    captured shape). Returns the output and each row's left padding. dtype and device: the model's (read once per
-    generation: finding them walks the model's parameters)."""
+    captured shape). Returns the output and each row's left padding."""
     blocks = row_blocks([row.ctx.token_ids[row.cache_len:] for row in rows], drafts, [row.cache_len for row in rows])
     starts = [row.cache_len for row in rows]
     shape = runner.fit(len(starts), max(blocks.lengths), max(starts))
     keep = shape.tokens if shape.captured else max(scored(d) for d in drafts)
     hidden = any(row.drafter.hidden_layers for row in rows)
-    return target_forward(runner, blocks, starts, shape, keep, hidden, dtype, device, layout)
+    return target_forward(runner, blocks, starts, shape, keep, hidden, runner.dtype, runner.device, runner.layout)
 
 
 def scored(draft: Draft) -> int:

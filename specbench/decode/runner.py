@@ -18,6 +18,7 @@ runs uncaptured from then on; the run's tables say UNCAPTURED, and `--require-gr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable
 
 import torch
@@ -25,6 +26,7 @@ from transformers import PreTrainedModel
 
 from specbench.decode.graphs import Graphs
 from specbench.decode.kv import SlotCache, fill_holes
+from specbench.decode.layout import AttentionLayout
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64)  # tokens per row of a captured forward
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)  # rows of a captured forward
@@ -90,6 +92,16 @@ class ModelRunner:
     def device(self) -> torch.device:
         """The model's device (its first parameter's)."""
         return next(self.model.parameters()).device
+
+    @cached_property
+    def dtype(self) -> torch.dtype:
+        """The model's dtype (read once: finding it walks the model's parameters)."""
+        return self.model.dtype
+
+    @cached_property
+    def layout(self) -> AttentionLayout:
+        """The attention layout of the model's config (a target's; read once)."""
+        return AttentionLayout.of(self.model.config)
 
     @property
     def capture(self) -> bool:
