@@ -110,3 +110,20 @@ def test_every_drafting_shape_is_met_before_timing(tmp_path, synthetic):
                  "--graphs", "on", "--batch-size", "1,2", *extra]) == 0
     graphs = json.loads((out / "run.json").read_text())["environment"]["cuda_graphs"]
     assert graphs["drafting_shapes"] > 0 and graphs["drafting_timed"] == 0 and graphs["target_timed"] == 0, graphs
+
+
+def test_a_timed_prompt_past_the_largest_bucket_is_counted_and_flagged():
+    """A prefill longer than the largest bucket runs at its own shape, uncaptured: counted while timed, and on CUDA
+    every table's header says so."""
+    model = tiny_llama(64, seed=3, layers=2, hidden=32).eval()
+    runner = ModelRunner(model, fixed_shapes=True)
+    runner.reserve(1, 128)
+    prepare_shapes(runner, 1, hidden=False)
+    runner.start_timing()
+    generate(model, [1, 2, 3], VanillaDrafter(), Sampling(), 4, set(), runner=runner)
+    assert capture_report(runner).own_shape_timed == 0
+    generate(model, [5] * (BLOCK_SIZES[-1] + 5), VanillaDrafter(), Sampling(), 4, set(), runner=runner)
+    report = capture_report(runner)
+    assert report.own_shape_timed == 1 and report.target_timed == 0 and "own shape" in report.line()
+    note = uncaptured_note(RunInfo(environment={"cuda_graphs": {**report.to_dict(), "asked": True}}))
+    assert note is not None and "1 timed forwards ran uncaptured" in note

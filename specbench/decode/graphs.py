@@ -30,6 +30,9 @@ class StaticStats:
     uncaptured: str = ""  # why these graphs stopped capturing ("" while they capture, or on the CPU)
     shapes: int = 0  # shapes met (captured on CUDA; on the CPU, those that would have been)
     timed: int = 0  # ... of which first met once timing began (a capture inside a timed question on CUDA)
+    # At fixed shapes, calls that ran at their own shape, uncaptured, once timing began (a prefill past the largest
+    # bucket, a drafter's call over a subset of the batch's rows)
+    own_shape_timed: int = 0
 
 
 @dataclass
@@ -52,6 +55,8 @@ class Graphs:
         """run(inputs), from the graph captured for `key` (None: a shape not to capture, run directly)."""
         if key is not None:
             self.note(key)
+        elif self.fixed_shapes and self.timing:
+            self.stats.own_shape_timed += 1
         if not self.capture or key is None:
             return run(inputs)
         captured = self.graphs.get(key) or self.record(key, run, inputs)

@@ -82,7 +82,7 @@ class ModelRunner:
     drafting: list[Graphs] = field(default_factory=list)  # the graphs of the drafters beside it (a target's)
 
     def __post_init__(self) -> None:
-        self.graphs = Graphs(self.capture)
+        self.graphs = Graphs(self.capture, fixed_shapes=self.fixed_shapes)
         if self.compiled:  # past the limit torch would run a new shape uncompiled, with only a warning
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         plain = BuiltForward(self.model)

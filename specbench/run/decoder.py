@@ -268,10 +268,14 @@ class CaptureReport:
     target_timed: int
     drafting_timed: int
     uncaptured: str  # why a set of graphs stopped capturing ("" when none did)
+    own_shape_timed: int = 0  # forwards of timed questions at their own shape, uncaptured (graphs.StaticStats)
 
     def line(self) -> str:
         timed = (f"; first met during timing: {self.target_timed} target and {self.drafting_timed} drafting shapes"
                  if self.target_timed or self.drafting_timed else "; none first met during timing")
+        if self.own_shape_timed:
+            timed += (f"; {self.own_shape_timed} timed forwards ran at their own shape, uncaptured (a prompt past the "
+                      f"largest bucket of {BLOCK_SIZES[-1]} tokens, or a drafter's call over a subset of the rows)")
         if not self.asked:
             return (f"none (not on CUDA): {self.target_shapes} target and {self.drafting_shapes} drafting shapes met"
                     + timed)
@@ -290,4 +294,5 @@ def capture_report(runner: ModelRunner) -> CaptureReport:
         target_shapes=runner.graphs.stats.shapes, drafting_shapes=sum(g.stats.shapes for g in drafting),
         target_captures=runner.graphs.stats.captures, drafting_captures=sum(g.stats.captures for g in drafting),
         target_timed=runner.graphs.stats.timed, drafting_timed=sum(g.stats.timed for g in drafting),
-        uncaptured=next((g.stats.uncaptured for g in [runner.graphs, *drafting] if g.stats.uncaptured), ""))
+        uncaptured=next((g.stats.uncaptured for g in [runner.graphs, *drafting] if g.stats.uncaptured), ""),
+        own_shape_timed=sum(g.stats.own_shape_timed for g in [runner.graphs, *drafting]))

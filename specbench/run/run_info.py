@@ -146,4 +146,7 @@ def uncaptured_note(info: RunInfo) -> str | None:
     timed = report.get("target_timed", 0) + report.get("drafting_timed", 0)
     if timed:
         notes.append(f"{timed} shapes were first captured inside timed questions (their time includes the capture)")
+    if report.get("own_shape_timed"):
+        notes.append(f"{report['own_shape_timed']} timed forwards ran uncaptured at their own shape (a prompt past "
+                     "the largest bucket, or a drafter's call over a subset of the rows)")
     return "; ".join(notes) or None
