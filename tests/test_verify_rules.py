@@ -427,7 +427,8 @@ def test_batch_rejection_equals_row_by_row():
 
 
 def test_batch_greedy_equals_row_by_row():
-    """verify_greedy_batch with all_rows (one argmax over the whole batch) gives each row verify_greedy's verdict."""
+    """verify_greedy_batch with all_rows (one argmax over the forward's whole logits tensor) gives each row
+    verify_greedy's verdict, in bf16 too."""
     g = torch.Generator().manual_seed(5)
     drafts = [random_tree(g, n) for n in (1, 4, 0, 7, 3)]
     logits = [torch.randn(len(d) + 1, V, generator=g) for d in drafts]
@@ -439,8 +440,16 @@ def test_batch_greedy_equals_row_by_row():
                 rows[kids[0][0] + 1, d.tokens[kids[kids[0][0] + 1][0]]] = 9.0
     expected = [verify_greedy(d, rows) for d, rows in zip(drafts, logits)]
     assert sum(len(v.path) for v in expected) >= 4
-    assert verify_greedy_batch(drafts, logits, all_rows=True) == expected
-    assert verify_greedy_batch(drafts, logits, all_rows=False) == expected
+    # as the forward gives them: every row left-padded to the longest, then one more column after (a branch's)
+    columns = max(len(rows) for rows in logits) + 1
+    forward = torch.randn(len(drafts), columns, V, generator=g)
+    starts = [columns - 1 - len(rows) for rows in logits]
+    for b, (rows, start) in enumerate(zip(logits, starts)):
+        forward[b, start : start + len(rows)] = rows
+    assert verify_greedy_batch(drafts, forward, starts, all_rows=True) == expected
+    assert verify_greedy_batch(drafts, forward, starts, all_rows=False) == expected
+    assert verify_greedy_batch(drafts, forward.bfloat16(), starts, all_rows=True) == [
+        verify_greedy(d, forward.bfloat16()[b, s : s + len(d) + 1]) for b, (d, s) in enumerate(zip(drafts, starts))]
 
 
 def test_best_token_is_torchs_argmax():

@@ -96,7 +96,7 @@ class LookaheadDrafter(Drafter):
         if step.extra_logits is None:
             return
         top = self.top
-        predicted = step.extra_logits.argmax(-1).tolist()[-len(self.window[top]):]  # the top level's outputs
+        predicted = step.extra_logits.float().argmax(-1).tolist()[-len(self.window[top]):]  # the top level's outputs
         w = self.window
         if top == 0:  # the prefill
             self.window = [w[0][1:], predicted] + w[2:]

@@ -61,7 +61,7 @@ class RecyclingDrafter(Drafter):
         root = ctx.token_ids[-len(step.emitted) - 1]  # the last token before this step's output
         scored = [root, *step.draft.tokens]  # the tokens whose next-token logits this forward computed
         k = min(self.k, step.logits.shape[-1])
-        top = step.logits[: len(scored)].topk(k, dim=-1).indices
+        top = step.logits[: len(scored)].float().topk(k, dim=-1).indices  # the forward's dtype, widened
         last = {token: i for i, token in enumerate(scored)}  # a token scored at several nodes keeps its last row
         self.matrix[torch.tensor(list(last)), :k] = top[torch.tensor(list(last.values()))].to(self.matrix.device)
 

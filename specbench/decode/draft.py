@@ -132,7 +132,8 @@ class StepResult:
     # The target hidden states a drafter asked for (Drafter.hidden_layers, concatenated in that order) at the
     # positions this step added to the target's cache, in order; None for drafters that ask for none.
     hidden: torch.Tensor | None = None
-    # Logits [m, V] of the draft's extra branch (Lookahead's window), from the same forward; None without one.
+    # Logits [m, V] of the draft's extra branch (Lookahead's window), from the same forward (in its dtype: views of
+    # the forward's output); None without one.
     extra_logits: torch.Tensor | None = None
     # The tree as verified (the proposal cut to the remaining token budget; `path` indexes it) and the target's
     # logits [len(draft) + 1, V] at its root and at each of its nodes, from the same forward (Token Recycling

@@ -189,7 +189,7 @@ def decode_step(runner: ModelRunner, rows: list[Row], verify: VerifyFn, stop_ids
     drafts = propose_all(rows)
     out, pads = forward(runner, rows, drafts)
     scores = [row_logits(out, b, draft) for b, draft in enumerate(drafts)]
-    verdicts = verify_rows(verify, rows, drafts, [logits for logits, _ in scores], out.logits.device)
+    verdicts = verify_rows(verify, rows, drafts, out.logits, [logits for logits, _ in scores])
     hidden = keep_accepted(runner.cache, out, rows, verdicts, pads)
     return [settle(row, draft, verdicts[b], scores[b], hidden[b], stop_ids)
             for b, (row, draft) in enumerate(zip(rows, drafts))]
@@ -258,21 +258,24 @@ def scored(draft: Draft) -> int:
 
 
 def row_logits(out: Any, b: int, draft: Draft) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Row b's logits at its root and tree nodes [len(draft) + 1, V], and at its extra branch (None without one)."""
+    """Row b's logits at its root and tree nodes [len(draft) + 1, V], and at its extra branch (None without one):
+    views of the forward's, in its dtype."""
     keep = out.logits.shape[1]
-    logits = out.logits[b, keep - scored(draft):].float()
+    logits = out.logits[b, keep - scored(draft):]
     if draft.extra and draft.extra.tokens:
         return logits[: len(draft) + 1], logits[len(draft) + 1 :]
     return logits, None
 
 
-def verify_rows(verify: VerifyFn, rows: list[Row], drafts: list[Draft], logits: list[torch.Tensor],
-                device: torch.device) -> list[Verdict]:
-    """Every row's verdict. Under the lossless rule the batch goes together: at T=0 (on an accelerator one argmax and
+def verify_rows(verify: VerifyFn, rows: list[Row], drafts: list[Draft], forward_logits: torch.Tensor,
+                logits: list[torch.Tensor]) -> list[Verdict]:
+    """Every row's verdict, from the forward's logits [B, columns, V] or each row's view of them (row_logits). Under
+    the lossless rule the batch goes together: at T=0 (on an accelerator one argmax over the forward's logits and
     one copy to the host for all rows), at T>0 one copy of every row's gathered values and draws, each row drawing
     from its own generator. A drafter's own verifier goes row by row."""
     if verify is verify_lossless and all(row.ctx.sampling.greedy for row in rows):
-        return verify_greedy_batch(drafts, logits, all_rows=device.type != "cpu")
+        starts = [forward_logits.shape[1] - scored(draft) for draft in drafts]
+        return verify_greedy_batch(drafts, forward_logits, starts, all_rows=forward_logits.device.type != "cpu")
     if verify is verify_lossless:
         return verify_rejection_batch(drafts, logits, [row.ctx.sampling for row in rows],
                                       [row.ctx.generator for row in rows])

@@ -91,17 +91,17 @@ def verify_greedy(draft: Draft, logits: torch.Tensor) -> Verdict:
     return greedy_walk(draft, lambda row: best_token(logits[row]))
 
 
-def verify_greedy_batch(drafts: list[Draft], logits: list[torch.Tensor], all_rows: bool) -> list[Verdict]:
-    """T=0 for every row of a batch. all_rows (an accelerator's way): one argmax over every row's positions and one
-    copy to the host for the whole batch, instead of a wait on the device per visited row; else row by row."""
+def verify_greedy_batch(drafts: list[Draft], logits: torch.Tensor, starts: list[int], all_rows: bool
+                        ) -> list[Verdict]:
+    """T=0 for every row of a batch, from the forward's logits [B, columns, V] as they are (row b's root at column
+    starts[b], its nodes after it). all_rows (an accelerator's way): ONE argmax over the whole tensor and one copy
+    to the host for the batch, no row split or joined; else row by row, at the rows each walk visits."""
     if not all_rows:
-        return [verify_greedy(draft, rows) for draft, rows in zip(drafts, logits)]
-    best = torch.cat(logits).argmax(dim=-1).tolist()
-    verdicts, start = [], 0
-    for draft, rows in zip(drafts, logits):
-        verdicts.append(greedy_walk(draft, best[start : start + rows.shape[0]].__getitem__))
-        start += rows.shape[0]
-    return verdicts
+        return [verify_greedy(draft, logits[b, start : start + len(draft) + 1])
+                for b, (draft, start) in enumerate(zip(drafts, starts))]
+    best = logits.argmax(dim=-1).tolist()
+    return [greedy_walk(draft, lambda row, b=b, start=start: best[b][start + row])
+            for b, (draft, start) in enumerate(zip(drafts, starts))]
 
 
 @dataclass
