@@ -1,10 +1,10 @@
 """The one decode loop. Every method, vanilla included, runs through `generate_batch` (`generate` is its one-row
 case), a loop over `decode_step`.
 
-Each step (`decode_step`): each row's drafter proposes a tree; ONE target forward scores, for every row, the tokens not yet in its
-cache (the last emitted token, plus the whole prompt on the first step) followed by its tree, under a 4D mask in
-which each tree node sees its row's context and its ancestors; verification picks each row's accepted path and
-bonus token; the KV cache keeps each row's accepted path only. The bonus token is not yet in the cache: it is the
+Each step (`decode_step`): each row's drafter proposes a tree; ONE target forward scores, for every row, the tokens
+not yet in its cache (the last emitted token, plus the whole prompt on the first step) followed by its tree, under a
+4D mask in which each tree node sees its row's context and its ancestors; verification picks each row's accepted
+path and bonus token; the KV cache keeps each row's accepted path only. The bonus token is not yet in the cache: it is the
 root of the next step.
 
 Rows advance by different lengths: in the cache (specbench.decode.kv) slot s of a row holds its position s, and
