@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from specbench.cli import main
+from specbench.decode.draft import parse_tree
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext, MethodInfo, Option
 from specbench.run.registry import available_methods, select_methods
@@ -113,7 +114,8 @@ def test_preset_paper_gives_the_reference_codes_settings_and_a_given_option_wins
     """preset=paper: each method's published defaults by one name (EAGLE's EaModel.from_pretrained, Medusa's
     default tree, Saxena's PLD), beside the defaults tuned for this machine."""
     rows = select_methods(["eagle@preset=paper", "eagle3@preset=paper", "medusa@preset=paper", "pld@preset=paper",
-                           "eagle@preset=paper:top_k=4", "sps@preset=paper", "pard@preset=paper"])
+                           "eagle@preset=paper:top_k=4", "sps@preset=paper", "pard@preset=paper",
+                           "eagle1@preset=paper"])
     effective = [row.effective() for row in rows]
     assert {k: effective[0][k] for k in ("top_k", "depth", "total_tokens")} == {"top_k": 10, "depth": 6,
                                                                                  "total_tokens": 59}
@@ -123,6 +125,8 @@ def test_preset_paper_gives_the_reference_codes_settings_and_a_given_option_wins
     assert effective[4]["top_k"] == 4 and effective[4]["depth"] == 6 and effective[4]["preset"] == "paper"
     assert (effective[5]["gamma"], effective[5]["schedule"]) == (5, "heuristic")  # Spec-Bench's assisted generation
     assert effective[6]["gamma"] == 12  # AMD's draft_k
+    paths = parse_tree(effective[7]["tree"])  # EAGLE-1's choices.mc_sim_7b_63: 25 paths, not Medusa's 63-node tree
+    assert len(paths) == 25 and max(map(len, paths)) == 5 and (2, 1) in paths and (1, 0, 0, 0, 0) not in paths
     assert rows[0].name == "eagle@preset=paper"  # the label says which settings the row ran with
     with pytest.raises(SpecbenchError, match="option preset=gpu for eagle: expected one of paper"):
         select_methods(["eagle@preset=gpu"])

@@ -31,6 +31,15 @@ EAGLE1_TREE = (
     "[0,0,0,0],[0,0,0,1],[0,1,0,0],[1,0,0,0],[0,0,0,0,0],[0,0,0,0,1],[0,1,0,0,0],[1,0,0,0,0]]"
 )
 
+# EAGLE-1's own default tree: eagle/model/choices.py's mc_sim_7b_63 at SafeAILab/EAGLE 2320d52 (the last EAGLE-1
+# code, before EAGLE-2), the tree EaModel.eagenerate and its evaluation scripts use: 25 paths of ranks, depth 5 (not
+# Medusa's tree of the same name, which has 63 nodes).
+EAGLE1_PAPER_TREE = (
+    "[[0],[1],[2],[3],[0,0],[0,1],[0,2],[1,0],[1,1],[2,0],[2,1],[3,0],[0,0,0],[0,0,1],[0,0,2],[0,1,0],[0,1,1],[0,2,0],"
+    "[0,2,1],[1,0,0],[0,0,0,0],[0,0,0,1],[0,0,0,2],[0,0,0,0,0],[0,0,0,0,1]]"
+)
+PAPER_STATIC = {"paper": f"tree={EAGLE1_PAPER_TREE}"}
+
 DRAFT_VOCAB = Option("draft_vocab", 0, "draft vocabulary rows used: 0 the head's own, N its N most frequent, -1 the "
                      "target's whole vocabulary", int, low=-1)
 # The settings of the EAGLE-2 reference's evaluation scripts (gen_ea_answer_*.py at SafeAILab/EAGLE bfeb532, the
@@ -40,14 +49,15 @@ DRAFT_VOCAB = Option("draft_vocab", 0, "draft vocabulary rows used: 0 the head's
 PAPER = {"paper": "top_k=10:depth=6:total_tokens=59"}
 DYNAMIC = (HEAD, DRAFT_VOCAB, *tree_options(depth=5), preset_option(PAPER))
 TREE_SIZES = ("", "total_tokens=4", "total_tokens=8", "total_tokens=16")  # what `tune` tries for eagle and eagle-hass
-STATIC = (HEAD, DRAFT_VOCAB, Option("tree", EAGLE1_TREE, "the static tree, as JSON paths of ranks"))
+STATIC = (HEAD, DRAFT_VOCAB, Option("tree", EAGLE1_TREE, "the static tree, as JSON paths of ranks"),
+          preset_option(PAPER_STATIC))
 
 METHODS = [
     MethodInfo("eagle", "EAGLE-2: feature-level draft head, dynamic tree (top_k=4, depth=5, total_tokens=auto: sized per step "
                "from this machine's measured verification cost)", True,
                Ref.to(BUILD, static=False), TREE_SIZES, DYNAMIC, presets=PAPER),
     MethodInfo("eagle1", "EAGLE-1: the same head, static 25-node tree (--opt tree=JSON paths)", True,
-               Ref.to(BUILD, static=True), options=STATIC),
+               Ref.to(BUILD, static=True), options=STATIC, presets=PAPER_STATIC),
     MethodInfo("eagle-hass", "EAGLE-2's drafting with a head trained with HASS's objective (Zhang et al. 2025: top-K "
                "distillation and context alignment; train eagle --objective hass)", True,
                Ref.to(BUILD, static=False, hass=True), TREE_SIZES, DYNAMIC, presets=PAPER),
