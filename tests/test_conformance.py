@@ -387,6 +387,51 @@ def test_eagle2_reproduces_the_reference_trees_and_accepts_step_by_step(tiny):
     assert deep >= 5
 
 
+def test_eagle1_reproduces_the_reference_static_trees_and_accepts_step_by_step(tiny):
+    """EAGLE-1 (SafeAILab/EAGLE's last EAGLE-1 code): the EAGLE-2 trace's head in the published layout, the
+    reference's default tree (choices.mc_sim_7b_63: 25 paths of child ranks, our preset `paper` of eagle1): every
+    step's 25 drafted tokens, in the order of the sorted paths, and its accepted length are the reference's. Our
+    first step is the prefill (its token is the reference's first root), so our step i + 1 is its step i; on the
+    last step our loop cuts the tree to the budget (the reference overruns it)."""
+    from specbench.decode.draft import parse_tree
+    from specbench.method import parse_options
+    from specbench.methods.common.feature_tree import TreeSpec
+    from specbench.methods.eagle import PAPER_STATIC
+    from specbench.methods.eagle.checkpoint import load_head
+    from specbench.methods.eagle.drafter import EagleDrafter
+
+    trace = load_trace("eagle1", tiny)
+    _, model = tiny
+    settings = trace["reference"]["settings"]
+    paths = parse_tree(parse_options("eagle1@" + PAPER_STATIC["paper"])["tree"])
+    assert [list(p) for p in paths] == settings["paths"], "preset paper is not the reference's default tree"
+    parents = settings["parents"]
+    head, vocab = load_head(TRACES / "eagle_head")
+    assert vocab is None
+    deep = 0
+    for r, run in enumerate(trace["runs"]):
+        drafter = recording(EagleDrafter)(head, model.lm_head.weight, None, TreeSpec(static_paths=paths))
+        result = generate(model, run["prompt"], drafter, Sampling(), len(run["output"]), {trace["target"]["eos"]})
+        assert result.token_ids == run["output"], f"prompt {r}: our tokens are not the reference's"
+        ours = drafter.record.steps
+        assert ours[0].draft == [] and len(ours) == len(run["steps"]) + 1, (len(ours), len(run["steps"]))
+        found = []
+        for i, ref in enumerate(run["steps"]):
+            mine = ours[i + 1]
+            reach = len(run["prompt"]) + len(run["output"]) - mine.context - 1
+            keep = [j for j, p in enumerate(paths) if len(p) <= reach]
+            expected = ([ref["tree_tokens"][1 + j] for j in keep], [parents[j] for j in keep])
+            accepted = min(ref["accept_length"], max(reach, 0))
+            # our context holds the root (the step's first token, not yet in the target's cache); the reference's not
+            if (mine.context - 1, mine.draft, mine.parents, mine.accepted) != (ref["context"], *expected, accepted):
+                found.append(f"step {i} (context {ref['context']}): the reference drafted {expected[0]} and "
+                             f"accepted {accepted}; ours drafted {mine.draft} (parents {mine.parents}) at context "
+                             f"{mine.context} and accepted {mine.accepted}")
+        assert not found, f"prompt {r}:\n" + "\n".join(found[:2])
+        deep += sum(s.accepted >= 2 for s in ours)
+    assert deep >= 5
+
+
 def sps_steps(run: dict) -> list[tuple[int, list[int], int]]:
     return [(s["context"], s["draft"], s["accepted"]) for s in run["steps"]]
 
