@@ -327,31 +327,15 @@ def sibling_lists(tokens: list[int], parents: list[int], root: int) -> dict[tupl
     return children
 
 
-def test_eagle2_reproduces_the_reference_trees_and_accepts_step_by_step(tiny):
-    """An EAGLE-1/2 head in the published layout (config.json + weights: embed_tokens, fc with bias, layers.0.*
-    without input norm; the target's lm_head), EAGLE-2's dynamic tree at the settings of the reference's evaluation
-    scripts (total_token=60 counting the root, depth=5 forwards after the first, top_k=10; our preset `paper`):
-    every step's 59 drafted nodes (tokens, parents, which of the 510 candidates each is) and accepted length are
-    the reference's. Our first step is the prefill (nothing drafted; its token is the reference's first root), so
-    our step i + 1 is its step i; on the last step our loop cuts the tree to the budget (the reference overruns it)."""
-    from specbench.method import parse_options
-    from specbench.methods.common.feature_tree import TreeSpec
-    from specbench.methods.eagle import PAPER
-    from specbench.methods.eagle.checkpoint import load_head
-    from specbench.methods.eagle.drafter import EagleDrafter
-
-    trace = load_trace("eagle", tiny)
-    _, model = tiny
-    settings = trace["reference"]["settings"]
-    paper = {k: int(v) for k, v in parse_options("eagle@" + PAPER["paper"]).items()}
-    assert (paper["top_k"], paper["depth"], paper["total_tokens"]) == (
-        settings["top_k"], settings["depth"] + 1, settings["total_token"] - 1)
-    head, vocab = load_head(TRACES / "eagle_head")
-    assert vocab is None
-    tree = TreeSpec(top_k=paper["top_k"], depth=paper["depth"], total_tokens=paper["total_tokens"])
+def replay_trees(trace: dict, model, make_drafter) -> int:
+    """Our feature-tree drafter (make_drafter() a fresh one per prompt) on each prompt of an EAGLE-2-style trace:
+    every step's tree (as a tree: each node's children in order, and which of the reference's candidates each node
+    is) and accepted length must be the reference's. Our first step is the prefill (nothing drafted; its token is the
+    reference's first root), so our step i + 1 is its step i; on the last step our loop cuts the tree to the budget
+    (the reference overruns it). Returns the steps that accepted two drafted tokens or more."""
     deep = 0
     for r, run in enumerate(trace["runs"]):
-        drafter = recording(EagleDrafter)(head, model.lm_head.weight, None, tree)
+        drafter = make_drafter()
         flat: list[list[int]] = []
         propose = drafter.propose
 
@@ -384,7 +368,62 @@ def test_eagle2_reproduces_the_reference_trees_and_accepts_step_by_step(tiny):
                              f"accepted {mine.accepted}")
         assert not found, f"prompt {r}:\n" + "\n".join(found[:2])
         deep += sum(s.accepted >= 2 for s in ours)
-    assert deep >= 5
+    return deep
+
+
+def paper_tree(method: str, presets: dict, settings: dict):
+    """The method's preset `paper` as a TreeSpec, checked against the reference's settings (its total_token counts
+    the root; its depth the forwards after the first level)."""
+    from specbench.method import parse_options
+    from specbench.methods.common.feature_tree import TreeSpec
+
+    paper = {k: int(v) for k, v in parse_options(f"{method}@" + presets["paper"]).items()}
+    assert (paper["top_k"], paper["depth"], paper["total_tokens"]) == (
+        settings["top_k"], settings["depth"] + 1, settings["total_token"] - 1)
+    return TreeSpec(top_k=paper["top_k"], depth=paper["depth"], total_tokens=paper["total_tokens"])
+
+
+def test_eagle2_reproduces_the_reference_trees_and_accepts_step_by_step(tiny):
+    """An EAGLE-1/2 head in the published layout (config.json + weights: embed_tokens, fc with bias, layers.0.*
+    without input norm; the target's lm_head), EAGLE-2's dynamic tree at the settings of the reference's evaluation
+    scripts (total_token=60 counting the root, depth=5 forwards after the first, top_k=10; our preset `paper`):
+    every step's 59 drafted nodes (tokens, parents, which of the 510 candidates each is) and accepted length are
+    the reference's (replay_trees)."""
+    from specbench.methods.eagle import PAPER
+    from specbench.methods.eagle.checkpoint import load_head
+    from specbench.methods.eagle.drafter import EagleDrafter
+
+    trace = load_trace("eagle", tiny)
+    _, model = tiny
+    tree = paper_tree("eagle", PAPER, trace["reference"]["settings"])
+    head, vocab = load_head(TRACES / "eagle_head")
+    assert vocab is None
+    assert replay_trees(trace, model, lambda: recording(EagleDrafter)(head, model.lm_head.weight, None, tree)) >= 5
+
+
+def test_eagle3_reproduces_the_reference_trees_and_accepts_step_by_step():
+    """An EAGLE-3 head in the published layout (config.json with draft_vocab_size; midlayer.*, fc over the three
+    fused layers, norm, its own lm_head over a 96-token draft vocabulary, d2t, t2d; the target's embedding), on the
+    8-layer tiny target, at the reference's own defaults (EaModel.from_pretrained: total_token=60, depth=7,
+    top_k=10; our preset `paper`): every step's 59-node tree and accepted length are the reference's
+    (replay_trees), the draft ids mapped to target ids through d2t as the reference maps them."""
+    from specbench.methods.common.feature_tree import FeatureTreeDrafter
+    from specbench.methods.eagle3 import PAPER
+    from specbench.methods.eagle3.checkpoint import load_head
+    from specbench.methods.eagle3.drafter import Eagle3FeatureHead
+
+    module = tiny_target_module()
+    trace = json.loads((TRACES / "eagle3.json").read_text())
+    layers = trace["target"]["layers"]
+    model = module.build(layers)
+    assert module.fingerprint(model) == trace["target"]["fingerprint"], "remake the trace: the tiny target changed"
+    settings = trace["reference"]["settings"]
+    tree = paper_tree("eagle3", PAPER, settings)
+    head = load_head(TRACES / "eagle3_head", model.model.embed_tokens.weight)
+    assert head.config.draft_vocab_size == settings["draft_vocab_size"] < head.config.vocab_size
+    adapter = Eagle3FeatureHead(head, layers)
+    assert list(adapter.hidden_layers) == settings["fused_layers"]
+    assert replay_trees(trace, model, lambda: recording(FeatureTreeDrafter)(adapter, tree)) >= 5
 
 
 def test_eagle1_reproduces_the_reference_static_trees_and_accepts_step_by_step(tiny):

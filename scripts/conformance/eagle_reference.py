@@ -45,10 +45,12 @@ import tiny_target  # noqa: E402
 TOTAL_TOKEN, DEPTH, TOP_K = 60, 5, 10  # gen_ea_answer_*.py's --total-token/--depth/--top-k defaults at the EAGLE-2 commit
 
 
-def save_base(model, folder: Path) -> None:
-    """The tiny target as a local base folder + a word-level tokenizer 't0'..'t159' whose eos is the placeholder."""
+def save_base(model, folder: Path, max_shard_size: str | None = None) -> None:
+    """The tiny target as a local base folder + a word-level tokenizer 't0'..'t159' whose eos is the placeholder;
+    max_shard_size: weights in shards with an index (what EAGLE-3's head reads the embedding through)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    model.save_pretrained(folder, safe_serialization=True)
+    shards = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
+    model.save_pretrained(folder, safe_serialization=True, **shards)
     vocab = {f"t{i}": i for i in range(tiny_target.VOCAB)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -235,7 +237,7 @@ class Tracer:
         self.events.append((name, what, rec))
 
 
-def tree_from_events(topk: dict) -> dict:
+def tree_from_events(topk: dict, top_k: int = TOP_K) -> dict:
     """One topK_genrate call's tree, as read from its frame, with the per-level numbers that decide it."""
     scores = torch.cat(topk["post"]["scores_list"], dim=0).view(-1)
     flat = topk["mask"]["top_scores_index"]  # the total_tokens - 1... kept candidates' flat indices, ascending
@@ -250,7 +252,7 @@ def tree_from_events(topk: dict) -> dict:
         assert len(anc) == 1 and anc[0] == mask_index[i - 1], (i, anc, mask_index[i - 1])
         parents.append(anc[0])
     # every kept node's parent (flat index from parents_list) is kept too (else searchsorted would misplace it)
-    parent_flat = (torch.cat(topk["post"]["parents_list"])[torch.tensor(flat) // TOP_K] - 1).tolist()
+    parent_flat = (torch.cat(topk["post"]["parents_list"])[torch.tensor(flat) // top_k] - 1).tolist()
     assert all(q == -1 or q in flat for q in parent_flat)
     assert [(-1 if q == -1 else flat.index(q)) + 1 for q in parent_flat] == mask_index
     ordered = torch.sort(scores, descending=True).values
@@ -258,11 +260,11 @@ def tree_from_events(topk: dict) -> dict:
     topk_gaps = []
     for lp in topk["topk_p"]:
         s = torch.sort(lp, dim=-1, descending=True).values
-        topk_gaps.append(float((s[:, TOP_K - 1] - s[:, TOP_K]).min()))
+        topk_gaps.append(float((s[:, top_k - 1] - s[:, top_k]).min()))
     frontier_gaps = []
     for cu in topk["post"]["scores_list"][1:]:  # each level's top_k*top_k cumulative scores
         s = torch.sort(cu.view(-1), descending=True).values
-        frontier_gaps.append(float(s[TOP_K - 1] - s[TOP_K]))
+        frontier_gaps.append(float(s[top_k - 1] - s[top_k]))
     expanded = [[int(x) - 1 for x in p.tolist()] for p in topk["post"]["parents_list"][1:]]
     return {
         "tree_tokens": topk["return"]["draft_tokens"],
@@ -276,7 +278,15 @@ def tree_from_events(topk: dict) -> dict:
     }
 
 
-def decode(model, target, prompt: list[int], max_new_tokens: int, tracer: Tracer) -> dict:
+def final_norm_features(target, ids: torch.Tensor) -> torch.Tensor:
+    """What EaModel hands an EAGLE-1/2 head: the target's final-norm hidden states (HF's LlamaModel applies it)."""
+    return target.model(ids).last_hidden_state[0]
+
+
+def decode(model, target, prompt: list[int], max_new_tokens: int, tracer: Tracer, depth: int = DEPTH,
+           top_k: int = TOP_K, features=final_norm_features) -> dict:
+    """One eagenerate call traced: every step's tree and accepted length. `features(target, ids)`: what the head
+    should be handed for the tokens ids (checked at every call); depth, top_k: the reference's settings."""
     fed: list[dict] = []
     head_fed: list[dict] = []
 
@@ -335,7 +345,7 @@ def decode(model, target, prompt: list[int], max_new_tokens: int, tracer: Tracer
     # the target's own forwards: prefill, then per step the tree (nothing else runs the target)
     assert len(fed) == 1 + steps_n and fed[0]["input_ids"] == prompt and fed[0]["tree_mask"] is None
     with torch.no_grad():
-        full_hidden = target.model(out).last_hidden_state[0]  # HF's LlamaModel: final norm applied
+        full_hidden = features(target, out)
 
     steps = []
     ids = list(prompt)
@@ -344,8 +354,8 @@ def decode(model, target, prompt: list[int], max_new_tokens: int, tracer: Tracer
     first = calls[0]
     assert first["call"]["stable_kv_len"] is None and first["call"]["input_ids"] == prompt + [root]
     assert torch.allclose(first["call"]["features"][0], full_hidden[:len(prompt)], atol=1e-4)
-    tree, built = tree_from_events(first), first
-    heads_per_call = 1 + DEPTH  # per topK_genrate: the context forward, then one forward per level
+    tree, built = tree_from_events(first, top_k), first
+    heads_per_call = 1 + depth  # per topK_genrate: the context forward, then one forward per level
     assert len(head_fed) == heads_per_call * len(calls)
     assert head_fed[0] == {"n": len(prompt), "past": 0, "position_ids": None}
     for s in range(steps_n):
@@ -364,8 +374,8 @@ def decode(model, target, prompt: list[int], max_new_tokens: int, tracer: Tracer
         bonus = upr["token"]
         h = head_fed[heads_per_call * s:heads_per_call * (s + 1)]  # the call that built this step's tree
         ctx = built["call"]["input_ids"]
-        assert [c["position_ids"] for c in h[1:]] == [[len(ctx) - 1 + i] * TOP_K for i in range(DEPTH)]
-        assert [(c["n"], c["past"]) for c in h[1:]] == [(TOP_K, len(ctx) - 1 + TOP_K * i) for i in range(DEPTH)]
+        assert [c["position_ids"] for c in h[1:]] == [[len(ctx) - 1 + i] * top_k for i in range(depth)]
+        assert [(c["n"], c["past"]) for c in h[1:]] == [(top_k, len(ctx) - 1 + top_k * i) for i in range(depth)]
         nxt = topk["call"]
         steps.append({
             "context": L,  # tokens before this step's tree (prompt + output so far)
@@ -391,7 +401,7 @@ def decode(model, target, prompt: list[int], max_new_tokens: int, tracer: Tracer
         assert head_fed[heads_per_call * (s + 1)] == {"n": acc + 1, "past": L, "position_ids": None}
         ids = ids + appended
         root = bonus
-        tree, built = tree_from_events(topk), topk
+        tree, built = tree_from_events(topk, top_k), topk
     assert ids == out[0].tolist()
     output = ids[len(prompt):]
     return {"prompt": prompt, "output": output, "prefill_token": seq[1][1]["token"], "steps": steps}

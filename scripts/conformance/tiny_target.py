@@ -23,8 +23,8 @@ PLACEHOLDER = 100
 SEED = 1234
 
 
-def config() -> LlamaConfig:
-    return LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=LAYERS,
+def config(layers: int = LAYERS) -> LlamaConfig:
+    return LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=layers,
                        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=CONTEXT,
                        tie_word_embeddings=False, rms_norm_eps=1e-6, attention_bias=False)
 
@@ -51,8 +51,10 @@ def fingerprint(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def build() -> LlamaForCausalLM:
-    model = LlamaForCausalLM(config()).eval()
+def build(layers: int = LAYERS) -> LlamaForCausalLM:
+    """The tiny target; `layers` 8 for EAGLE-3's trace (it fuses the inputs of decoder layers 2, L//2 and L-3, three
+    distinct layers only from L = 6 on)."""
+    model = LlamaForCausalLM(config(layers)).eval()
     fill(model)
     return model
 
