@@ -595,3 +595,70 @@ def test_the_pard_trace_tells_draft_k_from_our_default_gamma(tiny):
         drafter = make()
         generate(model, run["prompt"], drafter, Sampling(), trace["max_new_tokens"], {trace["target"]["eos"]})
         assert [s.draft for s in drafter.record.steps] != [s["draft"] for s in run["steps"]]
+
+
+def test_suffix_reproduces_arctic_inferences_drafts_and_accepts_step_by_step(tiny):
+    """SuffixDecoding's reference (arctic-inference's SuffixDecodingCache, driven as vLLM's proposer drives it):
+    one drafter for the four prompts in turn (scope=run: the global tree holds the earlier outputs and the current
+    one as it grows), every step's draft (tokens and parents, in the reference's order) and accepted length are the
+    reference's. Our first step is the prefill, which drafts nothing there as here; on the last step our loop cuts
+    the draft to the budget (the reference's is compared as far as ours may reach)."""
+    from specbench.methods.suffix.drafter import SuffixDrafter
+
+    trace = load_trace("suffix", tiny)
+    _, model = tiny
+    s = trace["reference"]["settings"]
+    assert (s["max_spec_offset"], s["use_tree_spec"], s["max_cached_requests"]) == (0.0, True, -1)
+    drafter = recording(SuffixDrafter)(depth=s["max_tree_depth"], factor=s["max_spec_factor"],
+                                       min_prob=s["min_token_prob"], max_tokens=s["max_spec_tokens"], scope="run")
+    deep = 0
+    for r, run in enumerate(trace["runs"]):
+        drafter.record = Recorded()
+        result = generate(model, run["prompt"], drafter, Sampling(), trace["max_new_tokens"], {trace["target"]["eos"]})
+        assert result.token_ids == run["output"][:trace["max_new_tokens"]], f"prompt {r}: not the reference's tokens"
+        ours = drafter.record.steps
+        assert ours[0].draft == [] and len(ours) == len(run["steps"]) + 1, (len(ours), len(run["steps"]))
+        found = []
+        for i, ref in enumerate(run["steps"]):
+            mine = ours[i + 1]
+            reach = len(run["prompt"]) + trace["max_new_tokens"] - ref["context"] - 1  # the deepest draft token kept
+            depth = []
+            for p in ref["parents"]:
+                depth.append(1 if p < 0 else depth[p] + 1)
+            keep = [j for j, d in enumerate(depth) if d <= reach]
+            number = {j: n for n, j in enumerate(keep)}
+            expected = ([ref["draft"][j] for j in keep], [-1 if ref["parents"][j] < 0 else number[ref["parents"][j]]
+                                                           for j in keep], min(ref["accepted"], max(reach, 0)))
+            if (mine.context, mine.draft, mine.parents, mine.accepted) != (ref["context"], *expected):
+                found.append(f"step {i} (context {ref['context']}): the reference drafted {expected[0]} (parents "
+                             f"{expected[1]}) and accepted {expected[2]}; ours drafted {mine.draft} (parents "
+                             f"{mine.parents}) at context {mine.context} and accepted {mine.accepted}")
+        assert not found, f"prompt {r}:\n" + "\n".join(found[:2])
+        deep += sum(s.accepted >= 2 for s in ours)
+    assert deep >= 5
+
+
+def test_suffix_speculates_as_arctic_inference_where_ties_decide():
+    """The reference's speculate on crafted texts of a 4-token vocabulary (many equal counts and equal path
+    probabilities, a budget of 6): our tree and speculation (methods/suffix/tree.py) give the same draft, token for
+    token and in the same order, and the same score; the local tree (prompt + response) drafts unless the global
+    one (the response) scores higher, as SuffixDecodingCache.speculate chooses."""
+    from specbench.methods.suffix.tree import SuffixTree, speculate
+
+    probes = json.loads((TRACES / "suffix.json").read_text())["probes"]
+    found, branching = [], 0
+    for n, case in enumerate(probes["cases"]):
+        text, depth = case["text"], probes["max_tree_depth"]
+        local, run = SuffixTree(depth), SuffixTree(depth)
+        local.extend(text[:40])
+        local.extend(text[40:])
+        run.extend(text[40:])
+        own, other = (speculate(tree, case["context"], probes["max_spec_tokens"], probes["max_spec_factor"],
+                                probes["min_token_prob"]) for tree in (local, run))
+        best = own if own.score >= other.score else other
+        if (best.tokens, best.parents, float(best.score)) != (case["draft"], case["parents"], case["score"]):
+            found.append(f"case {n}: the reference drafted {case['draft']} (parents {case['parents']}, score "
+                         f"{case['score']}); ours {best.tokens} (parents {best.parents}, score {best.score})")
+        branching += len(set(case["parents"])) < len(case["parents"])
+    assert not found, "\n".join(found[:3])
+    assert branching >= 20

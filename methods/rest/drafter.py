@@ -5,7 +5,7 @@ from specbench.decode.draft import DecodeContext, Draft, Drafter
 from specbench.errors import SpecbenchError
 from specbench.method import BuildContext
 from specbench.methods.common.datastore import Datastore, Range, open_datastore
-from specbench.methods.common.frequency_tree import speculate
+from specbench.methods.rest.tree import speculate
 
 
 class RestDrafter(Drafter):

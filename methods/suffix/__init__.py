@@ -1,17 +1,19 @@
 """SuffixDecoding (Oliaro et al. 2024, "SuffixDecoding: Extreme Speculative Decoding for Emerging AI Applications";
 the method behind vLLM's suffix decoding): no draft model and no training.
 
-Two suffix trees of bounded depth with occurrence counts: one per generation over its prompt and output so far,
-one over the earlier outputs of the run (global). Each step finds the longest suffix of the text (at most `depth`
-tokens) that the tree has seen followed by something, and grows a speculation tree from there, best first, by the
-empirical probability of each path (the product of child count / sum of its siblings' counts), keeping nodes of
-probability >= min_prob, up to `factor` x the match length nodes (the paper's adaptive speculation length: a long
-match is trusted further) and at most max_tokens. Of the two trees' proposals the one with the larger expected
-number of accepted tokens (the sum of its nodes' probabilities) is drafted.
+The method as its authors' code (Snowflake's arctic-inference, which vLLM's suffix decoding calls) does it, rule
+for rule (tree.py; held to it step by step by tests/test_conformance.py): two suffix trees of bounded depth with
+occurrence counts, one per generation over its prompt and its output as it grows, one over the run's outputs (the
+global tree; the current output enters it as it grows). Each step, from the text's last `depth` tokens, every match
+length the tree holds is tried: a match of L tokens may draft int(factor x L) tokens (the paper's adaptive
+speculation length, at most max_tokens), grown best first by path probability (a child's count over its parent's),
+paths below min_prob left out; the draft of the highest score (the sum of its nodes' probabilities) wins, the
+longer match on a tie, and of the two trees' drafts the higher score (the generation's own on a tie). The first
+draft follows the prefill's token, as the reference is driven.
 
-State: the global tree lives for the run (scope=run, the default, as in the paper) or is cleared every turn
-(scope=generation). A finished output enters it when the next generation begins. The candidates are deterministic,
-so the engine verifies them losslessly at any temperature.
+State: the global tree lives for the run (scope=run, the default, as in the paper) or holds only the current
+generation (scope=generation). The candidates are deterministic, so the engine verifies them losslessly at any
+temperature.
 
 The drafter: drafter.py."""
 from __future__ import annotations

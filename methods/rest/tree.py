@@ -1,4 +1,4 @@
-"""Shared by the retrieval drafters (suffix, rest): a draft tree grown best first over a tree of counted
+"""REST's draft tree: grown best first over a tree of counted
 continuations. A path's probability is the product, along it, of each child's count over the sum of its siblings'
 counts (the empirical next-token distribution of whatever text the counts come from)."""
 from __future__ import annotations
