@@ -114,7 +114,7 @@ def decode(model, target, prompt: list[int], max_new_tokens: int, tracer: Tracer
     assert len(body) % len(per_step) == 0 and all(
         body[i:i + len(per_step)] == per_step for i in range(0, len(body), len(per_step))), body[:10]
     with torch.no_grad():
-        full_hidden = target.model(out).last_hidden_state[0]  # final norm applied, as EaModel hands features over
+        full_hidden = eagle_reference.final_norm_features(target, out)
     ids, root = list(prompt), seq[2][1]["token"]
     first = seq[0][1]
     assert first["stable_kv_len"] is None and first["input_ids"] == prompt + [root]

@@ -7,7 +7,7 @@
 #      temperature -> reports/fair/settings.yaml
 #   3. run: the first 10 questions of each task with those settings (never the tuned-on ones); the run folder is
 #      committed (reports/fair/run/) so that a stopped session resumes it: rerun this script.
-# Usage: [BUDGET=640k|640k-new|4m|published] [LIMIT=N] bash scripts/figures/fair.sh [tune|run|all] [TEMPERATURES, default 0,1]   (LIMIT: questions per
+# Usage: [BUDGET=640k|640k-new|4m|published|published-suffix] [LIMIT=N] bash scripts/figures/fair.sh [tune|run|all] [TEMPERATURES, default 0,1]   (LIMIT: questions per
 # task, default 10; a run folder resumes with a larger LIMIT)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,7 +43,13 @@ case "${BUDGET:-640k}" in
         TRAINED=()
         FREE=(pld "pld@rule=hf")
         PAIRS=(pld "pld@rule=hf") ;;
-  *) echo "fair.sh: BUDGET must be 640k, 640k-new, 4m or published, got ${BUDGET}" >&2; exit 2 ;;
+  # BUDGET=published-suffix: suffix since it follows arctic-inference's rules (issue 81), tuned and run beside vanilla
+  # (its earlier rules are not kept as a variant: they were an inexact copy, not a published method).
+  published-suffix) TAG="published-suffix-"
+        TRAINED=()
+        FREE=(suffix)
+        NO_PAIRS=1 ;;
+  *) echo "fair.sh: BUDGET must be 640k, 640k-new, 4m, published or published-suffix, got ${BUDGET}" >&2; exit 2 ;;
 esac
 # The reader's questions, as pairs (a b: is a's tau above b's?), with 95% paired per-turn intervals.
 [[ -v PAIRS ]] || PAIRS=(hydra medusa eagle hydra eagle3 eagle)
@@ -68,7 +74,7 @@ if [[ $what == all || $what == run ]]; then
       || echo "fair.sh: check found a lossless method that differs from vanilla (check.txt)"
   fi
   python scripts/step_times.py reports/fair/run-"$NAME" > reports/fair/"$NAME"/step_times.md
-  for t in ${temps//,/ }; do
+  [[ -v NO_PAIRS ]] || for t in ${temps//,/ }; do
     python scripts/paired_tau.py reports/fair/run-"$NAME" "${PAIRS[@]}" \
       --temperature "$t"
   done | tee reports/fair/"$NAME"/paired_tau.txt
