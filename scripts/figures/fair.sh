@@ -7,7 +7,7 @@
 #      temperature -> reports/fair/settings.yaml
 #   3. run: the first 10 questions of each task with those settings (never the tuned-on ones); the run folder is
 #      committed (reports/fair/run/) so that a stopped session resumes it: rerun this script.
-# Usage: [BUDGET=640k|640k-new|4m|published|published-suffix] [LIMIT=N] bash scripts/figures/fair.sh [tune|run|all] [TEMPERATURES, default 0,1]   (LIMIT: questions per
+# Usage: [BUDGET=640k|640k-new|4m|published|published-suffix|published-lookahead] [LIMIT=N] bash scripts/figures/fair.sh [tune|run|all] [TEMPERATURES, default 0,1]   (LIMIT: questions per
 # task, default 10; a run folder resumes with a larger LIMIT)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,13 +43,14 @@ case "${BUDGET:-640k}" in
         TRAINED=()
         FREE=(pld "pld@rule=hf")
         PAIRS=(pld "pld@rule=hf") ;;
-  # BUDGET=published-suffix: suffix since it follows arctic-inference's rules (issue 81), tuned and run beside vanilla
-  # (its earlier rules are not kept as a variant: they were an inexact copy, not a published method).
-  published-suffix) TAG="published-suffix-"
+  # BUDGET=published-METHOD (suffix, lookahead): a training-free method since it follows its reference code (issue 81),
+  # tuned and run beside vanilla (its earlier rules are not kept as a variant: they were an inexact copy, not a
+  # published method); the fair T=0 table's row of it ran the earlier rules.
+  published-suffix|published-lookahead) TAG="${BUDGET}-"
         TRAINED=()
-        FREE=(suffix)
+        FREE=("${BUDGET#published-}")
         NO_PAIRS=1 ;;
-  *) echo "fair.sh: BUDGET must be 640k, 640k-new, 4m, published or published-suffix, got ${BUDGET}" >&2; exit 2 ;;
+  *) echo "fair.sh: BUDGET must be 640k, 640k-new, 4m, published, published-suffix or published-lookahead, got ${BUDGET}" >&2; exit 2 ;;
 esac
 # The reader's questions, as pairs (a b: is a's tau above b's?), with 95% paired per-turn intervals.
 [[ -v PAIRS ]] || PAIRS=(hydra medusa eagle hydra eagle3 eagle)
