@@ -1,6 +1,6 @@
-"""REST's draft tree: grown best first over a tree of counted
-continuations. A path's probability is the product, along it, of each child's count over the sum of its siblings'
-counts (the empirical next-token distribution of whatever text the counts come from)."""
+"""REST's draft tree: grown best first over a tree of counted continuations. A path's probability is the product,
+along it, of each child's count over the sum of its siblings' counts (the empirical next-token distribution of
+whatever text the counts come from)."""
 from __future__ import annotations
 
 import heapq
