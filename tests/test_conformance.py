@@ -327,19 +327,41 @@ def sibling_lists(tokens: list[int], parents: list[int], root: int) -> dict[tupl
     return children
 
 
-def replay_trees(trace: dict, model, make_drafter) -> int:
-    """Our feature-tree drafter (make_drafter() a fresh one per prompt) on each prompt of an EAGLE-2-style trace:
-    every step's tree (as a tree: each node's children in order, and which of the reference's candidates each node
-    is) and accepted length must be the reference's. Our first step is the prefill (nothing drafted; its token is the
-    reference's first root), so our step i + 1 is its step i; on the last step our loop cuts the tree to the budget
-    (the reference overruns it). Returns the steps that accepted two drafted tokens or more."""
+def replay_after_prefill(trace: dict, model, make_drafter, compare, budget: int | None = None) -> int:
+    """Our drafter (make_drafter(): the one for the next prompt) on each prompt of a trace whose reference drafts
+    only after the prefill: our first step is the prefill (nothing drafted; its token is the reference's first), so
+    our step i + 1 is the reference's step i. compare(i, ref_step, our_step, reach) names a difference or returns
+    None; reach is the deepest draft token our loop keeps (it cuts the last draft to the budget, where the reference
+    overruns it). budget: the new tokens our loop decodes (default: as many as the reference emitted). Returns the
+    steps that accepted two drafted tokens or more."""
     deep = 0
     for r, run in enumerate(trace["runs"]):
         drafter = make_drafter()
-        flat: list[list[int]] = []
+        drafter.record = Recorded()
+        n = budget or len(run["output"])
+        result = generate(model, run["prompt"], drafter, Sampling(), n, {trace["target"]["eos"]})
+        assert result.token_ids == run["output"][:n], f"prompt {r}: our tokens are not the reference's"
+        ours = drafter.record.steps
+        assert ours[0].draft == [] and len(ours) == len(run["steps"]) + 1, (len(ours), len(run["steps"]))
+        end = len(run["prompt"]) + n
+        found = [f"step {i}: {text}" for i, ref in enumerate(run["steps"])
+                 if (text := compare(i, ref, ours[i + 1], end - ours[i + 1].context - 1)) is not None]
+        assert not found, f"prompt {r}:\n" + "\n".join(found[:2])
+        deep += sum(s.accepted >= 2 for s in ours)
+    return deep
+
+
+def replay_trees(trace: dict, model, make_drafter) -> int:
+    """An EAGLE-2-style trace (replay_after_prefill): every step's tree (as a tree: each node's children in order,
+    and which of the reference's candidates each node is) and accepted length must be the reference's."""
+    flat: list[list[int]] = []  # per step of the current prompt: the flat indices of the candidates ours kept
+
+    def with_flat_index():
+        drafter = make_drafter()
+        flat.clear()
         propose = drafter.propose
 
-        def remember(ctx, propose=propose, drafter=drafter, flat=flat):
+        def remember(ctx):
             draft = propose(ctx)
             if drafter.last_search is not None and draft.tokens:
                 _, _, row, kept, size = drafter.last_search
@@ -347,28 +369,33 @@ def replay_trees(trace: dict, model, make_drafter) -> int:
             return draft
 
         drafter.propose = remember
-        result = generate(model, run["prompt"], drafter, Sampling(), len(run["output"]), {trace["target"]["eos"]})
-        assert result.token_ids == run["output"], f"prompt {r}: our tokens are not the reference's"
-        ours = drafter.record.steps
-        assert ours[0].draft == [] and len(ours) == len(run["steps"]) + 1, (len(ours), len(run["steps"]))
-        found = []
-        for i, ref in enumerate(run["steps"]):
-            mine, root = ours[i + 1], ref["tree_tokens"][0]
-            reach = len(run["prompt"]) + len(run["output"]) - mine.context - 1
-            keep = [j for j, d in enumerate(ref["depths"][1:]) if d <= reach]
-            number = {j: n for n, j in enumerate(keep)}
-            expected = sibling_lists([ref["tree_tokens"][1 + j] for j in keep],
-                                     [-1 if ref["parents"][1 + j] == 0 else number[ref["parents"][1 + j] - 1]
-                                      for j in keep], root)
-            accepted = min(ref["accept_length"], max(reach, 0))
-            got = sibling_lists(mine.draft, mine.parents, root)
-            if (got, mine.accepted) != (expected, accepted) or (
-                    len(keep) == len(ref["flat_index"]) and sorted(flat[i]) != ref["flat_index"]):
-                found.append(f"step {i}: the reference's tree {expected} accepted {accepted}; ours {got} "
-                             f"accepted {mine.accepted}")
-        assert not found, f"prompt {r}:\n" + "\n".join(found[:2])
-        deep += sum(s.accepted >= 2 for s in ours)
-    return deep
+        return drafter
+
+    def compare(i, ref, mine, reach):
+        root = ref["tree_tokens"][0]
+        keep = [j for j, d in enumerate(ref["depths"][1:]) if d <= reach]
+        number = {j: n for n, j in enumerate(keep)}
+        expected = sibling_lists([ref["tree_tokens"][1 + j] for j in keep],
+                                 [-1 if ref["parents"][1 + j] == 0 else number[ref["parents"][1 + j] - 1]
+                                  for j in keep], root)
+        accepted = min(ref["accept_length"], max(reach, 0))
+        got = sibling_lists(mine.draft, mine.parents, root)
+        if (got, mine.accepted) != (expected, accepted) or (
+                len(keep) == len(ref["flat_index"]) and sorted(flat[i]) != ref["flat_index"]):
+            return f"the reference's tree {expected} accepted {accepted}; ours {got} accepted {mine.accepted}"
+        return None
+
+    return replay_after_prefill(trace, model, with_flat_index, compare)
+
+
+def kept_to_reach(draft: list[int], parents: list[int], reach: int) -> tuple[list[int], list[int]]:
+    """A reference's draft as far as our loop may reach: its nodes of depth <= reach, parents renumbered."""
+    depth: list[int] = []
+    for p in parents:
+        depth.append(1 if p < 0 else depth[p] + 1)
+    keep = [j for j, d in enumerate(depth) if d <= reach]
+    number = {j: n for n, j in enumerate(keep)}
+    return [draft[j] for j in keep], [-1 if parents[j] < 0 else number[parents[j]] for j in keep]
 
 
 def paper_tree(method: str, presets: dict, settings: dict):
@@ -447,28 +474,21 @@ def test_eagle1_reproduces_the_reference_static_trees_and_accepts_step_by_step(t
     parents = settings["parents"]
     head, vocab = load_head(TRACES / "eagle_head")
     assert vocab is None
-    deep = 0
-    for r, run in enumerate(trace["runs"]):
-        drafter = recording(EagleDrafter)(head, model.lm_head.weight, None, TreeSpec(static_paths=paths))
-        result = generate(model, run["prompt"], drafter, Sampling(), len(run["output"]), {trace["target"]["eos"]})
-        assert result.token_ids == run["output"], f"prompt {r}: our tokens are not the reference's"
-        ours = drafter.record.steps
-        assert ours[0].draft == [] and len(ours) == len(run["steps"]) + 1, (len(ours), len(run["steps"]))
-        found = []
-        for i, ref in enumerate(run["steps"]):
-            mine = ours[i + 1]
-            reach = len(run["prompt"]) + len(run["output"]) - mine.context - 1
-            keep = [j for j, p in enumerate(paths) if len(p) <= reach]
-            expected = ([ref["tree_tokens"][1 + j] for j in keep], [parents[j] for j in keep])
-            accepted = min(ref["accept_length"], max(reach, 0))
-            # our context holds the root (the step's first token, not yet in the target's cache); the reference's not
-            if (mine.context - 1, mine.draft, mine.parents, mine.accepted) != (ref["context"], *expected, accepted):
-                found.append(f"step {i} (context {ref['context']}): the reference drafted {expected[0]} and "
-                             f"accepted {accepted}; ours drafted {mine.draft} (parents {mine.parents}) at context "
-                             f"{mine.context} and accepted {mine.accepted}")
-        assert not found, f"prompt {r}:\n" + "\n".join(found[:2])
-        deep += sum(s.accepted >= 2 for s in ours)
-    assert deep >= 5
+
+    def compare(i, ref, mine, reach):
+        # our context holds the root (the step's first token, not yet in the target's cache); the reference's not
+        expected = kept_to_reach(ref["tree_tokens"][1:], parents, reach)
+        accepted = min(ref["accept_length"], max(reach, 0))
+        if (mine.context - 1, mine.draft, mine.parents, mine.accepted) != (ref["context"], *expected, accepted):
+            return (f"(context {ref['context']}): the reference drafted {expected[0]} and accepted {accepted}; ours "
+                    f"drafted {mine.draft} (parents {mine.parents}) at context {mine.context} and accepted "
+                    f"{mine.accepted}")
+        return None
+
+    def drafter():
+        return recording(EagleDrafter)(head, model.lm_head.weight, None, TreeSpec(static_paths=paths))
+
+    assert replay_after_prefill(trace, model, drafter, compare) >= 5
 
 
 def sps_steps(run: dict) -> list[tuple[int, list[int], int]]:
@@ -611,31 +631,17 @@ def test_suffix_reproduces_arctic_inferences_drafts_and_accepts_step_by_step(tin
     assert (s["max_spec_offset"], s["use_tree_spec"], s["max_cached_requests"]) == (0.0, True, -1)
     drafter = recording(SuffixDrafter)(depth=s["max_tree_depth"], factor=s["max_spec_factor"],
                                        min_prob=s["min_token_prob"], max_tokens=s["max_spec_tokens"], scope="run")
-    deep = 0
-    for r, run in enumerate(trace["runs"]):
-        drafter.record = Recorded()
-        result = generate(model, run["prompt"], drafter, Sampling(), trace["max_new_tokens"], {trace["target"]["eos"]})
-        assert result.token_ids == run["output"][:trace["max_new_tokens"]], f"prompt {r}: not the reference's tokens"
-        ours = drafter.record.steps
-        assert ours[0].draft == [] and len(ours) == len(run["steps"]) + 1, (len(ours), len(run["steps"]))
-        found = []
-        for i, ref in enumerate(run["steps"]):
-            mine = ours[i + 1]
-            reach = len(run["prompt"]) + trace["max_new_tokens"] - ref["context"] - 1  # the deepest draft token kept
-            depth = []
-            for p in ref["parents"]:
-                depth.append(1 if p < 0 else depth[p] + 1)
-            keep = [j for j, d in enumerate(depth) if d <= reach]
-            number = {j: n for n, j in enumerate(keep)}
-            expected = ([ref["draft"][j] for j in keep], [-1 if ref["parents"][j] < 0 else number[ref["parents"][j]]
-                                                           for j in keep], min(ref["accepted"], max(reach, 0)))
-            if (mine.context, mine.draft, mine.parents, mine.accepted) != (ref["context"], *expected):
-                found.append(f"step {i} (context {ref['context']}): the reference drafted {expected[0]} (parents "
-                             f"{expected[1]}) and accepted {expected[2]}; ours drafted {mine.draft} (parents "
-                             f"{mine.parents}) at context {mine.context} and accepted {mine.accepted}")
-        assert not found, f"prompt {r}:\n" + "\n".join(found[:2])
-        deep += sum(s.accepted >= 2 for s in ours)
-    assert deep >= 5
+
+    def compare(i, ref, mine, reach):
+        expected = (*kept_to_reach(ref["draft"], ref["parents"], reach), min(ref["accepted"], max(reach, 0)))
+        if (mine.context, mine.draft, mine.parents, mine.accepted) != (ref["context"], *expected):
+            return (f"(context {ref['context']}): the reference drafted {expected[0]} (parents {expected[1]}) and "
+                    f"accepted {expected[2]}; ours drafted {mine.draft} (parents {mine.parents}) at context "
+                    f"{mine.context} and accepted {mine.accepted}")
+        return None
+
+    # one drafter for the run: the global tree carries the earlier outputs into the next prompt
+    assert replay_after_prefill(trace, model, lambda: drafter, compare, trace["max_new_tokens"]) >= 5
 
 
 def test_suffix_speculates_as_arctic_inference_where_ties_decide():
@@ -645,9 +651,10 @@ def test_suffix_speculates_as_arctic_inference_where_ties_decide():
     one (the response) scores higher, as SuffixDecodingCache.speculate chooses."""
     from specbench.methods.suffix.tree import SuffixTree, speculate
 
-    probes = json.loads((TRACES / "suffix.json").read_text())["probes"]
+    trace = json.loads((TRACES / "suffix.json").read_text())
+    probes = trace["probe_settings"]
     found, branching = [], 0
-    for n, case in enumerate(probes["cases"]):
+    for n, case in enumerate(trace["probes"]):
         text, depth = case["text"], probes["max_tree_depth"]
         local, run = SuffixTree(depth), SuffixTree(depth)
         local.extend(text[:40])

@@ -44,6 +44,7 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tiny_target  # noqa: E402
+from trace_file import write_trace  # noqa: E402
 
 BLOCK = 16  # as the z-lab *-b16 checkpoints
 DRAFT_LAYERS = 2
@@ -347,9 +348,7 @@ def main() -> None:
         "max_new_tokens": args.tokens,
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    runs_text = ",\n".join(json.dumps(r, separators=(",", ":")) for r in trace.pop("runs"))
-    args.out.write_text(json.dumps(trace, indent=1)[:-2] + ',\n "runs": [\n' + runs_text + "\n ]\n}\n")
+    write_trace(args.out, trace)  # a line per run
     steps = [s for r in runs for s in r["steps"]]
     hist = [sum(s["accepted"] == a for s in steps) for a in range(BLOCK)]
     print(f"{args.out}: {len(runs)} prompts, {len(steps)} steps ({elapsed:.1f} s), mean acceptance_length "

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import os
 import sys
 import tempfile
@@ -34,6 +33,7 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import eagle_reference  # noqa: E402  (the tiny base folder, the head layout and the head: shared with EAGLE-2's)
 import tiny_target  # noqa: E402
+from trace_file import write_trace  # noqa: E402
 
 
 class Tracer:
@@ -214,9 +214,7 @@ def main() -> None:
         "max_new_tokens": args.tokens,
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    runs_text = ",\n".join(json.dumps(r, separators=(",", ":")) for r in trace.pop("runs"))  # a line per run
-    args.out.write_text(json.dumps(trace, indent=1)[:-2] + ',\n "runs": [\n' + runs_text + "\n ]\n}\n")
+    write_trace(args.out, trace)  # a line per run
     steps = [s for r in runs for s in r["steps"]]
     acc = [s["accept_length"] for s in steps]
     hist = {a: acc.count(a) for a in sorted(set(acc))}

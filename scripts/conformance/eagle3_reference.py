@@ -41,6 +41,7 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import eagle_reference  # noqa: E402  (the tiny base folder, the tracer, the per-step decode)
 import tiny_target  # noqa: E402
+from trace_file import write_trace  # noqa: E402
 
 LAYERS, DRAFT_VOCAB = 8, 96
 TOTAL_TOKEN, DEPTH, TOP_K = 60, 7, 10  # EaModel.from_pretrained's defaults (checked against the code below)
@@ -220,9 +221,7 @@ def main() -> None:
         "max_new_tokens": args.tokens,
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    runs_text = ",\n".join(json.dumps(r, separators=(",", ":")) for r in trace.pop("runs"))  # a line per run
-    args.out.write_text(json.dumps(trace, indent=1)[:-2] + ',\n "runs": [\n' + runs_text + "\n ]\n}\n")
+    write_trace(args.out, trace)  # a line per run
     steps = [s for r in runs for s in r["steps"]]
     acc = [s["accept_length"] for s in steps]
     hist = {a: acc.count(a) for a in sorted(set(acc))}

@@ -41,6 +41,7 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tiny_target  # noqa: E402
+from trace_file import write_trace  # noqa: E402
 
 TOTAL_TOKEN, DEPTH, TOP_K = 60, 5, 10  # gen_ea_answer_*.py's --total-token/--depth/--top-k defaults at the EAGLE-2 commit
 
@@ -484,9 +485,7 @@ def main() -> None:
         "max_new_tokens": args.tokens,
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    runs_text = ",\n".join(json.dumps(r, separators=(",", ":")) for r in trace.pop("runs"))  # a line per run
-    args.out.write_text(json.dumps(trace, indent=1)[:-2] + ',\n "runs": [\n' + runs_text + "\n ]\n}\n")
+    write_trace(args.out, trace)  # a line per run
     steps = [s for r in runs for s in r["steps"]]
     acc = [s["accept_length"] for s in steps]
     hist = {a: acc.count(a) for a in sorted(set(acc))}

@@ -49,6 +49,7 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tiny_target  # noqa: E402
+from trace_file import write_trace  # noqa: E402
 
 LEVEL, WINDOW, GUESS_SET = 5, 7, 7  # the README's N, W, G
 GUESS = LEVEL - 1  # tokens per n-gram value (lade's GUESS_SIZE)
@@ -345,9 +346,7 @@ def main() -> None:
         "max_new_tokens": args.tokens,
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    runs_text = ",\n".join(json.dumps(r, separators=(",", ":")) for r in trace.pop("runs"))  # a line per run
-    args.out.write_text(json.dumps(trace, indent=1)[:-2] + ',\n "runs": [\n' + runs_text + "\n ]\n}\n")
+    write_trace(args.out, trace)  # a line per run
     steps = [s for r in runs for s in r["steps"]]
     look = [s for s in steps if s["phase"] == "lookahead"]
     print(f"{args.out}: {len(runs)} prompts, {len(steps)} steps ({[len(r['steps']) for r in runs]} per prompt), "

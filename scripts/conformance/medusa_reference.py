@@ -29,6 +29,7 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tiny_target  # noqa: E402
+from trace_file import write_trace  # noqa: E402
 
 N_HEADS = 5  # MedusaModelABC.from_pretrained's legacy branch forces medusa_num_heads = 5 (medusa_model.py:143)
 
@@ -236,9 +237,7 @@ def main() -> None:
         "max_new_tokens": args.tokens,
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    runs_text = ",\n".join(json.dumps(r, separators=(",", ":")) for r in trace.pop("runs"))  # a line per run
-    args.out.write_text(json.dumps(trace, indent=1)[:-2] + ',\n "runs": [\n' + runs_text + "\n ]\n}\n")
+    write_trace(args.out, trace)  # a line per run
     steps = [s for r in runs for s in r["steps"]]
     print(f"{args.out}: {len(runs)} prompts, {len(steps)} steps, mean accept_length "
           f"{sum(s['accept_length'] for s in steps) / len(steps):.2f} (tokens/step "

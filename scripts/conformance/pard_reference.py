@@ -76,6 +76,7 @@ import transformers
 HERE = Path(__file__).resolve().parent  # scripts/conformance/ in the checkout; else TINY_TARGET_DIR names it
 sys.path.insert(0, os.environ.get("TINY_TARGET_DIR") or str(HERE))
 import tiny_target  # noqa: E402
+from trace_file import write_trace  # noqa: E402
 
 DRAFT_LAYERS = 2
 PARD_TOKEN = tiny_target.PLACEHOLDER  # a token of the vocabulary the target never picks (cf. Llama 3's 128020)
@@ -473,9 +474,7 @@ def main() -> None:
         "max_new_tokens": args.tokens,
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    runs_text = ",\n".join(json.dumps(r, separators=(",", ":")) for r in trace.pop("runs"))
-    args.out.write_text(json.dumps(trace, indent=1)[:-2] + ',\n "runs": [\n' + runs_text + "\n ]\n}\n")
+    write_trace(args.out, trace)  # a line per run
     hist: dict[int, int] = {}
     for s in steps:
         hist[s["accepted"]] = hist.get(s["accepted"], 0) + 1

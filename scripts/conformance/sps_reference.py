@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import os
 import sys
@@ -56,6 +55,7 @@ import transformers
 HERE = Path(__file__).resolve().parent  # scripts/conformance/ in the checkout; else TINY_TARGET_DIR names it
 sys.path.insert(0, os.environ.get("TINY_TARGET_DIR") or str(HERE))
 import tiny_target  # noqa: E402
+from trace_file import write_trace  # noqa: E402
 
 DRAFT_LAYERS = 2
 EOS = tiny_target.PLACEHOLDER  # a token the target never picks: every prompt decodes its whole budget
@@ -337,9 +337,7 @@ def main() -> None:
         "max_new_tokens": args.tokens,
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    runs_text = ",\n".join(json.dumps(r, separators=(",", ":")) for r in trace.pop("runs"))
-    args.out.write_text(json.dumps(trace, indent=1)[:-2] + ',\n "runs": [\n' + runs_text + "\n ]\n}\n")
+    write_trace(args.out, trace)  # a line per run
     hist = {}
     for s in steps:
         hist[s["accepted"]] = hist.get(s["accepted"], 0) + 1

@@ -18,7 +18,6 @@ length are written down.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tiny_target  # noqa: E402
+from trace_file import write_trace  # noqa: E402
 
 DEPTH, MAX_TOKENS, FACTOR, MIN_PROB = 24, 16, 1.0, 0.1
 
@@ -112,18 +112,12 @@ def main() -> None:
         "target": {"recipe": "scripts/conformance/tiny_target.py", "fingerprint": tiny_target.fingerprint(target),
                    "eos": tiny_target.PLACEHOLDER},
         "max_new_tokens": args.tokens,
-        "probes": {"recipe": "suffix_reference.py probes", "seed": tiny_target.SEED, "max_tree_depth": 8,
-                   "max_spec_tokens": 6, "max_spec_factor": 3.0, "min_token_prob": 0.02,
-                   "cases": probes(SuffixDecodingCache, tiny_target.SEED)},
+        "probe_settings": {"recipe": "suffix_reference.py probes", "seed": tiny_target.SEED, "max_tree_depth": 8,
+                           "max_spec_tokens": 6, "max_spec_factor": 3.0, "min_token_prob": 0.02},
+        "probes": probes(SuffixDecodingCache, tiny_target.SEED),
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    runs_text = ",\n".join(json.dumps(r, separators=(",", ":")) for r in trace.pop("runs"))  # a line per run
-    cases = trace["probes"].pop("cases")
-    trace["probes"]["cases"] = "CASES"
-    text = json.dumps(trace, indent=1).replace('"CASES"', "[\n" + ",\n".join(
-        json.dumps(c, separators=(",", ":")) for c in cases) + "\n ]")
-    args.out.write_text(text[:-2] + ',\n "runs": [\n' + runs_text + "\n ]\n}\n")
+    write_trace(args.out, trace, one_line=("probes", "runs"))  # a line per probe and per run
     steps = [s for r in runs for s in r["steps"]]
     acc = [s["accepted"] for s in steps]
     print(f"{args.out}: {len(runs)} prompts, {len(steps)} steps, {sum(bool(s['draft']) for s in steps)} drafted, "
