@@ -89,13 +89,8 @@ def distill(target, seed: int, pool: int = 2048, prompt_len: int = 16, length: i
     head = Model(config, load_emb=False, total_tokens=TOTAL_TOKEN, depth=DEPTH, top_k=TOP_K).eval()
     head.embed_tokens.weight.data.copy_(target.model.embed_tokens.weight.detach())
     V = tiny_target.VOCAB
-    starts = torch.randint(0, V, (pool, prompt_len), generator=gen)
-    starts[starts == tiny_target.PLACEHOLDER] = 1
+    seqs = eagle_reference.greedy_texts(target, gen, pool, prompt_len, length)
     with torch.no_grad():
-        seqs = torch.cat([target.generate(chunk, attention_mask=torch.ones_like(chunk), max_new_tokens=length,
-                                          do_sample=False, eos_token_id=None,
-                                          pad_token_id=tiny_target.PLACEHOLDER)
-                          for chunk in starts.split(256)])
         feats = torch.cat([fused_batch(target, chunk) for chunk in seqs.split(256)])
         labels = target(seqs).logits.argmax(-1)  # the target's greedy token after each position
     counts = torch.bincount(labels.view(-1), minlength=V)

@@ -81,6 +81,17 @@ def digest(state: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+@torch.no_grad()
+def greedy_texts(target, gen: torch.Generator, pool: int, prompt_len: int, length: int) -> torch.Tensor:
+    """What a head is distilled on: the target's greedy continuations (`length` tokens) of `pool` random
+    `prompt_len`-token prompts drawn from gen (never the placeholder)."""
+    starts = torch.randint(0, tiny_target.VOCAB, (pool, prompt_len), generator=gen)
+    starts[starts == tiny_target.PLACEHOLDER] = 1
+    return torch.cat([target.generate(chunk, attention_mask=torch.ones_like(chunk), max_new_tokens=length,
+                                      do_sample=False, eos_token_id=None, pad_token_id=tiny_target.PLACEHOLDER)
+                      for chunk in starts.split(256)])
+
+
 @torch.enable_grad()
 def distill(target, seed: int, pool: int = 2048, prompt_len: int = 16, length: int = 112, batch: int = 128,
             steps: int = 800) -> dict[str, torch.Tensor]:
@@ -102,13 +113,8 @@ def distill(target, seed: int, pool: int = 2048, prompt_len: int = 16, length: i
     head = Model(config, bias=True, total_tokens=TOTAL_TOKEN, depth=DEPTH, top_k=TOP_K).eval()
     head.embed_tokens.weight.data.copy_(target.model.embed_tokens.weight.detach())
     V = tiny_target.VOCAB
-    starts = torch.randint(0, V, (pool, prompt_len), generator=gen)
-    starts[starts == tiny_target.PLACEHOLDER] = 1
+    seqs = greedy_texts(target, gen, pool, prompt_len, length)
     with torch.no_grad():
-        seqs = torch.cat([target.generate(chunk, attention_mask=torch.ones_like(chunk), max_new_tokens=length,
-                                          do_sample=False, eos_token_id=None,
-                                          pad_token_id=tiny_target.PLACEHOLDER)
-                          for chunk in starts.split(256)])
         feats = torch.cat([target.model(chunk).last_hidden_state for chunk in seqs.split(256)])  # final norm applied
         labels = target.lm_head(feats).argmax(-1)  # the target's greedy token after each position
     lm = target.lm_head
