@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import os
 import sys
 import tempfile
@@ -133,17 +132,6 @@ def distill(target, seed: int, pool: int = 2048, prompt_len: int = 16, length: i
     return state
 
 
-def save_head(state: dict[str, torch.Tensor], folder: Path, pickle: bool = True) -> None:
-    """The published layout: config.json + pytorch_model.bin (what EaModel.from_pretrained reads first), and the
-    same tensors as model.safetensors (its fallback; the fixture ships only this one)."""
-    from safetensors.torch import save_file
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(head_config(), indent=2) + "\n")
-    if pickle:
-        torch.save(state, folder / "pytorch_model.bin")
-    save_file(state, str(folder / "model.safetensors"))
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ref", type=Path, required=True, help="folder holding the reference's eagle/model/ package")
@@ -168,9 +156,9 @@ def main() -> None:
     eagle_reference.save_base(target, base, max_shard_size="60KB")
     assert (base / "model.safetensors.index.json").exists()
     state = eagle_reference.load_head(args.head_dir) if args.head_dir is not None else distill(target, args.head_seed)
-    save_head(state, headdir)
+    eagle_reference.save_head(state, headdir, config=head_config())
     if args.save_head is not None:
-        save_head(state, args.save_head, pickle=False)
+        eagle_reference.save_head(state, args.save_head, pickle=False, config=head_config())
 
     defaults = inspect.signature(EaModel.from_pretrained).parameters
     assert {k: defaults[k].default for k in ("use_eagle3", "total_token", "depth", "top_k")} == {
@@ -217,16 +205,7 @@ def main() -> None:
         "runs": runs,
     }
     write_trace(args.out, trace)  # a line per run
-    steps = [s for r in runs for s in r["steps"]]
-    acc = [s["accept_length"] for s in steps]
-    hist = {a: acc.count(a) for a in sorted(set(acc))}
-    m = [s["margins"] for s in steps]
-    print(f"{args.out}: {len(runs)} prompts, {len(steps)} steps, mean accept_length {sum(acc) / len(acc):.2f}, "
-          f"max {max(acc)}, histogram {hist}, outputs {[len(r['output']) for r in runs]}, greedy matches "
-          f"{[r['greedy_matches'] for r in runs]}, tied-row steps {sum(s['tied_rows'] > 1 for s in steps)}, min "
-          f"margins: select {min(x['select'] for x in m):.2e} frontier {min(min(x['frontier']) for x in m):.2e} "
-          f"topk {min(min(x['topk']) for x in m):.2e}; {time.time() - t0:.0f} s")
-
+    print(eagle_reference.summary(args.out, runs, t0))
 
 if __name__ == "__main__":
     main()

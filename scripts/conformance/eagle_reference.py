@@ -145,12 +145,13 @@ def distill(target, seed: int, pool: int = 2048, prompt_len: int = 16, length: i
     return {k: v.detach().clone().contiguous() for k, v in head.state_dict().items()}
 
 
-def save_head(state: dict[str, torch.Tensor], folder: Path, pickle: bool = True) -> None:
-    """The published layout: config.json + pytorch_model.bin (all the reference at this commit reads), and the same
-    tensors as model.safetensors (what the EAGLE commits after it fall back to; the fixture ships only this one)."""
+def save_head(state: dict[str, torch.Tensor], folder: Path, pickle: bool = True, config: dict | None = None) -> None:
+    """The published layout: config.json (default: head_config(), EAGLE-1/2's) + pytorch_model.bin (what
+    EaModel.from_pretrained reads first), and the same tensors as model.safetensors (what later EAGLE commits fall
+    back to; the fixture ships only this one)."""
     from safetensors.torch import save_file
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(head_config(), indent=2) + "\n")
+    (folder / "config.json").write_text(json.dumps(config or head_config(), indent=2) + "\n")
     if pickle:
         torch.save(state, folder / "pytorch_model.bin")
     save_file(state, str(folder / "model.safetensors"))
@@ -414,6 +415,20 @@ def decode(model, target, prompt: list[int], max_new_tokens: int, tracer: Tracer
     return {"prompt": prompt, "output": output, "prefill_token": seq[1][1]["token"], "steps": steps}
 
 
+def summary(out: Path, runs: list[dict], started: float) -> str:
+    """One line on a written EAGLE-2-style trace (decode's runs): steps, accept lengths, the smallest margins."""
+    steps = [s for r in runs for s in r["steps"]]
+    acc = [s["accept_length"] for s in steps]
+    hist = {a: acc.count(a) for a in sorted(set(acc))}
+    m = [s["margins"] for s in steps]
+    return (f"{out}: {len(runs)} prompts, {len(steps)} steps, mean accept_length {sum(acc) / len(acc):.2f} "
+            f"(tokens/step {sum(len(s['appended']) for s in steps) / len(steps):.2f}), max {max(acc)}, histogram "
+            f"{hist}, outputs {[len(r['output']) for r in runs]}, greedy matches "
+            f"{[r['greedy_matches'] for r in runs]}, tied-row steps {sum(s['tied_rows'] > 1 for s in steps)}, min "
+            f"margins: select {min(x['select'] for x in m):.2e} frontier {min(min(x['frontier']) for x in m):.2e} "
+            f"topk {min(min(x['topk']) for x in m):.2e}; {time.time() - started:.0f} s")
+
+
 def greedy(target, prompt: list[int], n: int) -> list[int]:
     ids = torch.tensor([prompt])
     out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
@@ -492,17 +507,7 @@ def main() -> None:
         "runs": runs,
     }
     write_trace(args.out, trace)  # a line per run
-    steps = [s for r in runs for s in r["steps"]]
-    acc = [s["accept_length"] for s in steps]
-    hist = {a: acc.count(a) for a in sorted(set(acc))}
-    m = [s["margins"] for s in steps]
-    print(f"{args.out}: {len(runs)} prompts, {len(steps)} steps, mean accept_length {sum(acc) / len(acc):.2f} "
-          f"(tokens/step {sum(len(s['appended']) for s in steps) / len(steps):.2f}), max {max(acc)}, histogram {hist}, "
-          f"outputs {[len(r['output']) for r in runs]}, greedy matches {[r['greedy_matches'] for r in runs]}, "
-          f"tied-row steps {sum(s['tied_rows'] > 1 for s in steps)}, min margins: select "
-          f"{min(x['select'] for x in m):.2e} frontier {min(min(x['frontier']) for x in m):.2e} "
-          f"topk {min(min(x['topk']) for x in m):.2e}; {time.time() - t0:.0f} s")
-
+    print(summary(args.out, runs, t0))
 
 if __name__ == "__main__":
     main()
